@@ -1,0 +1,63 @@
+"""Settings, parsed once from the environment. Nothing else in the engine reads os.environ."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from functools import lru_cache
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from engine.errors import ConfigurationError
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(case_sensitive=False, extra="ignore", frozen=True)
+
+    jobs_table_name: Annotated[str, Field(min_length=3, max_length=255)]
+    jobs_queue_url: Annotated[str, Field(pattern=r"^https?://\S+$")]
+    jobs_dlq_url: Annotated[str | None, Field(pattern=r"^https?://\S+$")] = None
+
+    ai_provider: Literal["openai", "bedrock"] = "openai"
+    ai_base_url: Annotated[str, Field(pattern=r"^https?://\S+$")] = "https://api.openai.com/v1"
+    ai_api_key: SecretStr | None = None
+    ai_api_key_secret_arn: Annotated[str | None, Field(pattern=r"^arn:aws[a-z-]*:secretsmanager:\S+$")] = None
+    ai_model_primary: Annotated[str, Field(min_length=1)] = "gpt-4o-mini"
+    ai_model_fallback: str | None = None
+
+    # Price overrides, JSON: {"model-id": [usd_per_million_input, usd_per_million_output]}.
+    aijobs_model_prices: dict[str, tuple[Decimal, Decimal]] = Field(default_factory=dict)
+    aijobs_job_modules: Annotated[tuple[str, ...], NoDecode] = ()
+    # Kept after a job ends before DynamoDB's TTL removes its items.
+    aijobs_retention_days: Annotated[int, Field(ge=1, le=3650)] = 90
+    # The lease when the worker runs outside Lambda with no context to read a deadline from.
+    aijobs_default_lease_seconds: Annotated[int, Field(ge=10, le=900)] = 300
+
+    @field_validator("jobs_dlq_url", "ai_api_key_secret_arn", "ai_model_fallback", "ai_api_key", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        # CloudFormation cannot omit a variable, so an empty string means "not configured".
+        return None if value == "" else value
+
+    @field_validator("aijobs_job_modules", mode="before")
+    @classmethod
+    def _split_modules(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+
+def load_settings() -> Settings:
+    """Parse the environment, or fail with one line naming the variable."""
+    try:
+        return Settings()  # type: ignore[call-arg]  # fields come from the environment
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        variable = str(first["loc"][0]).upper() if first["loc"] else "environment"
+        raise ConfigurationError(f"{variable}: {first['msg']}") from exc
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return load_settings()

@@ -1,0 +1,69 @@
+"""`answer_with_citations`: answer a question from documents, citing the ones used."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from engine.definitions.base import JobDefinition, Prompt
+
+
+class Document(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: Annotated[str, Field(min_length=1, max_length=128)]
+    text: Annotated[str, Field(min_length=1, max_length=100_000)]
+
+
+class AnswerInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    question: Annotated[str, Field(min_length=1, max_length=10_000)]
+    documents: Annotated[list[Document], Field(min_length=1, max_length=50)]
+
+    @field_validator("documents")
+    @classmethod
+    def _distinct_ids(cls, documents: list[Document]) -> list[Document]:
+        if len({document.id for document in documents}) != len(documents):
+            raise ValueError("document ids must be distinct")
+        return documents
+
+
+class AnswerOutput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    answer: Annotated[str, Field(min_length=1)]
+    citations: Annotated[list[str], Field(min_length=1)]
+
+
+def citations_exist(job_input: AnswerInput, output: AnswerOutput) -> str | None:
+    known = {document.id for document in job_input.documents}
+    unknown = [citation for citation in output.citations if citation not in known]
+    if unknown:
+        return f"citations name documents the input does not contain: {', '.join(unknown[:5])}"
+    return None
+
+
+def _prompt_fields(job_input: AnswerInput) -> dict[str, str]:
+    documents = "\n\n".join(f"[{document.id}]\n{document.text}" for document in job_input.documents)
+    return {"question": job_input.question, "documents": documents}
+
+
+ANSWER_WITH_CITATIONS = JobDefinition(
+    name="answer_with_citations",
+    input_model=AnswerInput,
+    output_model=AnswerOutput,
+    prompt=Prompt(
+        key="answer_with_citations",
+        version="1",
+        system=(
+            "You answer questions using only the documents given. Answer with a JSON object of the form "
+            '{"answer": "...", "citations": ["<document id>", ...]} citing every document you used.'
+        ),
+        user="Documents:\n{documents}\n\nQuestion: {question}",
+    ),
+    max_tokens=1024,
+    prompt_fields=_prompt_fields,
+    reference_rule=citations_exist,
+)

@@ -1,0 +1,61 @@
+"""`classify`: pick one label of a given set for a text."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from engine.definitions.base import JobDefinition, Prompt
+
+Label = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class ClassifyInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: Annotated[str, Field(min_length=1, max_length=200_000)]
+    labels: Annotated[list[Label], Field(min_length=2, max_length=50)]
+
+    @field_validator("labels")
+    @classmethod
+    def _distinct(cls, labels: list[str]) -> list[str]:
+        if len(set(labels)) != len(labels):
+            raise ValueError("labels must be distinct")
+        return labels
+
+
+class ClassifyOutput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    label: Annotated[str, Field(min_length=1)]
+    confidence: Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+def label_is_offered(job_input: ClassifyInput, output: ClassifyOutput) -> str | None:
+    if output.label not in job_input.labels:
+        return f"label {output.label!r} is not one of the {len(job_input.labels)} labels offered"
+    return None
+
+
+def _prompt_fields(job_input: ClassifyInput) -> dict[str, str]:
+    return {"labels": "\n".join(f"- {label}" for label in job_input.labels), "text": job_input.text}
+
+
+CLASSIFY = JobDefinition(
+    name="classify",
+    input_model=ClassifyInput,
+    output_model=ClassifyOutput,
+    prompt=Prompt(
+        key="classify",
+        version="1",
+        system=(
+            "You classify texts. Answer with a JSON object of the form "
+            '{"label": "<one of the labels>", "confidence": <0..1>} and nothing else.'
+        ),
+        user="Labels:\n{labels}\n\nText:\n{text}",
+    ),
+    max_tokens=256,
+    prompt_fields=_prompt_fields,
+    business_rule=label_is_offered,
+)

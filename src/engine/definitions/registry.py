@@ -1,0 +1,48 @@
+"""The job types a worker knows: the built-ins plus the modules named in AIJOBS_JOB_MODULES."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+
+from engine.definitions.answer_with_citations import ANSWER_WITH_CITATIONS
+from engine.definitions.base import JobDefinition
+from engine.definitions.classify import CLASSIFY
+from engine.definitions.summarize import SUMMARIZE
+from engine.errors import ConfigurationError, UnknownJobTypeError
+
+BUILTIN_DEFINITIONS: tuple[JobDefinition, ...] = (SUMMARIZE, CLASSIFY, ANSWER_WITH_CITATIONS)
+
+
+class JobRegistry:
+    def __init__(self, definitions: Iterable[JobDefinition] = BUILTIN_DEFINITIONS) -> None:
+        self._definitions: dict[str, JobDefinition] = {}
+        for definition in definitions:
+            self.register(definition)
+
+    def register(self, definition: JobDefinition) -> None:
+        if definition.name in self._definitions:
+            raise ValueError(f"job type {definition.name!r} is registered twice")
+        self._definitions[definition.name] = definition
+
+    def get(self, name: str) -> JobDefinition:
+        try:
+            return self._definitions[name]
+        except KeyError:
+            raise UnknownJobTypeError(f"no job type {name!r} is registered") from None
+
+    def names(self) -> list[str]:
+        return sorted(self._definitions)
+
+    def load_modules(self, module_names: Iterable[str]) -> None:
+        """Register the `JOB_DEFINITIONS` of each module, e.g. AIJOBS_JOB_MODULES=myapp.jobs."""
+        for module_name in module_names:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as exc:
+                raise ConfigurationError(f"AIJOBS_JOB_MODULES: cannot import {module_name!r}: {exc}") from exc
+            definitions = getattr(module, "JOB_DEFINITIONS", None)
+            if definitions is None:
+                raise ConfigurationError(f"AIJOBS_JOB_MODULES: {module_name!r} has no JOB_DEFINITIONS")
+            for definition in definitions:
+                self.register(definition)

@@ -1,0 +1,51 @@
+"""`summarize`: a summary of a text within a word budget."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from engine.definitions.base import JobDefinition, Prompt
+
+# The model may overshoot the word budget a little; more than this is a failed job.
+WORD_BUDGET_TOLERANCE = 1.2
+
+
+class SummarizeInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: Annotated[str, Field(min_length=1, max_length=200_000)]
+    max_words: Annotated[int, Field(ge=10, le=1000)] = 100
+
+
+class SummarizeOutput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    summary: Annotated[str, Field(min_length=1)]
+
+
+def summary_within_budget(job_input: SummarizeInput, output: SummarizeOutput) -> str | None:
+    words = len(output.summary.split())
+    limit = int(job_input.max_words * WORD_BUDGET_TOLERANCE)
+    if words > limit:
+        return f"summary has {words} words; the limit is {limit} (1.2 x max_words {job_input.max_words})"
+    return None
+
+
+SUMMARIZE = JobDefinition(
+    name="summarize",
+    input_model=SummarizeInput,
+    output_model=SummarizeOutput,
+    prompt=Prompt(
+        key="summarize",
+        version="1",
+        system=(
+            "You summarize texts faithfully. Answer with a JSON object of the form "
+            '{"summary": "..."} and nothing else.'
+        ),
+        user="Summarize the text below in at most {max_words} words.\n\nText:\n{text}",
+    ),
+    max_tokens=2048,
+    business_rule=summary_within_budget,
+)

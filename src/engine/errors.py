@@ -1,0 +1,170 @@
+"""The error taxonomy: one root, narrow subclasses that carry their context.
+
+Classification happens where a driver error is caught (the gateway for providers, the store
+for DynamoDB), by exception type and HTTP status, never by reading message text.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.models import Job
+
+
+class ErrorCode(StrEnum):
+    PROVIDER_RATE_LIMITED = "provider_rate_limited"
+    PROVIDER_TIMEOUT = "provider_timeout"
+    PROVIDER_UNAVAILABLE = "provider_unavailable"
+    PROVIDER_REJECTED = "provider_rejected"
+    SCHEMA_VALIDATION_FAILED = "schema_validation_failed"
+    BUSINESS_VALIDATION_FAILED = "business_validation_failed"
+    REFERENCE_VALIDATION_FAILED = "reference_validation_failed"
+    INPUT_VALIDATION_FAILED = "input_validation_failed"
+    UNKNOWN_JOB_TYPE = "unknown_job_type"
+    SCHEMA_VERSION_MISMATCH = "schema_version_mismatch"
+    MAX_ATTEMPTS_EXCEEDED = "max_attempts_exceeded"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    DEAD_LETTERED = "dead_lettered"
+    INTERNAL_ERROR = "internal_error"
+
+
+class AiJobsError(Exception):
+    """Root of every error the engine raises on purpose."""
+
+
+class ConfigurationError(AiJobsError):
+    """A missing or malformed setting; the message names the variable."""
+
+
+# --- Job errors: end an attempt, carry the code recorded on the job -------------------------
+
+
+class JobError(AiJobsError):
+    """An error that ends an attempt; `code` is what the job records."""
+
+    code: ErrorCode = ErrorCode.INTERNAL_ERROR
+    retryable: bool = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class RetryableError(JobError):
+    retryable = True
+    # Whether the attempt counts against the job's attempt budget.
+    consumes_attempt: bool = True
+
+
+class PermanentError(JobError):
+    retryable = False
+
+
+class ProviderRateLimitedError(RetryableError):
+    code = ErrorCode.PROVIDER_RATE_LIMITED
+    consumes_attempt = False
+
+    def __init__(self, message: str, retry_after_seconds: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds
+
+
+class ProviderTimeoutError(RetryableError):
+    code = ErrorCode.PROVIDER_TIMEOUT
+
+
+class ProviderUnavailableError(RetryableError):
+    code = ErrorCode.PROVIDER_UNAVAILABLE
+
+
+class InternalError(RetryableError):
+    code = ErrorCode.INTERNAL_ERROR
+
+
+class ProviderRejectedError(PermanentError):
+    code = ErrorCode.PROVIDER_REJECTED
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class SchemaValidationError(PermanentError):
+    code = ErrorCode.SCHEMA_VALIDATION_FAILED
+
+
+class BusinessValidationError(PermanentError):
+    code = ErrorCode.BUSINESS_VALIDATION_FAILED
+
+
+class ReferenceValidationError(PermanentError):
+    code = ErrorCode.REFERENCE_VALIDATION_FAILED
+
+
+class InputValidationError(PermanentError):
+    code = ErrorCode.INPUT_VALIDATION_FAILED
+
+
+class UnknownJobTypeError(PermanentError):
+    code = ErrorCode.UNKNOWN_JOB_TYPE
+
+
+class SchemaVersionMismatchError(PermanentError):
+    code = ErrorCode.SCHEMA_VERSION_MISMATCH
+
+
+class MaxAttemptsExceededError(PermanentError):
+    code = ErrorCode.MAX_ATTEMPTS_EXCEEDED
+
+
+class DeadlineExceededError(PermanentError):
+    code = ErrorCode.DEADLINE_EXCEEDED
+
+
+# --- Store errors: a conditional write was refused, explained by the item it met ------------
+
+
+class ConditionRefusedError(AiJobsError):
+    """A conditional write did not apply; `job` is the job as DynamoDB had it (None if absent)."""
+
+    def __init__(self, message: str, job: Job | None) -> None:
+        super().__init__(message)
+        self.job = job
+
+
+class ClaimRefusal(StrEnum):
+    """Why a claim's condition failed, read from the item it met (ALL_OLD)."""
+
+    FINISHED = "finished"
+    HELD = "held"
+    CONFLICT = "conflict"
+    CANCEL_REQUESTED = "cancel_requested"
+    ATTEMPTS_SPENT = "attempts_spent"
+    DEADLINE_PASSED = "deadline_passed"
+
+
+class ClaimRefusedError(ConditionRefusedError):
+    def __init__(self, job: Job, reason: ClaimRefusal) -> None:
+        super().__init__(f"job {job.job_id} cannot be claimed: {reason.value}", job)
+        self.reason = reason
+        self.refused_job = job
+
+
+class LeaseLostError(ConditionRefusedError):
+    """The finishing write met a job this worker no longer holds."""
+
+
+class JobNotFoundError(AiJobsError):
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id} does not exist")
+        self.job_id = job_id
+
+
+class JobConflictError(AiJobsError):
+    """A job id was reused with a different job type, user or input."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id} already exists with a different job type, user or input")
+        self.job_id = job_id

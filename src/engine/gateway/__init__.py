@@ -1,0 +1,59 @@
+"""The only modules that talk to model providers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from engine.config import Settings
+from engine.errors import ConfigurationError
+from engine.gateway.gateway import Execution, ModelGateway, ModelTiers
+from engine.gateway.openai import OpenAICompatibleProvider
+from engine.gateway.pricing import PriceTable
+from engine.gateway.provider import Completion, CompletionRequest, ModelProvider
+
+__all__ = [
+    "Completion",
+    "CompletionRequest",
+    "Execution",
+    "ModelGateway",
+    "ModelProvider",
+    "ModelTiers",
+    "OpenAICompatibleProvider",
+    "PriceTable",
+    "api_key_source",
+    "build_gateway",
+]
+
+# Secrets Manager is read at most this often per warm worker.
+SECRET_MAX_AGE_SECONDS = 300
+
+
+def api_key_source(settings: Settings) -> Callable[[], str | None]:
+    """Where the API key comes from: Secrets Manager in Lambda, a plain variable locally."""
+    arn = settings.ai_api_key_secret_arn
+    if arn:
+
+        def from_secret() -> str | None:
+            from aws_lambda_powertools.utilities import parameters
+
+            secret = str(parameters.get_secret(arn, max_age=SECRET_MAX_AGE_SECONDS))
+            # A secret is either the key itself or a JSON object holding it as "api_key".
+            if secret.lstrip().startswith("{"):
+                return str(json.loads(secret)["api_key"])
+            return secret
+
+        return from_secret
+    key = settings.ai_api_key.get_secret_value() if settings.ai_api_key else None
+    return lambda: key
+
+
+def build_gateway(settings: Settings) -> ModelGateway:
+    if settings.ai_provider != "openai":
+        raise ConfigurationError(f"AI_PROVIDER: {settings.ai_provider!r} is not supported by this build; use 'openai'")
+    provider = OpenAICompatibleProvider(settings.ai_base_url, api_key_source(settings))
+    return ModelGateway(
+        provider,
+        ModelTiers(primary=settings.ai_model_primary, fallback=settings.ai_model_fallback),
+        PriceTable.with_overrides(settings.aijobs_model_prices),
+    )

@@ -1,0 +1,149 @@
+"""OpenAI-compatible Chat Completions over httpx (OpenAI, DeepSeek, vLLM, Ollama, LiteLLM, ...)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC
+from email.utils import parsedate_to_datetime
+from typing import Any, Literal
+
+import httpx
+
+from engine.errors import (
+    ProviderRateLimitedError,
+    ProviderRejectedError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+)
+from engine.gateway.provider import Completion, CompletionRequest
+from engine.gateway.schema import strict_json_schema
+
+StructuredOutput = Literal["json_schema", "json_object"]
+
+# Statuses that say the request itself is wrong (key, model, body): asking again cannot help.
+_REJECTED_STATUSES = frozenset({400, 401, 403, 404, 422})
+_CONNECT_TIMEOUT_SECONDS = 5.0
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Retry-After as seconds from now: either delta-seconds or an HTTP date (RFC 9110)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    reference = now if now is not None else time.time()
+    return max(when.timestamp() - reference, 0.0)
+
+
+def _default_client() -> httpx.Client:
+    # One pooled client per process, reused by every record of every invocation.
+    return httpx.Client(limits=httpx.Limits(max_connections=32, max_keepalive_connections=16))
+
+
+class OpenAICompatibleProvider:
+    name = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: Callable[[], str | None],
+        *,
+        structured_output: StructuredOutput = "json_schema",
+        client: httpx.Client | None = None,
+    ) -> None:
+        self._url = base_url.rstrip("/") + "/chat/completions"
+        self._api_key = api_key
+        self._structured_output = structured_output
+        self._client = client or _default_client()
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        started = time.perf_counter()
+        try:
+            response = self._client.post(
+                self._url,
+                json=self._body(request),
+                headers=self._headers(),
+                timeout=httpx.Timeout(
+                    request.timeout_seconds, connect=min(_CONNECT_TIMEOUT_SECONDS, request.timeout_seconds)
+                ),
+            )
+        except httpx.TimeoutException as exc:
+            raise ProviderTimeoutError(f"no answer from the provider within {request.timeout_seconds:g}s") from exc
+        except httpx.TransportError as exc:
+            raise ProviderUnavailableError(f"provider connection failed: {type(exc).__name__}") from exc
+        latency_ms = int((time.perf_counter() - started) * 1000)
+        self._raise_for_status(response)
+        return self._completion(request, response, latency_ms)
+
+    def _headers(self) -> dict[str, str]:
+        key = self._api_key()
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def _body(self, request: CompletionRequest) -> dict[str, Any]:
+        if self._structured_output == "json_schema":
+            response_format: dict[str, Any] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": request.schema_name,
+                    "schema": strict_json_schema(request.output_schema),
+                    "strict": True,
+                },
+            }
+        else:
+            response_format = {"type": "json_object"}
+        return {
+            "model": request.model,
+            "messages": [
+                {"role": "system", "content": request.system},
+                {"role": "user", "content": request.user},
+            ],
+            "max_tokens": request.max_tokens,
+            "temperature": 0,
+            "response_format": response_format,
+        }
+
+    @staticmethod
+    def _raise_for_status(response: httpx.Response) -> None:
+        status = response.status_code
+        if status < 400:
+            return
+        if status == 429:
+            retry_after = parse_retry_after(response.headers.get("retry-after"))
+            raise ProviderRateLimitedError("provider rate limit (HTTP 429)", retry_after_seconds=retry_after)
+        if status == 408:
+            raise ProviderTimeoutError("provider timed out (HTTP 408)")
+        if status in _REJECTED_STATUSES or (400 <= status < 500 and status != 409):
+            raise ProviderRejectedError(f"provider rejected the request (HTTP {status})", status_code=status)
+        raise ProviderUnavailableError(f"provider unavailable (HTTP {status})")
+
+    @staticmethod
+    def _completion(request: CompletionRequest, response: httpx.Response, latency_ms: int) -> Completion:
+        try:
+            envelope = response.json()
+            choice = envelope["choices"][0]
+            message = choice["message"]
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            # A 2xx that is not a chat completion is a provider fault, not the model's answer.
+            raise ProviderUnavailableError("provider answered with a malformed completion envelope") from exc
+        usage = envelope.get("usage") or {}
+        input_tokens = int(usage.get("prompt_tokens") or 0)
+        output_tokens = int(usage.get("completion_tokens") or 0)
+        content = message.get("content")
+        return Completion(
+            content=content if isinstance(content, str) else "",
+            model=str(envelope.get("model") or request.model),
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            latency_ms=latency_ms,
+            finish_reason=str(choice.get("finish_reason") or ("refusal" if message.get("refusal") else "")),
+        )

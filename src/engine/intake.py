@@ -1,0 +1,111 @@
+"""Parse at the edge: an SQS body becomes a `JobRequest`, or a `BadMessageError` with one clear reason."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from engine.definitions import JobDefinition, JobRegistry
+from engine.definitions.base import one_line_error
+from engine.errors import AiJobsError, InputValidationError, JobError, SchemaVersionMismatchError
+from engine.models import JobId, JobMessage
+from engine.store import NewJob
+
+_job_id_adapter: TypeAdapter[str] = TypeAdapter(JobId)
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """A message that can be claimed: a new job in full, or a reference to an existing one."""
+
+    job_id: str
+    new_job: NewJob | None = None
+    definition: JobDefinition | None = None
+    job_input: BaseModel | None = None
+    raw_input: dict[str, Any] | None = None
+
+
+class BadMessageError(AiJobsError):
+    """A message that cannot run. With a job id it becomes a failed job, else a dead letter."""
+
+    def __init__(self, error: JobError, job_id: str | None = None, fields: dict[str, Any] | None = None) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.job_id = job_id
+        self.fields = fields or {}
+
+    def known(self, name: str, kind: type) -> Any:
+        """A field of the message worth keeping on the failed job, if it has the right type."""
+        value = self.fields.get(name)
+        return value if isinstance(value, kind) and not isinstance(value, bool) else None
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def request_hash(job_type: str, user_id: str, job_input: dict[str, Any]) -> str:
+    """What makes two submissions of one job id the same job."""
+    return sha256_hex(canonical_json({"job_type": job_type, "user_id": user_id, "input": job_input}))
+
+
+def parse_message(body: str, message_id: str, registry: JobRegistry) -> JobRequest:
+    try:
+        raw = json.loads(body)
+    except ValueError as exc:
+        raise BadMessageError(InputValidationError(f"message body is not JSON: {exc}")) from exc
+    if not isinstance(raw, dict):
+        raise BadMessageError(InputValidationError(f"message body is a JSON {type(raw).__name__}, not an object"))
+    job_id = _job_id(raw, message_id)
+    try:
+        message = JobMessage.model_validate(raw)
+    except ValidationError as exc:
+        raise BadMessageError(InputValidationError(one_line_error(exc, "message")), job_id, raw) from exc
+    if message.is_reference:
+        return JobRequest(job_id=job_id)
+    if message.job_type is None or message.user_id is None or message.input is None:
+        missing = [name for name in ("job_type", "user_id", "input") if getattr(message, name) is None]
+        reason = f"message lacks {', '.join(missing)} (a message of only a job_id refers to an existing job)"
+        raise BadMessageError(InputValidationError(reason), job_id, raw)
+    try:
+        return _new_job_request(job_id, message, message.job_type, message.user_id, message.input, registry)
+    except JobError as exc:
+        raise BadMessageError(exc, job_id, raw) from exc
+
+
+def _job_id(raw: dict[str, Any], message_id: str) -> str:
+    if "job_id" not in raw:
+        return message_id
+    try:
+        return _job_id_adapter.validate_python(raw["job_id"], strict=True)
+    except ValidationError as exc:
+        # A job id we cannot use names no job: the message is kept as a dead letter instead.
+        raise BadMessageError(InputValidationError(one_line_error(exc, "message.job_id"))) from exc
+
+
+def _new_job_request(
+    job_id: str, message: JobMessage, job_type: str, user_id: str, raw_input: dict[str, Any], registry: JobRegistry
+) -> JobRequest:
+    definition = registry.get(job_type)
+    if message.schema_version is not None and message.schema_version != definition.schema_version:
+        raise SchemaVersionMismatchError(
+            f"message schema_version {message.schema_version} != {job_type} schema version {definition.schema_version}"
+        )
+    job_input = definition.parse_input(raw_input)
+    new_job = NewJob(
+        job_type=job_type,
+        user_id=user_id,
+        schema_version=definition.schema_version,
+        max_attempts=message.max_attempts or definition.max_attempts,
+        deadline_seconds=message.deadline_seconds or definition.deadline_seconds,
+        request_hash=request_hash(job_type, user_id, raw_input),
+    )
+    return JobRequest(job_id, new_job, definition, job_input, raw_input)

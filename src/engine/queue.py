@@ -1,0 +1,35 @@
+"""JobQueue: the only code that talks to SQS."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import boto3
+
+from engine.retry import MAX_DELAY_SECONDS
+
+if TYPE_CHECKING:
+    from mypy_boto3_sqs import SQSClient
+
+
+class JobQueue:
+    def __init__(self, queue_url: str, client: SQSClient | None = None) -> None:
+        self.queue_url = queue_url
+        self._client = client or boto3.client("sqs")
+
+    def change_visibility(self, receipt_handle: str, seconds: int) -> None:
+        """Hide a message for `seconds` from now: the backoff of a retry, or a held duplicate's wait."""
+        self._client.change_message_visibility(
+            QueueUrl=self.queue_url,
+            ReceiptHandle=receipt_handle,
+            VisibilityTimeout=max(0, min(int(seconds), MAX_DELAY_SECONDS)),
+        )
+
+    def send(self, body: dict[str, Any], delay_seconds: int = 0) -> str:
+        response = self._client.send_message(
+            QueueUrl=self.queue_url,
+            MessageBody=json.dumps(body, separators=(",", ":"), ensure_ascii=False),
+            DelaySeconds=delay_seconds,
+        )
+        return str(response["MessageId"])

@@ -1,0 +1,295 @@
+"""JobRunner: claim -> resolve -> execute -> validate -> finish, for one SQS delivery.
+
+Pure orchestration: the store does the DynamoDB writes, the gateway the model calls, the retry
+module the delays. The runner returns what to do with the message; it never touches SQS.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from engine.definitions import JobDefinition, JobRegistry
+from engine.errors import (
+    ClaimRefusal,
+    ClaimRefusedError,
+    DeadlineExceededError,
+    InputValidationError,
+    InternalError,
+    JobError,
+    JobNotFoundError,
+    LeaseLostError,
+    MaxAttemptsExceededError,
+    PermanentError,
+    RetryableError,
+    SchemaVersionMismatchError,
+)
+from engine.gateway import Execution, ModelGateway
+from engine.intake import BadMessageError, JobRequest, canonical_json, parse_message, sha256_hex
+from engine.models import AttemptRecord, Job, JobErrorInfo, JobStatus
+from engine.observability import logger
+from engine.retry import MAX_DELAY_SECONDS, backoff_seconds, retry_delay_seconds
+from engine.store import Failed, JobStore, Outcome, Released, Succeeded
+
+# Time kept back from the provider call for the finishing write.
+FINISH_MARGIN_MS = 5_000
+# How soon a message comes back when it was put back for a reason that passes quickly.
+RETRY_SOON_SECONDS = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One SQS record, as the runner needs it."""
+
+    message_id: str
+    body: str
+    receive_count: int = 1
+    attributes: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """The message is done with: let the event source mapping delete it."""
+
+    event: str
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Report the record as failed after hiding it for `visibility_seconds`."""
+
+    event: str
+    visibility_seconds: int
+    reason: str
+
+
+Disposition = Ack | Retry
+RemainingMs = Callable[[], int]
+
+
+def output_hash(output: dict[str, Any]) -> str:
+    return sha256_hex(canonical_json(output))
+
+
+def _error_info(error: JobError) -> JobErrorInfo:
+    return JobErrorInfo(code=error.code, message=error.message, retryable=error.retryable)
+
+
+class JobRunner:
+    def __init__(
+        self,
+        store: JobStore,
+        gateway: ModelGateway,
+        registry: JobRegistry,
+        *,
+        default_lease_ms: int = 300_000,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._store = store
+        self._gateway = gateway
+        self._registry = registry
+        self._default_lease_ms = default_lease_ms
+        self._clock = clock
+        self._rng = rng or random.Random()
+
+    def process(self, delivery: Delivery, remaining_ms: RemainingMs | None = None) -> Disposition:
+        try:
+            return self._process(delivery, remaining_ms)
+        except Exception:
+            # Nothing was recorded: the message comes back after a backoff and is tried again.
+            logger.exception("delivery failed before its outcome was recorded", extra={"message_id": delivery.message_id})
+            return Retry("error", backoff_seconds(delivery.receive_count, self._rng), "internal error")
+
+    # --- before the claim ---------------------------------------------------------------------
+
+    def _process(self, delivery: Delivery, remaining_ms: RemainingMs | None) -> Disposition:
+        try:
+            request = parse_message(delivery.body, delivery.message_id, self._registry)
+        except BadMessageError as bad:
+            return self._reject(delivery, bad)
+        owner = uuid.uuid4().hex
+        lease_ms = remaining_ms() if remaining_ms else self._default_lease_ms
+        now = self._now_ms()
+        try:
+            job = self._store.claim_job(request.job_id, owner, lease_ms, now, request.new_job)
+        except JobNotFoundError:
+            reason = f"job {request.job_id} does not exist and the message carries no job_type, user_id and input"
+            return self._dead_letter(delivery, reason)
+        except ClaimRefusedError as refused:
+            return self._on_refusal(delivery, refused)
+        return self._run_claimed(job, request, remaining_ms)
+
+    def _reject(self, delivery: Delivery, bad: BadMessageError) -> Disposition:
+        if bad.job_id is None:
+            return self._dead_letter(delivery, bad.error.message)
+        created = self._store.create_failed_job(
+            bad.job_id,
+            _error_info(bad.error),
+            self._now_ms(),
+            job_type=bad.known("job_type", str),
+            user_id=bad.known("user_id", str),
+            max_attempts=bad.known("max_attempts", int) or 0,
+        )
+        if not created:
+            # The job exists from an earlier, valid message; this one must not overwrite it.
+            return self._dead_letter(delivery, f"job {bad.job_id} exists; this message is invalid: {bad.error.message}")
+        logger.warning("bad message failed its job", extra={"job_id": bad.job_id, "code": bad.error.code.value})
+        return Ack("failed")
+
+    def _dead_letter(self, delivery: Delivery, reason: str) -> Ack:
+        self._store.record_dead_letter(
+            delivery.message_id, delivery.body, dict(delivery.attributes), delivery.receive_count, reason, self._now_ms()
+        )
+        logger.warning("message kept as a dead letter", extra={"message_id": delivery.message_id, "reason": reason})
+        return Ack("dead_lettered")
+
+    def _on_refusal(self, delivery: Delivery, refused: ClaimRefusedError) -> Disposition:
+        job = refused.refused_job
+        match refused.reason:
+            case ClaimRefusal.FINISHED:
+                return Ack("duplicate")
+            case ClaimRefusal.HELD:
+                seconds = min(max(1, math.ceil(job.lease_remaining_ms(self._now_ms()) / 1000)), MAX_DELAY_SECONDS)
+                return Retry("held", seconds, f"job {job.job_id} is held by another worker")
+            case ClaimRefusal.CONFLICT:
+                reason = f"job {job.job_id} exists with a different job type, user or input"
+                return self._dead_letter(delivery, reason)
+            case ClaimRefusal.CANCEL_REQUESTED:
+                return self._settle(job, JobStatus.CANCELLED, None)
+            case ClaimRefusal.DEADLINE_PASSED:
+                return self._settle(job, JobStatus.FAILED, DeadlineExceededError("the job's deadline passed"))
+            case ClaimRefusal.ATTEMPTS_SPENT:
+                spent = MaxAttemptsExceededError(f"attempt budget spent ({job.attempt_count} of {job.max_attempts})")
+                return self._settle(job, JobStatus.FAILED, spent)
+
+    def _settle(self, job: Job, status: JobStatus, error: PermanentError | None) -> Disposition:
+        if self._store.settle_job(job, status, _error_info(error) if error else None, self._now_ms()):
+            return Ack(status.value)
+        return Retry("raced", RETRY_SOON_SECONDS, f"job {job.job_id} changed while it was being settled")
+
+    # --- after the claim ----------------------------------------------------------------------
+
+    def _run_claimed(self, job: Job, request: JobRequest, remaining_ms: RemainingMs | None) -> Disposition:
+        try:
+            definition, job_input = self._resolve(job, request)
+        except PermanentError as exc:
+            return self._finish(job, request, Failed(_error_info(exc)))
+        except Exception as exc:
+            logger.exception("job could not be resolved", extra={"job_id": job.job_id})
+            return self._retry(job, request, InternalError(f"internal error: {type(exc).__name__}"), None)
+        timeout_ms = int(definition.timeout_seconds * 1000)
+        if remaining_ms and remaining_ms() < timeout_ms + FINISH_MARGIN_MS:
+            # Too little time left in this invocation: hand the job back without spending an attempt.
+            self._finish(job, request, Released(None, refund_attempt=True))
+            return Retry("deferred", RETRY_SOON_SECONDS, "not enough time left in this invocation")
+        started = self._now_ms()
+        try:
+            execution = self._gateway.execute(definition, job_input, timeout_ms / 1000)
+        except Exception as exc:
+            logger.exception("job execution failed", extra={"job_id": job.job_id})
+            return self._retry(job, request, InternalError(f"internal error: {type(exc).__name__}"), None)
+        attempt = self._attempt_record(job, execution, started)
+        if execution.output is not None:
+            output = definition.project(execution.output)
+            return self._finish(job, request, Succeeded(output, output_hash(output)), attempt)
+        error = execution.error or InternalError("the gateway returned neither output nor error")
+        if isinstance(error, RetryableError):
+            return self._retry(job, request, error, attempt)
+        return self._finish(job, request, Failed(_error_info(error)), attempt)
+
+    def _resolve(self, job: Job, request: JobRequest) -> tuple[JobDefinition, BaseModel]:
+        if request.definition is not None and request.job_input is not None:
+            return request.definition, request.job_input
+        definition = self._registry.get(job.job_type or "")
+        if job.schema_version != definition.schema_version:
+            raise SchemaVersionMismatchError(
+                f"job schema_version {job.schema_version} != {definition.name} schema version {definition.schema_version}"
+            )
+        stored = self._store.get_input(job.job_id)
+        if stored is None:
+            raise InputValidationError(f"job {job.job_id} has no stored input")
+        return definition, definition.parse_input(stored)
+
+    def _retry(self, job: Job, request: JobRequest, error: RetryableError, attempt: AttemptRecord | None) -> Disposition:
+        if error.consumes_attempt and job.attempt_count >= job.max_attempts:
+            spent = MaxAttemptsExceededError(
+                f"attempt budget spent ({job.attempt_count} of {job.max_attempts}); last error {error.code}: {error.message}"
+            )
+            return self._finish(job, request, Failed(_error_info(spent)), attempt)
+        delay = retry_delay_seconds(error, job.attempt_count, self._rng)
+        if job.deadline_at is not None and self._now_ms() + delay * 1000 >= job.deadline_at:
+            late = DeadlineExceededError(f"the deadline passes before the next try; last error {error.code}: {error.message}")
+            return self._finish(job, request, Failed(_error_info(late)), attempt)
+        disposition = self._finish(job, request, Released(_error_info(error), refund_attempt=not error.consumes_attempt), attempt)
+        if isinstance(disposition, Ack):
+            return Retry("retried", delay, f"{error.code}: {error.message}")
+        return disposition
+
+    def _finish(self, job: Job, request: JobRequest, outcome: Outcome, attempt: AttemptRecord | None = None) -> Disposition:
+        # A failed job may be retried later; keep the input its message carried.
+        store_input = request.raw_input if isinstance(outcome, Failed) and not job.input_stored else None
+        now = self._now_ms()
+        try:
+            self._store.finish_job(job, outcome, now, attempt, store_input)
+        except LeaseLostError as lost:
+            return self._on_lease_lost(job, lost, attempt)
+        self._log_outcome(job, outcome, attempt)
+        return Ack(type(outcome).__name__.lower())
+
+    def _on_lease_lost(self, job: Job, lost: LeaseLostError, attempt: AttemptRecord | None) -> Disposition:
+        if attempt is not None:
+            self._store.record_orphan_attempt(attempt, self._now_ms())
+        logger.warning("lease lost; result discarded, usage kept", extra={"job_id": job.job_id})
+        current = lost.job
+        if current is None or current.status.is_terminal:
+            return Ack("lease_lost")
+        remaining = current.lease_remaining_ms(self._now_ms())
+        seconds = max(RETRY_SOON_SECONDS, math.ceil(remaining / 1000))
+        return Retry("lease_lost", min(seconds, MAX_DELAY_SECONDS), f"job {job.job_id} is held by another worker")
+
+    def _attempt_record(self, job: Job, execution: Execution, started: int) -> AttemptRecord:
+        error = execution.error
+        return AttemptRecord(
+            job_id=job.job_id,
+            attempt=job.claim_count,
+            user_id=job.user_id,
+            job_type=job.job_type,
+            started_at=started,
+            finished_at=self._now_ms(),
+            outcome="succeeded" if error is None else ("retryable" if error.retryable else "failed"),
+            error_code=error.code if error else None,
+            provider=execution.provider,
+            model=execution.model,
+            prompt_key=execution.prompt.key,
+            prompt_version=execution.prompt.version,
+            input_tokens=execution.input_tokens,
+            output_tokens=execution.output_tokens,
+            cost_usd=execution.cost_usd,
+            latency_ms=execution.latency_ms,
+        )
+
+    def _log_outcome(self, job: Job, outcome: Outcome, attempt: AttemptRecord | None) -> None:
+        error = outcome.error if isinstance(outcome, Failed | Released) else None
+        logger.info(
+            "job attempt finished",
+            extra={
+                "job_id": job.job_id,
+                "job_type": job.job_type,
+                "attempt": job.attempt_count,
+                "outcome": type(outcome).__name__.lower(),
+                "error_code": error.code.value if error else None,
+                "input_tokens": attempt.input_tokens if attempt else 0,
+                "output_tokens": attempt.output_tokens if attempt else 0,
+            },
+        )
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)

@@ -1,0 +1,5 @@
+"""The only package that talks to DynamoDB."""
+
+from engine.store.jobs import Failed, JobStore, NewJob, Outcome, Released, Succeeded, explain_claim_refusal
+
+__all__ = ["Failed", "JobStore", "NewJob", "Outcome", "Released", "Succeeded", "explain_claim_refusal"]

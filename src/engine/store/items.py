@@ -1,0 +1,133 @@
+"""The stored shape of jobs: keys, attribute names, and the mapping between items and `Job`.
+
+One table holds a job's small state item (`JOB`), its input stored once (`INPUT`), one record per
+attempt (`ATTEMPT#0001`...), and dead letters that named no usable job.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+
+from engine.errors import ErrorCode
+from engine.models import AttemptRecord, Job, JobErrorInfo, JobStatus, Usage
+
+Item = dict[str, Any]  # a DynamoDB item in the low-level AttributeValue form
+
+JOB_SK = "JOB"
+INPUT_SK = "INPUT"
+DEAD_LETTER_SK = "DEADLETTER"
+
+_serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
+
+
+def job_key(job_id: str, sk: str = JOB_SK) -> Item:
+    return {"pk": {"S": f"JOB#{job_id}"}, "sk": {"S": sk}}
+
+
+def attempt_sk(attempt: int) -> str:
+    return f"ATTEMPT#{attempt:04d}"
+
+
+def dead_letter_key(message_id: str) -> Item:
+    return {"pk": {"S": f"DEADLETTER#{message_id}"}, "sk": {"S": DEAD_LETTER_SK}}
+
+
+def serialize(value: Any) -> dict[str, Any]:
+    return _serializer.serialize(value)
+
+
+def to_item(attributes: dict[str, Any]) -> Item:
+    """Plain values to AttributeValues; None values are left out (DynamoDB has no "absent" value)."""
+    return {name: serialize(value) for name, value in attributes.items() if value is not None}
+
+
+def from_item(item: Item) -> dict[str, Any]:
+    return {name: _deserializer.deserialize(value) for name, value in item.items()}
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def error_attribute(error: JobErrorInfo) -> dict[str, Any]:
+    return {"code": error.code.value, "message": error.message, "retryable": error.retryable}
+
+
+def job_from_item(item: Item) -> Job:
+    data = from_item(item)
+    error = data.get("error")
+    output = data.get("output")
+    return Job(
+        job_id=data["job_id"],
+        job_type=data.get("job_type"),
+        user_id=data.get("user_id"),
+        status=JobStatus(data["status"]),
+        created_at=int(data["created_at"]),
+        updated_at=int(data.get("updated_at", data["created_at"])),
+        max_attempts=int(data.get("max_attempts", 0)),
+        attempt_count=int(data.get("attempt_count", 0)),
+        claim_count=int(data.get("claim_count", 0)),
+        schema_version=_int(data.get("schema_version")),
+        deadline_at=_int(data.get("deadline_at")),
+        request_hash=data.get("request_hash"),
+        lease_owner=data.get("lease_owner"),
+        lease_expires_at=_int(data.get("lease_expires_at")),
+        cancel_requested=bool(data.get("cancel_requested", False)),
+        input_stored=bool(data.get("input_stored", False)),
+        started_at=_int(data.get("started_at")),
+        finished_at=_int(data.get("finished_at")),
+        output=json.loads(output) if output else None,
+        output_hash=data.get("output_hash"),
+        error=(
+            JobErrorInfo(code=ErrorCode(error["code"]), message=error["message"], retryable=bool(error["retryable"]))
+            if error
+            else None
+        ),
+        usage=Usage(
+            input_tokens=int(data.get("input_tokens", 0)),
+            output_tokens=int(data.get("output_tokens", 0)),
+            cost_usd=Decimal(data.get("cost_usd", 0)),
+            attempts=int(data.get("usage_attempts", 0)),
+        ),
+    )
+
+
+def attempt_item(record: AttemptRecord, expires_at: int) -> Item:
+    return job_key(record.job_id, attempt_sk(record.attempt)) | to_item(
+        {
+            "job_id": record.job_id,
+            "attempt": record.attempt,
+            "user_id": record.user_id,
+            "job_type": record.job_type,
+            "started_at": record.started_at,
+            "finished_at": record.finished_at,
+            "outcome": record.outcome,
+            "error_code": record.error_code.value if record.error_code else None,
+            "provider": record.provider,
+            "model": record.model,
+            "prompt_key": record.prompt_key,
+            "prompt_version": record.prompt_version,
+            "input_tokens": record.input_tokens,
+            "output_tokens": record.output_tokens,
+            "cost_usd": record.cost_usd,
+            "latency_ms": record.latency_ms,
+            "expires_at": expires_at,
+        }
+    )
+
+
+def input_item(job_id: str, job_input: dict[str, Any], request_hash: str | None, expires_at: int) -> Item:
+    # The input is kept as one JSON string: no float-to-Decimal conversion, one attribute to read.
+    return job_key(job_id, INPUT_SK) | to_item(
+        {
+            "job_id": job_id,
+            "input": json.dumps(job_input, separators=(",", ":"), ensure_ascii=False),
+            "request_hash": request_hash,
+            "expires_at": expires_at,
+        }
+    )

@@ -1,0 +1,450 @@
+"""JobStore: the only code that talks to DynamoDB.
+
+A claim is one UpdateItem; a finish is one fenced write (TransactWriteItems when an attempt record
+or the input goes with it). A refused condition is explained from the item it met (ALL_OLD).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from engine.errors import (
+    ClaimRefusal,
+    ClaimRefusedError,
+    ConditionRefusedError,
+    JobConflictError,
+    JobNotFoundError,
+    LeaseLostError,
+)
+from engine.models import AttemptRecord, Job, JobErrorInfo, JobStatus, can_transition
+from engine.store.expressions import Expression
+from engine.store.items import (
+    INPUT_SK,
+    Item,
+    attempt_item,
+    dead_letter_key,
+    error_attribute,
+    input_item,
+    job_from_item,
+    job_key,
+    to_item,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+DAY_SECONDS = 86_400
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """What a full message creates when its job does not exist yet."""
+
+    job_type: str
+    user_id: str
+    schema_version: int
+    max_attempts: int
+    deadline_seconds: int
+    request_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class Succeeded:
+    output: dict[str, Any]
+    output_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    error: JobErrorInfo
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """Back to `queued` for a later delivery; `refund_attempt` when the attempt did not count."""
+
+    error: JobErrorInfo | None
+    refund_attempt: bool = False
+
+
+Outcome = Succeeded | Failed | Released
+
+
+def default_client() -> DynamoDBClient:
+    # Enough pooled connections for a whole batch running concurrently.
+    return boto3.client("dynamodb", config=Config(max_pool_connections=32, retries={"mode": "standard"}))
+
+
+def explain_claim_refusal(job: Job, now_ms: int, request_hash: str | None) -> ClaimRefusal:
+    """Why the claim's condition failed, from the item it met. Mirrors `_claimable` below."""
+    if request_hash is not None and job.request_hash != request_hash:
+        return ClaimRefusal.CONFLICT
+    if job.status.is_terminal:
+        return ClaimRefusal.FINISHED
+    if job.lease_remaining_ms(now_ms) > 0:
+        return ClaimRefusal.HELD
+    if job.cancel_requested:
+        return ClaimRefusal.CANCEL_REQUESTED
+    if job.deadline_at is not None and job.deadline_at <= now_ms:
+        return ClaimRefusal.DEADLINE_PASSED
+    return ClaimRefusal.ATTEMPTS_SPENT
+
+
+class JobStore:
+    def __init__(self, table_name: str, client: DynamoDBClient | None = None, retention_days: int = 90) -> None:
+        self.table_name = table_name
+        self._client = client or default_client()
+        self._retention_ms = retention_days * DAY_SECONDS * 1000
+
+    # --- the worker's two round trips ---------------------------------------------------------
+
+    def claim_job(self, job_id: str, owner: str, lease_ms: int, now_ms: int, new_job: NewJob | None) -> Job:
+        """Take the job for `owner` until now + lease: one UpdateItem, ALL_NEW on success.
+
+        With `new_job` the item is created when absent; without it the job must exist already.
+        """
+        expr = Expression()
+        expr.set("status", JobStatus.RUNNING.value)
+        expr.set("lease_owner", owner)
+        expr.set("lease_expires_at", now_ms + lease_ms)
+        expr.set("updated_at", now_ms)
+        expr.set_if_absent("started_at", now_ms)
+        expr.add("attempt_count", 1)
+        expr.add("claim_count", 1)
+        claimable = self._claimable(expr, now_ms)
+        if new_job is None:
+            expr.condition = f"attribute_exists({expr.name('pk')}) AND {claimable}"
+        else:
+            self._set_creation_attributes(expr, job_id, new_job, now_ms)
+            same_request = f"{expr.name('request_hash')} = {expr.value('request_hash', new_job.request_hash)}"
+            expr.condition = f"attribute_not_exists({expr.name('pk')}) OR ({same_request} AND {claimable})"
+        try:
+            response = self._client.update_item(
+                **expr.update_params(self.table_name, job_key(job_id)),
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            old = _refused_item(exc)
+            if old is None and _is_condition_failure(exc):
+                raise JobNotFoundError(job_id) from exc
+            if old is None:
+                raise
+            job = job_from_item(old)
+            request_hash = new_job.request_hash if new_job else None
+            raise ClaimRefusedError(job, explain_claim_refusal(job, now_ms, request_hash)) from exc
+        return job_from_item(response["Attributes"])
+
+    def finish_job(
+        self,
+        job: Job,
+        outcome: Outcome,
+        now_ms: int,
+        attempt: AttemptRecord | None = None,
+        store_input: dict[str, Any] | None = None,
+    ) -> None:
+        """Write the attempt's outcome, fenced on this worker's lease: one request.
+
+        The job update, the attempt record and (for a failed job whose input only the message
+        held) the input go together in one TransactWriteItems; alone, the update is an UpdateItem.
+        """
+        target = _target_status(outcome)
+        if not can_transition(job.status, target):
+            raise ValueError(f"job {job.job_id}: {job.status} -> {target} is not a transition")
+        expr = Expression()
+        expr.set("status", target.value)
+        expr.set("updated_at", now_ms)
+        expr.remove("lease_owner", "lease_expires_at")
+        match outcome:
+            case Succeeded(output=output, output_hash=output_hash):
+                expr.set("output", json.dumps(output, separators=(",", ":"), ensure_ascii=False))
+                expr.set("output_hash", output_hash)
+                expr.remove("error")
+            case Failed(error=error):
+                expr.set("error", error_attribute(error))
+            case Released(error=error, refund_attempt=refund):
+                if error:
+                    expr.set("error", error_attribute(error))
+                if refund:
+                    expr.add("attempt_count", -1)
+        if target.is_terminal:
+            expr.set("finished_at", now_ms)
+            expr.set("expires_at", self._expiry(now_ms))
+        if attempt:
+            self._add_usage(expr, attempt)
+        if store_input is not None:
+            expr.set("input_stored", True)
+        expr.condition = (
+            f"{expr.name('lease_owner')} = {expr.value('owner', job.lease_owner)}"
+            f" AND {expr.name('status')} = {expr.value('running', JobStatus.RUNNING.value)}"
+        )
+        update = expr.update_params(self.table_name, job_key(job.job_id))
+        puts: list[Item] = []
+        if attempt:
+            puts.append(attempt_item(attempt, self._expiry(now_ms)))
+        if store_input is not None:
+            puts.append(input_item(job.job_id, store_input, job.request_hash, self._expiry(now_ms)))
+        try:
+            if puts:
+                self._transact(update, puts)
+            else:
+                self._client.update_item(**update, ReturnValuesOnConditionCheckFailure="ALL_OLD")
+        except ConditionRefusedError as exc:
+            raise LeaseLostError(f"job {job.job_id}: the lease of {job.lease_owner} was lost", exc.job) from exc
+        except ClientError as exc:
+            if not _is_condition_failure(exc):
+                raise
+            old = _refused_item(exc)
+            current = job_from_item(old) if old else None
+            raise LeaseLostError(f"job {job.job_id}: the lease of {job.lease_owner} was lost", current) from exc
+
+    # --- the rarer writes ---------------------------------------------------------------------
+
+    def record_orphan_attempt(self, attempt: AttemptRecord, now_ms: int) -> None:
+        """Keep the usage of an attempt whose result was discarded (its lease was lost)."""
+        expr = Expression()
+        self._add_usage(expr, attempt)
+        expr.condition = f"attribute_exists({expr.name('pk')})"
+        self._transact(
+            expr.update_params(self.table_name, job_key(attempt.job_id)),
+            [attempt_item(attempt, self._expiry(now_ms))],
+        )
+
+    def settle_job(self, job: Job, status: JobStatus, error: JobErrorInfo | None, now_ms: int) -> bool:
+        """End a job that no worker holds (spent, past its deadline, cancel requested).
+
+        Fenced on the status and claim count it was read with; False when it changed meanwhile.
+        """
+        if not can_transition(job.status, status):
+            raise ValueError(f"job {job.job_id}: {job.status} -> {status} is not a transition")
+        expr = Expression()
+        expr.set("status", status.value)
+        expr.set("updated_at", now_ms)
+        expr.set("finished_at", now_ms)
+        expr.set("expires_at", self._expiry(now_ms))
+        if error:
+            expr.set("error", error_attribute(error))
+        expr.remove("lease_owner", "lease_expires_at")
+        expr.condition = (
+            f"{expr.name('status')} = {expr.value('old_status', job.status.value)}"
+            f" AND {expr.name('claim_count')} = {expr.value('old_claim_count', job.claim_count)}"
+        )
+        try:
+            self._client.update_item(**expr.update_params(self.table_name, job_key(job.job_id)))
+        except ClientError as exc:
+            if _is_condition_failure(exc):
+                return False
+            raise
+        return True
+
+    def create_failed_job(
+        self,
+        job_id: str,
+        error: JobErrorInfo,
+        now_ms: int,
+        job_type: str | None = None,
+        user_id: str | None = None,
+        max_attempts: int = 0,
+    ) -> bool:
+        """Record a job whose message could not be run at all; False if the job exists already."""
+        item = job_key(job_id) | to_item(
+            {
+                "job_id": job_id,
+                "job_type": job_type,
+                "user_id": user_id,
+                "status": JobStatus.FAILED.value,
+                "error": error_attribute(error),
+                "max_attempts": max_attempts,
+                "attempt_count": 0,
+                "claim_count": 0,
+                "cancel_requested": False,
+                "created_at": now_ms,
+                "updated_at": now_ms,
+                "finished_at": now_ms,
+                "expires_at": self._expiry(now_ms),
+            }
+        )
+        return self._put_if_absent(item)
+
+    def create_job(
+        self, job_id: str, new_job: NewJob, job_input: dict[str, Any], now_ms: int
+    ) -> tuple[Job, bool]:
+        """Create a `queued` job and store its input once; idempotent on the job id.
+
+        Returns the job and whether this call created it. Raises JobConflictError when the id is
+        taken by a different request.
+        """
+        deadline_at = now_ms + new_job.deadline_seconds * 1000
+        input_put = Expression()
+        input_put.condition = (
+            f"attribute_not_exists({input_put.name('pk')})"
+            f" OR {input_put.name('request_hash')} = {input_put.value('request_hash', new_job.request_hash)}"
+        )
+        try:
+            self._client.put_item(
+                TableName=self.table_name,
+                Item=input_item(job_id, job_input, new_job.request_hash, self._expiry(deadline_at)),
+                **input_put.condition_params(),
+            )
+        except ClientError as exc:
+            if _is_condition_failure(exc):
+                raise JobConflictError(job_id) from exc
+            raise
+        attributes = {
+            "job_id": job_id,
+            "job_type": new_job.job_type,
+            "user_id": new_job.user_id,
+            "status": JobStatus.QUEUED.value,
+            "schema_version": new_job.schema_version,
+            "max_attempts": new_job.max_attempts,
+            "deadline_at": deadline_at,
+            "request_hash": new_job.request_hash,
+            "attempt_count": 0,
+            "claim_count": 0,
+            "cancel_requested": False,
+            "input_stored": True,
+            "created_at": now_ms,
+            "updated_at": now_ms,
+        }
+        item = job_key(job_id) | to_item(attributes)
+        try:
+            self._client.put_item(
+                TableName=self.table_name,
+                Item=item,
+                ConditionExpression="attribute_not_exists(pk)",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            old = _refused_item(exc)
+            if not _is_condition_failure(exc) or old is None:
+                raise
+            existing = job_from_item(old)
+            if existing.request_hash != new_job.request_hash:
+                raise JobConflictError(job_id) from exc
+            return existing, False
+        return job_from_item(item), True
+
+    def record_dead_letter(
+        self, message_id: str, body: str, attributes: dict[str, str], receive_count: int, reason: str, now_ms: int
+    ) -> None:
+        """Keep a message that names no usable job, so that acknowledging it loses nothing."""
+        item = dead_letter_key(message_id) | to_item(
+            {
+                "message_id": message_id,
+                "body": body,
+                "attributes": attributes,
+                "receive_count": receive_count,
+                "reason": reason,
+                "recorded_at": now_ms,
+                "expires_at": self._expiry(now_ms),
+            }
+        )
+        self._client.put_item(TableName=self.table_name, Item=item)
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def get_job(self, job_id: str) -> Job | None:
+        response = self._client.get_item(TableName=self.table_name, Key=job_key(job_id), ConsistentRead=True)
+        item = response.get("Item")
+        return job_from_item(item) if item else None
+
+    def get_input(self, job_id: str) -> dict[str, Any] | None:
+        response = self._client.get_item(
+            TableName=self.table_name, Key=job_key(job_id, INPUT_SK), ConsistentRead=True
+        )
+        item = response.get("Item")
+        if not item:
+            return None
+        loaded: dict[str, Any] = json.loads(item["input"]["S"])
+        return loaded
+
+    # --- parts ---------------------------------------------------------------------------------
+
+    def _expiry(self, from_ms: int) -> int:
+        """The TTL attribute: retention after `from_ms`, in epoch seconds as DynamoDB's TTL wants it."""
+        return (from_ms + self._retention_ms) // 1000
+
+    @staticmethod
+    def _claimable(expr: Expression, now_ms: int) -> str:
+        status, lease = expr.name("status"), expr.name("lease_expires_at")
+        now = expr.value("now", now_ms)
+        return (
+            f"({status} = {expr.value('queued', JobStatus.QUEUED.value)}"
+            f" OR ({status} = {expr.value('running', JobStatus.RUNNING.value)} AND {lease} < {now}))"
+            f" AND {expr.name('cancel_requested')} = {expr.value('false', False)}"
+            f" AND {expr.name('attempt_count')} < {expr.name('max_attempts')}"
+            f" AND {expr.name('deadline_at')} > {now}"
+        )
+
+    @staticmethod
+    def _set_creation_attributes(expr: Expression, job_id: str, new_job: NewJob, now_ms: int) -> None:
+        for attribute, value in (
+            ("job_id", job_id),
+            ("job_type", new_job.job_type),
+            ("user_id", new_job.user_id),
+            ("schema_version", new_job.schema_version),
+            ("max_attempts", new_job.max_attempts),
+            ("deadline_at", now_ms + new_job.deadline_seconds * 1000),
+            ("request_hash", new_job.request_hash),
+            ("created_at", now_ms),
+            ("cancel_requested", False),
+            ("input_stored", False),
+        ):
+            expr.set_if_absent(attribute, value)
+
+    @staticmethod
+    def _add_usage(expr: Expression, attempt: AttemptRecord) -> None:
+        expr.add("input_tokens", attempt.input_tokens)
+        expr.add("output_tokens", attempt.output_tokens)
+        expr.add("cost_usd", Decimal(attempt.cost_usd))
+        expr.add("usage_attempts", 1)
+
+    def _transact(self, update: dict[str, Any], puts: list[Item]) -> None:
+        items: list[dict[str, Any]] = [{"Update": update | {"ReturnValuesOnConditionCheckFailure": "ALL_OLD"}}]
+        items.extend({"Put": {"TableName": self.table_name, "Item": item}} for item in puts)
+        try:
+            self._client.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "TransactionCanceledException":
+                raise
+            reasons = exc.response.get("CancellationReasons") or []
+            first = reasons[0] if reasons else {}
+            if first.get("Code") != "ConditionalCheckFailed":
+                raise
+            old = first.get("Item")
+            raise ConditionRefusedError("the job's condition failed", job_from_item(old) if old else None) from exc
+
+    def _put_if_absent(self, item: Item) -> bool:
+        try:
+            self._client.put_item(TableName=self.table_name, Item=item, ConditionExpression="attribute_not_exists(pk)")
+        except ClientError as exc:
+            if _is_condition_failure(exc):
+                return False
+            raise
+        return True
+
+
+def _target_status(outcome: Outcome) -> JobStatus:
+    match outcome:
+        case Succeeded():
+            return JobStatus.SUCCEEDED
+        case Failed():
+            return JobStatus.FAILED
+        case Released():
+            return JobStatus.QUEUED
+
+
+def _is_condition_failure(exc: ClientError) -> bool:
+    return exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
+
+
+def _refused_item(exc: ClientError) -> Item | None:
+    item: Item | None = exc.response.get("Item")  # type: ignore[assignment]
+    return item

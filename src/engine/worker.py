@@ -1,0 +1,88 @@
+"""The worker behind the Lambda handler: a batch of SQS records run concurrently through the runner.
+
+Records of one batch run side by side in a thread pool (the provider call dominates), with
+Powertools' batch processing reporting the ones to retry as `batchItemFailures`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import AsyncBatchProcessor, EventType, async_process_partial_response
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from engine.config import Settings, get_settings
+from engine.definitions import JobRegistry
+from engine.gateway import build_gateway
+from engine.observability import logger, metrics
+from engine.queue import JobQueue
+from engine.runner import Delivery, JobRunner, Retry
+from engine.store import JobStore
+
+# A batch holds at most 10 SQS records; each gets a thread of its own.
+BATCH_CONCURRENCY = 10
+
+
+class RecordRetryError(Exception):
+    """Raised for a record that must come back later; Powertools reports it as a batch item failure."""
+
+
+class Worker:
+    def __init__(self, runner: JobRunner, queue: JobQueue, concurrency: int = BATCH_CONCURRENCY) -> None:
+        self._runner = runner
+        self._queue = queue
+        self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="aijobs-record")
+
+    def handle(self, event: dict[str, Any], context: LambdaContext | None) -> dict[str, Any]:
+        remaining_ms = context.get_remaining_time_in_millis if context is not None else None
+        # A processor per call: it holds the batch's state, and local workers call concurrently.
+        processor = AsyncBatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+
+        async def record_handler(record: SQSRecord) -> str:
+            loop = asyncio.get_running_loop()
+            delivery = Delivery(
+                message_id=record.message_id,
+                body=record.body,
+                receive_count=int(record.attributes.approximate_receive_count or 1),
+                attributes=dict(record.raw_event.get("attributes") or {}),
+            )
+            disposition = await loop.run_in_executor(self._executor, self._runner.process, delivery, remaining_ms)
+            metrics.add_metric(name=f"Jobs_{disposition.event}", unit=MetricUnit.Count, value=1)
+            if isinstance(disposition, Retry):
+                await loop.run_in_executor(self._executor, self._hide, record, disposition.visibility_seconds)
+                raise RecordRetryError(disposition.reason)
+            return disposition.event
+
+        result: dict[str, Any] = dict(async_process_partial_response(event, record_handler, processor, context))
+        return result
+
+    def _hide(self, record: SQSRecord, seconds: int) -> None:
+        try:
+            self._queue.change_visibility(record.receipt_handle, seconds)
+        except Exception:
+            # The record still comes back, after the queue's own visibility timeout.
+            logger.exception("could not set the message's visibility", extra={"message_id": record.message_id})
+
+
+def build_worker(settings: Settings) -> Worker:
+    registry = JobRegistry()
+    registry.load_modules(settings.aijobs_job_modules)
+    store = JobStore(settings.jobs_table_name, retention_days=settings.aijobs_retention_days)
+    runner = JobRunner(
+        store,
+        build_gateway(settings),
+        registry,
+        default_lease_ms=settings.aijobs_default_lease_seconds * 1000,
+    )
+    return Worker(runner, JobQueue(settings.jobs_queue_url))
+
+
+@lru_cache(maxsize=1)
+def get_worker() -> Worker:
+    """The worker of this process, built on first use and kept across warm invocations."""
+    return build_worker(get_settings())

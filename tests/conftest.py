@@ -1,0 +1,96 @@
+"""Shared fixtures: AWS credentials that go nowhere, the stack from template.yaml on moto, runners."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from aijobs.stack import StackResources, create_stack_resources
+from engine.definitions import JobRegistry
+from engine.gateway import ModelGateway, ModelTiers
+from engine.queue import JobQueue
+from engine.runner import JobRunner
+from engine.store import JobStore
+from engine.worker import Worker
+from tests.support.providers import FakeProvider
+
+
+@pytest.fixture(autouse=True)
+def aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+
+
+@pytest.fixture
+def stack() -> Iterator[StackResources]:
+    """The template's table and queues, created from template.yaml's own properties on moto."""
+    with mock_aws():
+        yield create_stack_resources()
+
+
+class RequestCounter:
+    """Counts the DynamoDB requests a client sends (a botocore event hook)."""
+
+    def __init__(self) -> None:
+        self.operations: Counter[str] = Counter()
+
+    def __call__(self, event_name: str, **_: Any) -> None:
+        self.operations[event_name.rsplit(".", 1)[-1]] += 1
+
+    @property
+    def total(self) -> int:
+        return sum(self.operations.values())
+
+    def reset(self) -> None:
+        self.operations.clear()
+
+
+@pytest.fixture
+def dynamodb(stack: StackResources) -> Any:
+    return boto3.client("dynamodb")
+
+
+@pytest.fixture
+def sqs(stack: StackResources) -> Any:
+    return boto3.client("sqs")
+
+
+@pytest.fixture
+def dynamodb_requests(dynamodb: Any) -> RequestCounter:
+    counter = RequestCounter()
+    dynamodb.meta.events.register("before-call.dynamodb.*", counter)
+    return counter
+
+
+@pytest.fixture
+def store(stack: StackResources, dynamodb: Any) -> JobStore:
+    return JobStore(stack.table_name, client=dynamodb)
+
+
+@pytest.fixture
+def provider() -> FakeProvider:
+    return FakeProvider()
+
+
+@pytest.fixture
+def registry() -> JobRegistry:
+    return JobRegistry()
+
+
+@pytest.fixture
+def runner(store: JobStore, provider: FakeProvider, registry: JobRegistry) -> JobRunner:
+    return JobRunner(store, ModelGateway(provider, ModelTiers("gpt-4o-mini")), registry, rng=random.Random(7))
+
+
+@pytest.fixture
+def worker(runner: JobRunner, stack: StackResources, sqs: Any) -> Worker:
+    return Worker(runner, JobQueue(stack.queue_url, client=sqs))

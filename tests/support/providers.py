@@ -1,0 +1,63 @@
+"""Model providers for tests: an in-memory scripted one, and answers shaped like OpenAI's."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from engine.errors import JobError
+from engine.gateway import Completion, CompletionRequest
+
+# Valid answers for the built-in job types, as the model would return them.
+VALID_OUTPUTS: dict[str, dict[str, Any]] = {
+    "classify": {"label": "spam", "confidence": 0.93},
+    "summarize": {"summary": "SQS delivers messages at least once."},
+    "answer_with_citations": {"answer": "Up to 14 days.", "citations": ["d1"]},
+}
+
+Script = Callable[[CompletionRequest], Completion | JobError | str | dict[str, Any]]
+
+
+def valid_answer(request: CompletionRequest) -> dict[str, Any]:
+    return VALID_OUTPUTS[request.schema_name]
+
+
+class FakeProvider:
+    """Answers with `script(request)`: an output dict, raw content, a Completion, or an error to raise."""
+
+    name = "fake"
+
+    def __init__(self, script: Script = valid_answer, input_tokens: int = 100, output_tokens: int = 20) -> None:
+        self.script = script
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+        self.requests: list[CompletionRequest] = []
+        self._lock = threading.Lock()
+
+    @property
+    def calls(self) -> int:
+        return len(self.requests)
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        with self._lock:
+            self.requests.append(request)
+        answer = self.script(request)
+        if isinstance(answer, JobError):
+            raise answer
+        if isinstance(answer, Completion):
+            return answer
+        content = answer if isinstance(answer, str) else json.dumps(answer)
+        return Completion(content, request.model, self.input_tokens, self.output_tokens, latency_ms=5)
+
+
+def openai_completion(content: str, prompt_tokens: int = 100, completion_tokens: int = 20, model: str = "gpt-4o-mini") -> dict[str, Any]:
+    """A Chat Completions response body."""
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens},
+    }
