@@ -41,7 +41,7 @@ _CloudFormationLoader.add_multi_constructor("!", _construct_tag)
 
 
 def load_template(path: Path = DEFAULT_TEMPLATE) -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.load(path.read_text(), Loader=_CloudFormationLoader)  # noqa: S506
+    loaded: dict[str, Any] = yaml.load(path.read_text(), Loader=_CloudFormationLoader)
     return loaded
 
 
@@ -60,8 +60,12 @@ class _Resolver:
 
     def __init__(self, template: dict[str, Any], stack_name: str, region: str, account: str) -> None:
         self.parameters = {name: spec.get("Default") for name, spec in template.get("Parameters", {}).items()}
-        self.pseudo = {"AWS::StackName": stack_name, "AWS::Region": region, "AWS::AccountId": account,
-                       "AWS::Partition": "aws"}
+        self.pseudo = {
+            "AWS::StackName": stack_name,
+            "AWS::Region": region,
+            "AWS::AccountId": account,
+            "AWS::Partition": "aws",
+        }
         self.physical: dict[str, str] = {}
         self.arns: dict[str, str] = {}
 
@@ -121,7 +125,9 @@ def create_stack_resources(
 
 
 def _queue_attribute(value: Any) -> str:
-    return json.dumps(value) if isinstance(value, dict) else str(value).lower() if isinstance(value, bool) else str(value)
+    return (
+        json.dumps(value) if isinstance(value, dict) else str(value).lower() if isinstance(value, bool) else str(value)
+    )
 
 
 def _create_table(dynamodb: Any, table_name: str, properties: dict[str, Any]) -> None:

@@ -51,7 +51,7 @@ class Settings(BaseSettings):
 def load_settings() -> Settings:
     """Parse the environment, or fail with one line naming the variable."""
     try:
-        return Settings()  # type: ignore[call-arg]  # fields come from the environment
+        return Settings()
     except ValidationError as exc:
         first = exc.errors()[0]
         variable = str(first["loc"][0]).upper() if first["loc"] else "environment"

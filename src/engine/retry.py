@@ -13,7 +13,9 @@ BASE_DELAY_SECONDS = 2.0
 MAX_BACKOFF_SECONDS = 900.0
 
 
-def backoff_seconds(attempt: int, rng: random.Random, base: float = BASE_DELAY_SECONDS, cap: float = MAX_BACKOFF_SECONDS) -> int:
+def backoff_seconds(
+    attempt: int, rng: random.Random, base: float = BASE_DELAY_SECONDS, cap: float = MAX_BACKOFF_SECONDS
+) -> int:
     """Exponential backoff with full jitter: uniform in [1, min(cap, base * 2^(attempt-1))]."""
     ceiling = min(cap, base * 2 ** max(attempt - 1, 0))
     return max(1, math.ceil(rng.uniform(0, ceiling)))

@@ -105,7 +105,9 @@ class JobRunner:
             return self._process(delivery, remaining_ms)
         except Exception:
             # Nothing was recorded: the message comes back after a backoff and is tried again.
-            logger.exception("delivery failed before its outcome was recorded", extra={"message_id": delivery.message_id})
+            logger.exception(
+                "delivery failed before its outcome was recorded", extra={"message_id": delivery.message_id}
+            )
             return Retry("error", backoff_seconds(delivery.receive_count, self._rng), "internal error")
 
     # --- before the claim ---------------------------------------------------------------------
@@ -146,7 +148,12 @@ class JobRunner:
 
     def _dead_letter(self, delivery: Delivery, reason: str) -> Ack:
         self._store.record_dead_letter(
-            delivery.message_id, delivery.body, dict(delivery.attributes), delivery.receive_count, reason, self._now_ms()
+            delivery.message_id,
+            delivery.body,
+            dict(delivery.attributes),
+            delivery.receive_count,
+            reason,
+            self._now_ms(),
         )
         logger.warning("message kept as a dead letter", extra={"message_id": delivery.message_id, "reason": reason})
         return Ack("dead_lettered")
@@ -210,30 +217,38 @@ class JobRunner:
             return request.definition, request.job_input
         definition = self._registry.get(job.job_type or "")
         if job.schema_version != definition.schema_version:
+            expected = definition.schema_version
             raise SchemaVersionMismatchError(
-                f"job schema_version {job.schema_version} != {definition.name} schema version {definition.schema_version}"
+                f"job schema_version {job.schema_version} != {definition.name} schema version {expected}"
             )
         stored = self._store.get_input(job.job_id)
         if stored is None:
             raise InputValidationError(f"job {job.job_id} has no stored input")
         return definition, definition.parse_input(stored)
 
-    def _retry(self, job: Job, request: JobRequest, error: RetryableError, attempt: AttemptRecord | None) -> Disposition:
+    def _retry(
+        self, job: Job, request: JobRequest, error: RetryableError, attempt: AttemptRecord | None
+    ) -> Disposition:
         if error.consumes_attempt and job.attempt_count >= job.max_attempts:
-            spent = MaxAttemptsExceededError(
-                f"attempt budget spent ({job.attempt_count} of {job.max_attempts}); last error {error.code}: {error.message}"
-            )
+            budget = f"({job.attempt_count} of {job.max_attempts})"
+            spent = MaxAttemptsExceededError(f"attempt budget spent {budget}; last error {error.code}: {error.message}")
             return self._finish(job, request, Failed(_error_info(spent)), attempt)
         delay = retry_delay_seconds(error, job.attempt_count, self._rng)
         if job.deadline_at is not None and self._now_ms() + delay * 1000 >= job.deadline_at:
-            late = DeadlineExceededError(f"the deadline passes before the next try; last error {error.code}: {error.message}")
+            late = DeadlineExceededError(
+                f"the deadline passes before the next try; last error {error.code}: {error.message}"
+            )
             return self._finish(job, request, Failed(_error_info(late)), attempt)
-        disposition = self._finish(job, request, Released(_error_info(error), refund_attempt=not error.consumes_attempt), attempt)
+        disposition = self._finish(
+            job, request, Released(_error_info(error), refund_attempt=not error.consumes_attempt), attempt
+        )
         if isinstance(disposition, Ack):
             return Retry("retried", delay, f"{error.code}: {error.message}")
         return disposition
 
-    def _finish(self, job: Job, request: JobRequest, outcome: Outcome, attempt: AttemptRecord | None = None) -> Disposition:
+    def _finish(
+        self, job: Job, request: JobRequest, outcome: Outcome, attempt: AttemptRecord | None = None
+    ) -> Disposition:
         # A failed job may be retried later; keep the input its message carried.
         store_input = request.raw_input if isinstance(outcome, Failed) and not job.input_stored else None
         now = self._now_ms()

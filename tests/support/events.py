@@ -17,7 +17,9 @@ def load_event(name: str) -> dict[str, Any]:
     return loaded
 
 
-def sqs_record(body: Any, message_id: str | None = None, receive_count: int = 1, receipt_handle: str | None = None) -> dict[str, Any]:
+def sqs_record(
+    body: Any, message_id: str | None = None, receive_count: int = 1, receipt_handle: str | None = None
+) -> dict[str, Any]:
     message_id = message_id or str(uuid.uuid4())
     return {
         "messageId": message_id,

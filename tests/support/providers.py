@@ -52,12 +52,18 @@ class FakeProvider:
         return Completion(content, request.model, self.input_tokens, self.output_tokens, latency_ms=5)
 
 
-def openai_completion(content: str, prompt_tokens: int = 100, completion_tokens: int = 20, model: str = "gpt-4o-mini") -> dict[str, Any]:
+def openai_completion(
+    content: str, prompt_tokens: int = 100, completion_tokens: int = 20, model: str = "gpt-4o-mini"
+) -> dict[str, Any]:
     """A Chat Completions response body."""
     return {
         "id": "chatcmpl-test",
         "object": "chat.completion",
         "model": model,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens},
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
     }

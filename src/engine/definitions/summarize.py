@@ -41,8 +41,7 @@ SUMMARIZE = JobDefinition(
         key="summarize",
         version="1",
         system=(
-            "You summarize texts faithfully. Answer with a JSON object of the form "
-            '{"summary": "..."} and nothing else.'
+            'You summarize texts faithfully. Answer with a JSON object of the form {"summary": "..."} and nothing else.'
         ),
         user="Summarize the text below in at most {max_words} words.\n\nText:\n{text}",
     ),

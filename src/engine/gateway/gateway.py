@@ -74,7 +74,9 @@ class ModelGateway:
         )
         if not completion.content:
             reason = completion.finish_reason or "unknown"
-            return replace(answered, error=SchemaValidationError(f"the model returned no content (finish_reason {reason})"))
+            return replace(
+                answered, error=SchemaValidationError(f"the model returned no content (finish_reason {reason})")
+            )
         try:
             output = definition.validate_output(job_input, completion.content)
         except JobError as exc:

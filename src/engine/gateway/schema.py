@@ -10,7 +10,8 @@ _UNSUPPORTED_IN_STRICT = frozenset({"default", "minLength", "maxLength", "title"
 
 def strict_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """A copy of `schema` in the strict subset: closed objects, every property required."""
-    return _strict(schema)
+    strict: dict[str, Any] = _strict(schema)
+    return strict
 
 
 def _strict(node: Any) -> Any:

@@ -38,7 +38,7 @@ def dead_letter_key(message_id: str) -> Item:
 
 
 def serialize(value: Any) -> dict[str, Any]:
-    return _serializer.serialize(value)
+    return dict(_serializer.serialize(value))
 
 
 def to_item(attributes: dict[str, Any]) -> Item:

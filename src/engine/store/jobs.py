@@ -273,9 +273,7 @@ class JobStore:
         )
         return self._put_if_absent(item)
 
-    def create_job(
-        self, job_id: str, new_job: NewJob, job_input: dict[str, Any], now_ms: int
-    ) -> tuple[Job, bool]:
+    def create_job(self, job_id: str, new_job: NewJob, job_input: dict[str, Any], now_ms: int) -> tuple[Job, bool]:
         """Create a `queued` job and store its input once; idempotent on the job id.
 
         Returns the job and whether this call created it. Raises JobConflictError when the id is
@@ -356,9 +354,7 @@ class JobStore:
         return job_from_item(item) if item else None
 
     def get_input(self, job_id: str) -> dict[str, Any] | None:
-        response = self._client.get_item(
-            TableName=self.table_name, Key=job_key(job_id, INPUT_SK), ConsistentRead=True
-        )
+        response = self._client.get_item(TableName=self.table_name, Key=job_key(job_id, INPUT_SK), ConsistentRead=True)
         item = response.get("Item")
         if not item:
             return None
@@ -418,7 +414,7 @@ class JobStore:
             first = reasons[0] if reasons else {}
             if first.get("Code") != "ConditionalCheckFailed":
                 raise
-            old = first.get("Item")
+            old: Item | None = first.get("Item")  # type: ignore[assignment]
             raise ConditionRefusedError("the job's condition failed", job_from_item(old) if old else None) from exc
 
     def _put_if_absent(self, item: Item) -> bool:

@@ -1,0 +1,3 @@
+from aijobs.cli import main
+
+main()

@@ -1,0 +1,102 @@
+"""The client API: what the CLI uses and what applications can import.
+
+Submitting stores the job (`queued`, input stored once) and enqueues a message that refers to it
+by id, so the message stays small whatever the input's size.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from engine.config import Settings, load_settings
+from engine.definitions import JobRegistry
+from engine.errors import InputValidationError, JobNotFoundError
+from engine.intake import BadMessageError, parse_message
+from engine.models import JobStatus, JobView
+from engine.queue import JobQueue
+from engine.store import JobStore
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitResult:
+    job_id: str
+    created: bool
+    status: JobStatus
+
+
+class AiJobsClient:
+    def __init__(
+        self, store: JobStore, queue: JobQueue, registry: JobRegistry, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._store = store
+        self._queue = queue
+        self._registry = registry
+        self._clock = clock
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None) -> AiJobsClient:
+        settings = settings or load_settings()
+        registry = JobRegistry()
+        registry.load_modules(settings.aijobs_job_modules)
+        store = JobStore(settings.jobs_table_name, retention_days=settings.aijobs_retention_days)
+        return cls(store, JobQueue(settings.jobs_queue_url), registry)
+
+    def submit(
+        self,
+        job_type: str,
+        user_id: str,
+        job_input: dict[str, Any],
+        *,
+        job_id: str | None = None,
+        max_attempts: int | None = None,
+        deadline_seconds: int | None = None,
+    ) -> SubmitResult:
+        """Create the job and enqueue it; idempotent on `job_id` (a new id is made when absent).
+
+        Raises a JobError (input_validation_failed, unknown_job_type, ...) for a job that could
+        never run, and JobConflictError when the id is taken by a different job.
+        """
+        message: dict[str, Any] = {"job_type": job_type, "user_id": user_id, "input": job_input}
+        if job_id is not None:
+            message["job_id"] = job_id
+        if max_attempts is not None:
+            message["max_attempts"] = max_attempts
+        if deadline_seconds is not None:
+            message["deadline_seconds"] = deadline_seconds
+        # The same checks the worker makes, before anything is written.
+        try:
+            request = parse_message(json.dumps(message), uuid.uuid4().hex, self._registry)
+        except BadMessageError as bad:
+            raise bad.error from bad
+        if request.new_job is None or request.raw_input is None:
+            raise InputValidationError("a submission needs a job type, a user and an input")
+        job, created = self._store.create_job(request.job_id, request.new_job, request.raw_input, self._now_ms())
+        if job.status is JobStatus.QUEUED:
+            # Also for an existing queued job: its first submission may have stopped before this.
+            self._queue.send({"job_id": job.job_id})
+        return SubmitResult(job.job_id, created, job.status)
+
+    def get(self, job_id: str) -> JobView:
+        job = self._store.get_job(job_id)
+        if job is None:
+            raise JobNotFoundError(job_id)
+        return JobView.from_job(job)
+
+    def wait(self, job_id: str, timeout_seconds: float = 300.0, poll_seconds: float = 1.0) -> JobView:
+        """Poll until the job is terminal; TimeoutError after `timeout_seconds`."""
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            view = self.get(job_id)
+            if view.status.is_terminal:
+                return view
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job_id} is still {view.status.value} after {timeout_seconds:g}s")
+            time.sleep(poll_seconds)
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
