@@ -1,16 +1,27 @@
-# The front door. Every target bootstraps .venv from pyproject.toml on first use.
+# The front door. Every target bootstraps what it needs on first use:
+#   .venv      the project and its dev tools, from pyproject.toml
+#   .venv-sam  AWS SAM CLI, kept apart so that its pins do not clash with the project's
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+SAM_VENV := .venv-sam
+SAM := $(SAM_VENV)/bin/sam
+# sam build packages for the Lambda runtime (python3.13); pyenv puts it on the path when present.
+SAM_PYENV ?= 3.11.7:3.13.0
 
-.PHONY: test lint demo clean
+.PHONY: test lint lint-template build clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+$(SAM):
+	$(PYTHON) -m venv $(SAM_VENV)
+	$(SAM_VENV)/bin/pip install --quiet --upgrade pip
+	$(SAM_VENV)/bin/pip install --quiet 'aws-sam-cli>=1.170'
 
 test: $(STAMP)
 	$(BIN)/pytest
@@ -19,8 +30,13 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests
 	$(BIN)/mypy
-	$(BIN)/cfn-lint template.yaml
-	$(BIN)/cfn-lint template.yaml --append-rules cfn_lint_serverless.rules
+
+# sam validate --lint, cfn-lint and cfn-lint's serverless rules: all must be clean.
+lint-template: $(STAMP) $(SAM)
+	scripts/lint-template.sh
+
+build: $(SAM)
+	PYENV_VERSION=$(SAM_PYENV) SAM_CLI_TELEMETRY=0 $(SAM) build
 
 clean:
-	rm -rf $(VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SAM_VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache
