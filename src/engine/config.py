@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from functools import lru_cache
 from typing import Annotated, Literal
@@ -27,7 +28,7 @@ class Settings(BaseSettings):
     ai_model_fallback: str | None = None
 
     # Price overrides, JSON: {"model-id": [usd_per_million_input, usd_per_million_output]}.
-    aijobs_model_prices: dict[str, tuple[Decimal, Decimal]] = Field(default_factory=dict)
+    aijobs_model_prices: Annotated[dict[str, tuple[Decimal, Decimal]], NoDecode] = Field(default_factory=dict)
     aijobs_job_modules: Annotated[tuple[str, ...], NoDecode] = ()
     # Kept after a job ends before DynamoDB's TTL removes its items.
     aijobs_retention_days: Annotated[int, Field(ge=1, le=3650)] = 90
@@ -39,6 +40,17 @@ class Settings(BaseSettings):
     def _empty_is_unset(cls, value: object) -> object:
         # CloudFormation cannot omit a variable, so an empty string means "not configured".
         return None if value == "" else value
+
+    @field_validator("aijobs_model_prices", mode="before")
+    @classmethod
+    def _parse_json(cls, value: object) -> object:
+        # Parsed here rather than by pydantic-settings so that bad JSON is a field error naming the variable.
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except ValueError as exc:
+                raise ValueError(f"not valid JSON ({exc})") from exc
+        return value
 
     @field_validator("aijobs_job_modules", mode="before")
     @classmethod

@@ -48,6 +48,8 @@ class JobError(AiJobsError):
     retryable: bool = False
 
     def __init__(self, message: str) -> None:
+        # Reasons are recorded and printed as one line, whatever text (keys, answers) they quote.
+        message = message.replace("\r", "\\r").replace("\n", "\\n")
         super().__init__(message)
         self.message = message
 
@@ -143,6 +145,7 @@ class ClaimRefusal(StrEnum):
     CANCEL_REQUESTED = "cancel_requested"
     ATTEMPTS_SPENT = "attempts_spent"
     DEADLINE_PASSED = "deadline_passed"
+    RACED = "raced"
 
 
 class ClaimRefusedError(ConditionRefusedError):

@@ -60,7 +60,7 @@ def request_hash(job_type: str, user_id: str, job_input: dict[str, Any]) -> str:
 def parse_message(body: str, message_id: str, registry: JobRegistry) -> JobRequest:
     try:
         raw = json.loads(body)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise BadMessageError(InputValidationError(f"message body is not JSON: {exc}")) from exc
     if not isinstance(raw, dict):
         raise BadMessageError(InputValidationError(f"message body is a JSON {type(raw).__name__}, not an object"))

@@ -23,8 +23,9 @@ def backoff_seconds(
 
 def retry_delay_seconds(error: RetryableError, attempt: int, rng: random.Random) -> int:
     """The delay before the next try: the provider's Retry-After when it gave one, else backoff."""
-    if isinstance(error, ProviderRateLimitedError) and error.retry_after_seconds is not None:
-        delay = max(1, math.ceil(error.retry_after_seconds))
+    retry_after = error.retry_after_seconds if isinstance(error, ProviderRateLimitedError) else None
+    if retry_after is not None and math.isfinite(retry_after):
+        delay = max(1, math.ceil(retry_after))
     else:
         delay = backoff_seconds(attempt, rng)
     return min(delay, MAX_DELAY_SECONDS)

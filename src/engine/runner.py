@@ -166,6 +166,8 @@ class JobRunner:
             case ClaimRefusal.HELD:
                 seconds = min(max(1, math.ceil(job.lease_remaining_ms(self._now_ms()) / 1000)), MAX_DELAY_SECONDS)
                 return Retry("held", seconds, f"job {job.job_id} is held by another worker")
+            case ClaimRefusal.RACED:
+                return Retry("raced", RETRY_SOON_SECONDS, f"job {job.job_id} changed while it was being claimed")
             case ClaimRefusal.CONFLICT:
                 reason = f"job {job.job_id} exists with a different job type, user or input"
                 return self._dead_letter(delivery, reason)

@@ -39,7 +39,7 @@ class Worker:
         self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="aijobs-record")
 
     def handle(self, event: dict[str, Any], context: LambdaContext | None) -> dict[str, Any]:
-        remaining_ms = context.get_remaining_time_in_millis if context is not None else None
+        remaining_ms = getattr(context, "get_remaining_time_in_millis", None)
         # A processor per call: it holds the batch's state, and local workers call concurrently.
         processor = AsyncBatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 

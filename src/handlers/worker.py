@@ -8,8 +8,12 @@ from engine.observability import logger, metrics, tracer
 from engine.worker import get_worker
 
 
-@logger.inject_lambda_context
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+def lambda_handler(event: dict[str, Any], context: LambdaContext | None) -> dict[str, Any]:
+    # Like logger.inject_lambda_context, but also for callers that pass no context (scripts, harnesses).
+    logger.append_keys(
+        function_name=getattr(context, "function_name", None),
+        function_request_id=getattr(context, "aws_request_id", None),
+    )
     return get_worker().handle(event, context)

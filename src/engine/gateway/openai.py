@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from datetime import UTC
@@ -32,9 +33,11 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
         return None
     value = value.strip()
     try:
-        return max(float(value), 0.0)
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        return max(seconds, 0.0) if math.isfinite(seconds) else None
     try:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError):
@@ -132,18 +135,28 @@ class OpenAICompatibleProvider:
             envelope = response.json()
             choice = envelope["choices"][0]
             message = choice["message"]
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            usage = envelope.get("usage") or {}
+            input_tokens = _token_count(usage.get("prompt_tokens"))
+            output_tokens = _token_count(usage.get("completion_tokens"))
+            content = message.get("content")
+            finish_reason = str(choice.get("finish_reason") or ("refusal" if message.get("refusal") else ""))
+            model = str(envelope.get("model") or request.model)
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             # A 2xx that is not a chat completion is a provider fault, not the model's answer.
             raise ProviderUnavailableError("provider answered with a malformed completion envelope") from exc
-        usage = envelope.get("usage") or {}
-        input_tokens = int(usage.get("prompt_tokens") or 0)
-        output_tokens = int(usage.get("completion_tokens") or 0)
-        content = message.get("content")
         return Completion(
             content=content if isinstance(content, str) else "",
-            model=str(envelope.get("model") or request.model),
+            model=model,
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             latency_ms=latency_ms,
-            finish_reason=str(choice.get("finish_reason") or ("refusal" if message.get("refusal") else "")),
+            finish_reason=finish_reason,
         )
+
+
+def _token_count(value: object) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"token count {value!r} is not a non-negative integer")
+    return value

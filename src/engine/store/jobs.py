@@ -88,13 +88,16 @@ def explain_claim_refusal(job: Job, now_ms: int, request_hash: str | None) -> Cl
         return ClaimRefusal.CONFLICT
     if job.status.is_terminal:
         return ClaimRefusal.FINISHED
-    if job.lease_remaining_ms(now_ms) > 0:
+    if job.status is JobStatus.RUNNING and (job.lease_expires_at is None or job.lease_expires_at >= now_ms):
         return ClaimRefusal.HELD
     if job.cancel_requested:
         return ClaimRefusal.CANCEL_REQUESTED
-    if job.deadline_at is not None and job.deadline_at <= now_ms:
+    if job.deadline_at is None or job.deadline_at <= now_ms:
         return ClaimRefusal.DEADLINE_PASSED
-    return ClaimRefusal.ATTEMPTS_SPENT
+    if job.attempts_left == 0:
+        return ClaimRefusal.ATTEMPTS_SPENT
+    # The item satisfies the condition now: it changed between the write and this reading.
+    return ClaimRefusal.RACED
 
 
 class JobStore:

@@ -1,0 +1,155 @@
+"""config.load_settings: the environment parsed once, or one line naming the variable."""
+
+from __future__ import annotations
+
+import os
+from decimal import Decimal
+
+import pytest
+
+from engine.config import load_settings
+from engine.errors import ConfigurationError
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.upper().startswith(("JOBS_", "AI_", "AIJOBS_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("JOBS_TABLE_NAME", "aijobs-jobs")
+    monkeypatch.setenv("JOBS_QUEUE_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/aijobs-jobs")
+
+
+def configuration_error() -> str:
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def test_the_defaults_need_only_the_table_and_the_queue() -> None:
+    settings = load_settings()
+
+    assert settings.jobs_table_name == "aijobs-jobs"
+    assert settings.jobs_dlq_url is None
+    assert settings.ai_provider == "openai"
+    assert settings.ai_base_url == "https://api.openai.com/v1"
+    assert settings.ai_api_key is None
+    assert settings.ai_model_primary == "gpt-4o-mini"
+    assert settings.ai_model_fallback is None
+    assert settings.aijobs_model_prices == {}
+    assert settings.aijobs_job_modules == ()
+    assert settings.aijobs_retention_days == 90
+
+
+def test_a_missing_table_name_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JOBS_TABLE_NAME")
+
+    assert configuration_error().startswith("JOBS_TABLE_NAME")
+
+
+def test_a_missing_queue_url_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JOBS_QUEUE_URL")
+
+    assert configuration_error().startswith("JOBS_QUEUE_URL")
+
+
+@pytest.mark.parametrize("value", ["ninety", "0", "3651", "1.5", ""])
+def test_a_malformed_retention_names_the_variable(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("AIJOBS_RETENTION_DAYS", value)
+
+    assert configuration_error().startswith("AIJOBS_RETENTION_DAYS: ")
+
+
+def test_retention_days_is_read_as_an_integer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIJOBS_RETENTION_DAYS", "30")
+
+    assert load_settings().aijobs_retention_days == 30
+
+
+@pytest.mark.parametrize(
+    ("value", "modules"),
+    [
+        ("myapp.jobs", ("myapp.jobs",)),
+        ("myapp.jobs,other.jobs", ("myapp.jobs", "other.jobs")),
+        (" myapp.jobs , other.jobs ,", ("myapp.jobs", "other.jobs")),
+        ("", ()),
+        (",,", ()),
+    ],
+)
+def test_job_modules_are_split_on_commas(monkeypatch: pytest.MonkeyPatch, value: str, modules: tuple[str, ...]) -> None:
+    monkeypatch.setenv("AIJOBS_JOB_MODULES", value)
+
+    assert load_settings().aijobs_job_modules == modules
+
+
+@pytest.mark.parametrize("name", ["AI_MODEL_FALLBACK", "JOBS_DLQ_URL", "AI_API_KEY", "AI_API_KEY_SECRET_ARN"])
+def test_an_empty_optional_variable_means_unset(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.setenv(name, "")
+
+    assert getattr(load_settings(), name.lower()) is None
+
+
+def test_the_model_tiers_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AI_MODEL_PRIMARY", "deepseek-chat")
+    monkeypatch.setenv("AI_MODEL_FALLBACK", "gpt-4o")
+
+    settings = load_settings()
+
+    assert (settings.ai_model_primary, settings.ai_model_fallback) == ("deepseek-chat", "gpt-4o")
+
+
+def test_the_api_key_is_kept_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AI_API_KEY", "sk-very-secret")
+
+    settings = load_settings()
+
+    assert settings.ai_api_key is not None
+    assert settings.ai_api_key.get_secret_value() == "sk-very-secret"
+    assert "sk-very-secret" not in repr(settings)
+
+
+def test_model_prices_are_read_from_json_as_decimals(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIJOBS_MODEL_PRICES", '{"my-model": [0.15, "0.6"], "other": [1, 2]}')
+
+    prices = load_settings().aijobs_model_prices
+
+    assert prices == {"my-model": (Decimal("0.15"), Decimal("0.6")), "other": (Decimal(1), Decimal(2))}
+
+
+@pytest.mark.parametrize("value", ['{"my-model": [1]}', '{"my-model": ["a", "b"]}', '["my-model"]'])
+def test_model_prices_of_the_wrong_shape_name_the_variable(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("AIJOBS_MODEL_PRICES", value)
+
+    assert configuration_error().startswith("AIJOBS_MODEL_PRICES: ")
+
+
+def test_model_prices_that_are_not_json_name_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIJOBS_MODEL_PRICES", "gpt-4o=1,2")
+
+    assert configuration_error().startswith("AIJOBS_MODEL_PRICES")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("AI_PROVIDER", "anthropic"),
+        ("AI_BASE_URL", "llm.local"),
+        ("JOBS_QUEUE_URL", "aijobs-jobs"),
+        ("AI_API_KEY_SECRET_ARN", "my-secret"),
+        ("AI_MODEL_PRIMARY", ""),
+        ("JOBS_TABLE_NAME", "ab"),
+        ("AIJOBS_DEFAULT_LEASE_SECONDS", "5"),
+    ],
+)
+def test_a_malformed_setting_names_its_variable(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
+    monkeypatch.setenv(name, value)
+
+    assert configuration_error().startswith(f"{name}: ")
+
+
+def test_variable_names_are_case_insensitive(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ai_model_primary", "gpt-4.1")
+
+    assert load_settings().ai_model_primary == "gpt-4.1"

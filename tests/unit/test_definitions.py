@@ -1,0 +1,296 @@
+"""The built-in job types: input bounds (SPEC section 6), output validation, rules and prompts."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from engine.definitions import JobDefinition, JobRegistry
+from engine.errors import (
+    BusinessValidationError,
+    ErrorCode,
+    InputValidationError,
+    JobError,
+    ReferenceValidationError,
+    SchemaValidationError,
+)
+
+
+@pytest.fixture
+def summarize(registry: JobRegistry) -> JobDefinition:
+    return registry.get("summarize")
+
+
+@pytest.fixture
+def classify(registry: JobRegistry) -> JobDefinition:
+    return registry.get("classify")
+
+
+@pytest.fixture
+def answer(registry: JobRegistry) -> JobDefinition:
+    return registry.get("answer_with_citations")
+
+
+def docs(*ids: str) -> list[dict[str, str]]:
+    return [{"id": doc_id, "text": f"text of {doc_id}"} for doc_id in ids]
+
+
+def words(count: int) -> str:
+    return " ".join(["word"] * count)
+
+
+def assert_input_rejected(definition: JobDefinition, raw: dict[str, Any]) -> InputValidationError:
+    with pytest.raises(InputValidationError) as caught:
+        definition.parse_input(raw)
+    assert caught.value.code is ErrorCode.INPUT_VALIDATION_FAILED
+    assert caught.value.retryable is False
+    assert caught.value.message.startswith("input")
+    assert "\n" not in caught.value.message
+    return caught.value
+
+
+# --- summarize --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"text": "x"},
+        {"text": "x" * 200_000},
+        {"text": "t", "max_words": 10},
+        {"text": "t", "max_words": 1000},
+    ],
+)
+def test_summarize_accepts_input_within_bounds(summarize: JobDefinition, raw: dict[str, Any]) -> None:
+    summarize.parse_input(raw)
+
+
+def test_summarize_max_words_defaults_to_100(summarize: JobDefinition) -> None:
+    assert summarize.parse_input({"text": "t"}).max_words == 100  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {},
+        {"text": ""},
+        {"text": "x" * 200_001},
+        {"text": "t", "max_words": 9},
+        {"text": "t", "max_words": 1001},
+        {"text": "t", "max_words": "many"},
+        {"text": 5},
+        {"text": "t", "extra": 1},
+    ],
+)
+def test_summarize_rejects_input_out_of_bounds(summarize: JobDefinition, raw: dict[str, Any]) -> None:
+    assert_input_rejected(summarize, raw)
+
+
+@pytest.mark.parametrize(("max_words", "limit"), [(10, 12), (15, 18), (100, 120), (1000, 1200)])
+def test_summarize_allows_up_to_1_2_times_max_words(summarize: JobDefinition, max_words: int, limit: int) -> None:
+    job_input = summarize.parse_input({"text": "t", "max_words": max_words})
+
+    output = summarize.validate_output(job_input, json.dumps({"summary": words(limit)}))
+
+    assert output.summary == words(limit)  # type: ignore[attr-defined]
+    with pytest.raises(BusinessValidationError) as caught:
+        summarize.validate_output(job_input, json.dumps({"summary": words(limit + 1)}))
+    assert caught.value.code is ErrorCode.BUSINESS_VALIDATION_FAILED
+    assert caught.value.message == f"summary has {limit + 1} words; the limit is {limit} (1.2 x max_words {max_words})"
+
+
+# --- classify ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"text": "t", "labels": ["a", "b"]},
+        {"text": "t", "labels": [f"l{n}" for n in range(50)]},
+        {"text": "x" * 200_000, "labels": ["a", "b"]},
+    ],
+)
+def test_classify_accepts_input_within_bounds(classify: JobDefinition, raw: dict[str, Any]) -> None:
+    classify.parse_input(raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"text": "t", "labels": ["a"]},
+        {"text": "t", "labels": []},
+        {"text": "t", "labels": [f"l{n}" for n in range(51)]},
+        {"text": "t", "labels": ["a", "a"]},
+        {"text": "t", "labels": ["a", ""]},
+        {"text": "t", "labels": "a,b"},
+        {"text": "", "labels": ["a", "b"]},
+        {"labels": ["a", "b"]},
+        {"text": "t", "labels": ["a", "b"], "extra": True},
+    ],
+)
+def test_classify_rejects_input_out_of_bounds(classify: JobDefinition, raw: dict[str, Any]) -> None:
+    assert_input_rejected(classify, raw)
+
+
+def test_classify_accepts_a_label_it_offered(classify: JobDefinition) -> None:
+    job_input = classify.parse_input({"text": "t", "labels": ["spam", "ham"]})
+
+    output = classify.validate_output(job_input, '{"label": "ham", "confidence": 1}')
+
+    assert output.model_dump() == {"label": "ham", "confidence": 1.0}
+
+
+def test_classify_rejects_a_label_it_did_not_offer(classify: JobDefinition) -> None:
+    job_input = classify.parse_input({"text": "t", "labels": ["spam", "ham"]})
+
+    with pytest.raises(BusinessValidationError) as caught:
+        classify.validate_output(job_input, '{"label": "eggs", "confidence": 0.5}')
+
+    assert caught.value.message == "label 'eggs' is not one of the 2 labels offered"
+
+
+@pytest.mark.parametrize("confidence", [-0.01, 1.01])
+def test_classify_confidence_outside_0_1_fails_the_schema(classify: JobDefinition, confidence: float) -> None:
+    job_input = classify.parse_input({"text": "t", "labels": ["spam", "ham"]})
+
+    with pytest.raises(SchemaValidationError):
+        classify.validate_output(job_input, json.dumps({"label": "spam", "confidence": confidence}))
+
+
+# --- answer_with_citations --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"question": "q", "documents": docs("d1")},
+        {"question": "q", "documents": docs(*(f"d{n}" for n in range(50)))},
+    ],
+)
+def test_answer_accepts_input_within_bounds(answer: JobDefinition, raw: dict[str, Any]) -> None:
+    answer.parse_input(raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"question": "q", "documents": []},
+        {"question": "q", "documents": docs(*(f"d{n}" for n in range(51)))},
+        {"question": "q", "documents": docs("d1", "d1")},
+        {"question": "q", "documents": [{"id": "d1"}]},
+        {"question": "q", "documents": [{"id": "", "text": "t"}]},
+        {"question": "q", "documents": [{"id": "d1", "text": "t", "url": "x"}]},
+        {"question": "", "documents": docs("d1")},
+        {"documents": docs("d1")},
+    ],
+)
+def test_answer_rejects_input_out_of_bounds(answer: JobDefinition, raw: dict[str, Any]) -> None:
+    assert_input_rejected(answer, raw)
+
+
+def test_answer_accepts_citations_of_its_documents(answer: JobDefinition) -> None:
+    job_input = answer.parse_input({"question": "q", "documents": docs("d1", "d2")})
+
+    output = answer.validate_output(job_input, '{"answer": "a", "citations": ["d2", "d1"]}')
+
+    assert output.model_dump() == {"answer": "a", "citations": ["d2", "d1"]}
+
+
+def test_answer_rejects_a_citation_of_a_document_it_was_not_given(answer: JobDefinition) -> None:
+    job_input = answer.parse_input({"question": "q", "documents": docs("d1", "d2")})
+
+    with pytest.raises(ReferenceValidationError) as caught:
+        answer.validate_output(job_input, '{"answer": "a", "citations": ["d1", "d9"]}')
+
+    assert caught.value.code is ErrorCode.REFERENCE_VALIDATION_FAILED
+    assert caught.value.retryable is False
+    assert caught.value.message == "citations name documents the input does not contain: d9"
+
+
+def test_answer_needs_at_least_one_citation(answer: JobDefinition) -> None:
+    job_input = answer.parse_input({"question": "q", "documents": docs("d1")})
+
+    with pytest.raises(SchemaValidationError):
+        answer.validate_output(job_input, '{"answer": "a", "citations": []}')
+
+
+# --- validate_output: the schema comes first ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "",
+        "not json",
+        '{"label": "spam", "confidence": 0.9',
+        '```json\n{"label": "spam", "confidence": 0.9}\n```',
+        '["spam", 0.9]',
+        '"spam"',
+        "{}",
+        '{"label": "spam"}',
+        '{"label": ["spam"], "confidence": 0.9}',
+        '{"label": "spam", "confidence": "high"}',
+        '{"label": "spam", "confidence": 0.9, "reason": "free cruise"}',
+    ],
+)
+def test_an_answer_that_is_not_the_output_model_fails_the_schema(classify: JobDefinition, content: str) -> None:
+    job_input = classify.parse_input({"text": "t", "labels": ["spam", "ham"]})
+
+    with pytest.raises(SchemaValidationError) as caught:
+        classify.validate_output(job_input, content)
+
+    assert caught.value.code is ErrorCode.SCHEMA_VALIDATION_FAILED
+    assert caught.value.retryable is False
+    assert caught.value.message.startswith("output")
+    assert "\n" not in caught.value.message
+
+
+def test_the_schema_is_checked_before_the_business_rule(summarize: JobDefinition) -> None:
+    # Given an answer that is both too long and carries an unknown field
+    job_input = summarize.parse_input({"text": "t", "max_words": 10})
+    content = json.dumps({"summary": words(50), "notes": "x"})
+
+    with pytest.raises(JobError) as caught:
+        summarize.validate_output(job_input, content)
+
+    assert caught.value.code is ErrorCode.SCHEMA_VALIDATION_FAILED
+
+
+# --- prompts ----------------------------------------------------------------------------------
+
+
+def test_summarize_prompt_carries_the_text_and_word_budget(summarize: JobDefinition) -> None:
+    prompt = summarize.render_prompt(summarize.parse_input({"text": "The {curly} text.", "max_words": 42}))
+
+    assert (prompt.key, prompt.version) == ("summarize", "1")
+    assert "The {curly} text." in prompt.user
+    assert "at most 42 words" in prompt.user
+    assert '{"summary"' in prompt.system
+
+
+def test_classify_prompt_lists_every_label_and_the_text(classify: JobDefinition) -> None:
+    prompt = classify.render_prompt(classify.parse_input({"text": "Win a cruise", "labels": ["spam", "ham"]}))
+
+    assert (prompt.key, prompt.version) == ("classify", "1")
+    assert "- spam\n- ham" in prompt.user
+    assert "Win a cruise" in prompt.user
+
+
+def test_answer_prompt_carries_the_question_and_each_document_with_its_id(answer: JobDefinition) -> None:
+    job_input = answer.parse_input(
+        {"question": "How long?", "documents": [{"id": "d1", "text": "14 days"}, {"id": "d2", "text": "1 MiB"}]}
+    )
+
+    prompt = answer.render_prompt(job_input)
+
+    assert (prompt.key, prompt.version) == ("answer_with_citations", "1")
+    assert "[d1]\n14 days" in prompt.user
+    assert "[d2]\n1 MiB" in prompt.user
+    assert "Question: How long?" in prompt.user
+
+
+def test_a_definition_carries_its_output_models_json_schema(classify: JobDefinition) -> None:
+    assert classify.output_json_schema["properties"].keys() == {"label", "confidence"}
+    assert classify.output_json_schema == classify.output_model.model_json_schema()

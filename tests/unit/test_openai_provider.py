@@ -1,0 +1,388 @@
+"""OpenAICompatibleProvider over httpx.MockTransport: the request, the status classes, the envelope."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from email.utils import format_datetime
+from typing import Any
+
+import httpx
+import pytest
+
+from engine.errors import (
+    ErrorCode,
+    JobError,
+    ProviderRateLimitedError,
+    ProviderRejectedError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+)
+from engine.gateway import CompletionRequest, OpenAICompatibleProvider
+from engine.gateway.openai import parse_retry_after
+from tests.support.providers import openai_completion
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+CLASSIFY_SCHEMA: dict[str, Any] = {
+    "title": "ClassifyOutput",
+    "type": "object",
+    "properties": {
+        "label": {"title": "Label", "type": "string", "minLength": 1},
+        "confidence": {"title": "Confidence", "type": "number", "minimum": 0.0, "maximum": 1.0},
+    },
+    "required": ["label", "confidence"],
+    "additionalProperties": False,
+}
+
+
+def completion_request(**overrides: Any) -> CompletionRequest:
+    fields: dict[str, Any] = {
+        "model": "gpt-4o-mini",
+        "system": "You classify texts.",
+        "user": "Text: win a cruise",
+        "schema_name": "classify",
+        "output_schema": CLASSIFY_SCHEMA,
+        "max_tokens": 256,
+        "timeout_seconds": 30.0,
+    }
+    fields.update(overrides)
+    return CompletionRequest(**fields)
+
+
+class Recorder:
+    """A MockTransport handler that records requests and answers with `respond`."""
+
+    def __init__(self, respond: Handler) -> None:
+        self.respond = respond
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        return self.respond(request)
+
+    @property
+    def body(self) -> dict[str, Any]:
+        loaded: dict[str, Any] = json.loads(self.requests[-1].content)
+        return loaded
+
+
+def ok(content: str = '{"label": "spam", "confidence": 0.9}', **kwargs: Any) -> Handler:
+    return lambda _: httpx.Response(200, json=openai_completion(content, **kwargs))
+
+
+def provider_for(
+    handler: Handler, api_key: str | None = "sk-test", base_url: str = "http://llm.local/v1/", **kwargs: Any
+) -> OpenAICompatibleProvider:
+    client = httpx.Client(transport=httpx.MockTransport(handler))
+    return OpenAICompatibleProvider(base_url, lambda: api_key, client=client, **kwargs)
+
+
+def raising(exc: Exception) -> Handler:
+    def handler(_: httpx.Request) -> httpx.Response:
+        raise exc
+
+    return handler
+
+
+def failure_of(handler: Handler) -> JobError:
+    with pytest.raises(JobError) as caught:
+        provider_for(handler).complete(completion_request())
+    assert "\n" not in caught.value.message
+    return caught.value
+
+
+# --- the request --------------------------------------------------------------------------------
+
+
+def test_the_request_is_a_chat_completion_with_a_strict_json_schema() -> None:
+    recorder = Recorder(ok())
+
+    provider_for(recorder).complete(completion_request())
+
+    request = recorder.requests[0]
+    assert request.method == "POST"
+    assert str(request.url) == "http://llm.local/v1/chat/completions"
+    body = recorder.body
+    assert body["model"] == "gpt-4o-mini"
+    assert body["max_tokens"] == 256
+    assert body["messages"] == [
+        {"role": "system", "content": "You classify texts."},
+        {"role": "user", "content": "Text: win a cruise"},
+    ]
+    response_format = body["response_format"]
+    assert response_format["type"] == "json_schema"
+    assert response_format["json_schema"]["name"] == "classify"
+    assert response_format["json_schema"]["strict"] is True
+    schema = response_format["json_schema"]["schema"]
+    assert schema["type"] == "object"
+    assert schema["additionalProperties"] is False
+    assert schema["required"] == ["label", "confidence"]
+    assert set(schema["properties"]) == {"label", "confidence"}
+
+
+def test_the_strict_schema_requires_every_property_even_optional_ones() -> None:
+    recorder = Recorder(ok())
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "string"}, "b": {"type": "integer", "default": 3}},
+        "required": ["a"],
+    }
+
+    provider_for(recorder).complete(completion_request(output_schema=schema))
+
+    sent = recorder.body["response_format"]["json_schema"]["schema"]
+    assert sent["required"] == ["a", "b"]
+    assert sent["additionalProperties"] is False
+    assert "default" not in sent["properties"]["b"]
+
+
+def test_json_object_mode_asks_only_for_a_json_object() -> None:
+    recorder = Recorder(ok())
+
+    provider_for(recorder, structured_output="json_object").complete(completion_request())
+
+    assert recorder.body["response_format"] == {"type": "json_object"}
+
+
+def test_the_api_key_is_sent_as_a_bearer_token() -> None:
+    recorder = Recorder(ok())
+
+    provider_for(recorder, api_key="sk-secret").complete(completion_request())
+
+    assert recorder.requests[0].headers["authorization"] == "Bearer sk-secret"
+
+
+@pytest.mark.parametrize("api_key", [None, ""])
+def test_without_an_api_key_no_authorization_header_is_sent(api_key: str | None) -> None:
+    recorder = Recorder(ok())
+
+    provider_for(recorder, api_key=api_key).complete(completion_request())
+
+    assert "authorization" not in recorder.requests[0].headers
+
+
+def test_the_api_key_is_read_at_each_call() -> None:
+    # Given a key source that rotates (Secrets Manager with a max age)
+    keys = iter(["sk-1", "sk-2"])
+    recorder = Recorder(ok())
+    client = httpx.Client(transport=httpx.MockTransport(recorder))
+    provider = OpenAICompatibleProvider("http://llm.local/v1", lambda: next(keys), client=client)
+
+    provider.complete(completion_request())
+    provider.complete(completion_request())
+
+    assert [r.headers["authorization"] for r in recorder.requests] == ["Bearer sk-1", "Bearer sk-2"]
+
+
+# --- the answer ---------------------------------------------------------------------------------
+
+
+def test_a_completion_carries_content_usage_and_finish_reason() -> None:
+    handler = ok(
+        '{"label": "ham", "confidence": 0.1}', prompt_tokens=812, completion_tokens=40, model="gpt-4o-mini-2024"
+    )
+
+    completion = provider_for(handler).complete(completion_request())
+
+    assert completion.content == '{"label": "ham", "confidence": 0.1}'
+    assert completion.input_tokens == 812
+    assert completion.output_tokens == 40
+    assert completion.model == "gpt-4o-mini-2024"
+    assert completion.finish_reason == "stop"
+    assert completion.latency_ms >= 0
+
+
+def test_a_completion_without_usage_counts_zero_tokens() -> None:
+    envelope = openai_completion("{}")
+    del envelope["usage"]
+
+    completion = provider_for(lambda _: httpx.Response(200, json=envelope)).complete(completion_request())
+
+    assert (completion.input_tokens, completion.output_tokens) == (0, 0)
+
+
+def test_a_refusal_has_empty_content() -> None:
+    envelope = openai_completion("{}")
+    envelope["choices"][0] = {"index": 0, "message": {"role": "assistant", "content": None, "refusal": "no"}}
+
+    completion = provider_for(lambda _: httpx.Response(200, json=envelope)).complete(completion_request())
+
+    assert completion.content == ""
+    assert completion.finish_reason == "refusal"
+    assert completion.input_tokens == 100
+
+
+def test_a_missing_model_in_the_envelope_falls_back_to_the_requested_one() -> None:
+    envelope = openai_completion("{}")
+    del envelope["model"]
+
+    completion = provider_for(lambda _: httpx.Response(200, json=envelope)).complete(completion_request(model="m-1"))
+
+    assert completion.model == "m-1"
+
+
+# --- status classification ------------------------------------------------------------------------
+
+
+def test_429_is_rate_limited_with_retry_after_in_seconds() -> None:
+    error = failure_of(lambda _: httpx.Response(429, headers={"Retry-After": "17"}))
+
+    assert isinstance(error, ProviderRateLimitedError)
+    assert error.code is ErrorCode.PROVIDER_RATE_LIMITED
+    assert error.retryable is True
+    assert error.consumes_attempt is False
+    assert error.retry_after_seconds == 17.0
+
+
+def test_429_with_an_http_date_gives_the_seconds_until_then() -> None:
+    when = datetime.now(UTC).replace(microsecond=0).timestamp() + 120
+    header = format_datetime(datetime.fromtimestamp(when, tz=UTC), usegmt=True)
+
+    error = failure_of(lambda _: httpx.Response(429, headers={"Retry-After": header}))
+
+    assert isinstance(error, ProviderRateLimitedError)
+    assert error.retry_after_seconds is not None
+    assert 100 <= error.retry_after_seconds <= 120
+
+
+def test_429_without_retry_after_leaves_the_delay_to_backoff() -> None:
+    error = failure_of(lambda _: httpx.Response(429))
+
+    assert isinstance(error, ProviderRateLimitedError)
+    assert error.retry_after_seconds is None
+
+
+def test_408_is_a_timeout() -> None:
+    error = failure_of(lambda _: httpx.Response(408))
+
+    assert isinstance(error, ProviderTimeoutError)
+    assert error.code is ErrorCode.PROVIDER_TIMEOUT
+    assert error.retryable is True
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        httpx.ReadTimeout("read timed out"),
+        httpx.ConnectTimeout("connect timed out"),
+        httpx.WriteTimeout("write timed out"),
+        httpx.PoolTimeout("pool timed out"),
+    ],
+)
+def test_a_timeout_exception_is_a_timeout(exc: Exception) -> None:
+    error = failure_of(raising(exc))
+
+    assert isinstance(error, ProviderTimeoutError)
+    assert error.message == "no answer from the provider within 30s"
+
+
+@pytest.mark.parametrize("status", [500, 502, 503, 504, 529])
+def test_5xx_is_unavailable(status: int) -> None:
+    error = failure_of(lambda _: httpx.Response(status, json={"error": {"message": "overloaded"}}))
+
+    assert isinstance(error, ProviderUnavailableError)
+    assert error.code is ErrorCode.PROVIDER_UNAVAILABLE
+    assert error.retryable is True
+    assert error.message == f"provider unavailable (HTTP {status})"
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        httpx.ConnectError("connection refused"),
+        httpx.RemoteProtocolError("server disconnected"),
+        httpx.ReadError("connection reset"),
+    ],
+)
+def test_a_connection_failure_is_unavailable(exc: Exception) -> None:
+    error = failure_of(raising(exc))
+
+    assert isinstance(error, ProviderUnavailableError)
+    assert error.message == f"provider connection failed: {type(exc).__name__}"
+
+
+@pytest.mark.parametrize("status", [400, 401, 403, 404, 422])
+def test_a_client_error_is_rejected_for_good(status: int) -> None:
+    error = failure_of(lambda _: httpx.Response(status, json={"error": {"message": "invalid model, do not retry"}}))
+
+    assert isinstance(error, ProviderRejectedError)
+    assert error.code is ErrorCode.PROVIDER_REJECTED
+    assert error.retryable is False
+    assert error.status_code == status
+    # The provider's own text (which may quote the prompt) stays out of the message.
+    assert error.message == f"provider rejected the request (HTTP {status})"
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        httpx.Response(200, text="<html>gateway</html>"),
+        httpx.Response(200, json={}),
+        httpx.Response(200, json={"choices": []}),
+        httpx.Response(200, json={"choices": ["text"]}),
+        httpx.Response(200, json={"choices": [{"text": "legacy"}]}),
+        httpx.Response(200, json=["not", "an", "object"]),
+        httpx.Response(200, json=None),
+    ],
+)
+def test_a_malformed_200_envelope_is_unavailable(response: httpx.Response) -> None:
+    error = failure_of(lambda _: response)
+
+    assert isinstance(error, ProviderUnavailableError)
+    assert error.message == "provider answered with a malformed completion envelope"
+
+
+@pytest.mark.parametrize(
+    "envelope",
+    [
+        {"choices": [{"message": None}]},
+        {"choices": [{"message": "text"}]},
+        {"choices": [{"message": {"content": "{}"}}], "usage": "n/a"},
+        {"choices": [{"message": {"content": "{}"}}], "usage": {"prompt_tokens": "many"}},
+    ],
+)
+def test_a_malformed_message_or_usage_is_unavailable(envelope: dict[str, Any]) -> None:
+    error = failure_of(lambda _: httpx.Response(200, json=envelope))
+
+    assert isinstance(error, ProviderUnavailableError)
+
+
+# --- parse_retry_after ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, None),
+        ("", None),
+        ("   ", None),
+        ("0", 0.0),
+        ("5", 5.0),
+        (" 12 ", 12.0),
+        ("1.5", 1.5),
+        ("-3", 0.0),
+        ("soon", None),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0),  # in the past
+    ],
+)
+def test_parse_retry_after(value: str | None, expected: float | None) -> None:
+    assert parse_retry_after(value, now=1_800_000_000.0) == expected
+
+
+def test_parse_retry_after_reads_an_http_date_relative_to_now() -> None:
+    now = datetime(2026, 12, 2, 10, 0, 0, tzinfo=UTC).timestamp()
+
+    assert parse_retry_after("Wed, 02 Dec 2026 10:01:30 GMT", now=now) == 90.0
+
+
+def test_parse_retry_after_reads_a_date_without_zone_as_utc() -> None:
+    now = datetime(2026, 12, 2, 10, 0, 0, tzinfo=UTC).timestamp()
+
+    assert parse_retry_after("Wed, 02 Dec 2026 10:00:10 -0000", now=now) == 10.0
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "Infinity", "1e400"])
+def test_parse_retry_after_rejects_non_finite_numbers(value: str) -> None:
+    assert parse_retry_after(value, now=0.0) is None
