@@ -78,6 +78,11 @@ def output_hash(output: dict[str, Any]) -> str:
     return sha256_hex(canonical_json(output))
 
 
+def _input_to_keep(job: Job, request: JobRequest, status: JobStatus | None) -> dict[str, Any] | None:
+    """A failed job may be retried later, so the input its message carried is stored with it."""
+    return request.raw_input if status is JobStatus.FAILED and not job.input_stored else None
+
+
 def _error_info(error: JobError) -> JobErrorInfo:
     return JobErrorInfo(code=error.code, message=error.message, retryable=error.retryable)
 
@@ -126,22 +131,26 @@ class JobRunner:
             reason = f"job {request.job_id} does not exist and the message carries no job_type, user_id and input"
             return self._dead_letter(delivery, reason)
         except ClaimRefusedError as refused:
-            return self._on_refusal(delivery, refused)
+            return self._on_refusal(delivery, request, refused)
         return self._run_claimed(job, request, remaining_ms)
 
     def _reject(self, delivery: Delivery, bad: BadMessageError) -> Disposition:
         if bad.job_id is None:
             return self._dead_letter(delivery, bad.error.message)
-        created = self._store.create_failed_job(
+        message_hash = sha256_hex(canonical_json(bad.fields))
+        existing = self._store.create_failed_job(
             bad.job_id,
             _error_info(bad.error),
             self._now_ms(),
             job_type=bad.known("job_type", str),
             user_id=bad.known("user_id", str),
             max_attempts=bad.known("max_attempts", int) or 0,
+            message_hash=message_hash,
         )
-        if not created:
-            # The job exists from an earlier, valid message; this one must not overwrite it.
+        if existing is not None:
+            if existing.request_hash == message_hash:
+                return Ack("duplicate")
+            # The job exists from another message; this one must not overwrite it.
             return self._dead_letter(delivery, f"job {bad.job_id} exists; this message is invalid: {bad.error.message}")
         logger.warning("bad message failed its job", extra={"job_id": bad.job_id, "code": bad.error.code.value})
         return Ack("failed")
@@ -158,7 +167,7 @@ class JobRunner:
         logger.warning("message kept as a dead letter", extra={"message_id": delivery.message_id, "reason": reason})
         return Ack("dead_lettered")
 
-    def _on_refusal(self, delivery: Delivery, refused: ClaimRefusedError) -> Disposition:
+    def _on_refusal(self, delivery: Delivery, request: JobRequest, refused: ClaimRefusedError) -> Disposition:
         job = refused.refused_job
         match refused.reason:
             case ClaimRefusal.FINISHED:
@@ -172,15 +181,17 @@ class JobRunner:
                 reason = f"job {job.job_id} exists with a different job type, user or input"
                 return self._dead_letter(delivery, reason)
             case ClaimRefusal.CANCEL_REQUESTED:
-                return self._settle(job, JobStatus.CANCELLED, None)
+                return self._settle(job, request, JobStatus.CANCELLED, None)
             case ClaimRefusal.DEADLINE_PASSED:
-                return self._settle(job, JobStatus.FAILED, DeadlineExceededError("the job's deadline passed"))
+                late = DeadlineExceededError("the job's deadline passed")
+                return self._settle(job, request, JobStatus.FAILED, late)
             case ClaimRefusal.ATTEMPTS_SPENT:
                 spent = MaxAttemptsExceededError(f"attempt budget spent ({job.attempt_count} of {job.max_attempts})")
-                return self._settle(job, JobStatus.FAILED, spent)
+                return self._settle(job, request, JobStatus.FAILED, spent)
 
-    def _settle(self, job: Job, status: JobStatus, error: PermanentError | None) -> Disposition:
-        if self._store.settle_job(job, status, _error_info(error) if error else None, self._now_ms()):
+    def _settle(self, job: Job, request: JobRequest, status: JobStatus, error: PermanentError | None) -> Disposition:
+        store_input = _input_to_keep(job, request, status)
+        if self._store.settle_job(job, status, _error_info(error) if error else None, self._now_ms(), store_input):
             return Ack(status.value)
         return Retry("raced", RETRY_SOON_SECONDS, f"job {job.job_id} changed while it was being settled")
 
@@ -251,8 +262,7 @@ class JobRunner:
     def _finish(
         self, job: Job, request: JobRequest, outcome: Outcome, attempt: AttemptRecord | None = None
     ) -> Disposition:
-        # A failed job may be retried later; keep the input its message carried.
-        store_input = request.raw_input if isinstance(outcome, Failed) and not job.input_stored else None
+        store_input = _input_to_keep(job, request, JobStatus.FAILED if isinstance(outcome, Failed) else None)
         now = self._now_ms()
         try:
             self._store.finish_job(job, outcome, now, attempt, store_input)

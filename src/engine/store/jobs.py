@@ -161,52 +161,26 @@ class JobStore:
         target = _target_status(outcome)
         if not can_transition(job.status, target):
             raise ValueError(f"job {job.job_id}: {job.status} -> {target} is not a transition")
-        expr = Expression()
-        expr.set("status", target.value)
-        expr.set("updated_at", now_ms)
-        expr.remove("lease_owner", "lease_expires_at")
+        error = outcome.error if isinstance(outcome, Failed | Released) else None
+        expr = self._transition(target, error, now_ms)
         match outcome:
             case Succeeded(output=output, output_hash=output_hash):
                 expr.set("output", json.dumps(output, separators=(",", ":"), ensure_ascii=False))
                 expr.set("output_hash", output_hash)
                 expr.remove("error")
-            case Failed(error=error):
-                expr.set("error", error_attribute(error))
-            case Released(error=error, refund_attempt=refund):
-                if error:
-                    expr.set("error", error_attribute(error))
-                if refund:
-                    expr.add("attempt_count", -1)
-        if target.is_terminal:
-            expr.set("finished_at", now_ms)
-            expr.set("expires_at", self._expiry(now_ms))
+            case Released(refund_attempt=True):
+                expr.add("attempt_count", -1)
         if attempt:
             self._add_usage(expr, attempt)
-        if store_input is not None:
-            expr.set("input_stored", True)
         expr.condition = (
             f"{expr.name('lease_owner')} = {expr.value('owner', job.lease_owner)}"
             f" AND {expr.name('status')} = {expr.value('running', JobStatus.RUNNING.value)}"
         )
-        update = expr.update_params(self.table_name, job_key(job.job_id))
-        puts: list[Item] = []
-        if attempt:
-            puts.append(attempt_item(attempt, self._expiry(now_ms)))
-        if store_input is not None:
-            puts.append(input_item(job.job_id, store_input, job.request_hash, self._expiry(now_ms)))
+        puts = [attempt_item(attempt, self._expiry(now_ms))] if attempt else []
         try:
-            if puts:
-                self._transact(update, puts)
-            else:
-                self._client.update_item(**update, ReturnValuesOnConditionCheckFailure="ALL_OLD")
+            self._write(expr, job, puts, store_input, now_ms)
         except ConditionRefusedError as exc:
             raise LeaseLostError(f"job {job.job_id}: the lease of {job.lease_owner} was lost", exc.job) from exc
-        except ClientError as exc:
-            if not _is_condition_failure(exc):
-                raise
-            old = _refused_item(exc)
-            current = job_from_item(old) if old else None
-            raise LeaseLostError(f"job {job.job_id}: the lease of {job.lease_owner} was lost", current) from exc
 
     # --- the rarer writes ---------------------------------------------------------------------
 
@@ -220,31 +194,29 @@ class JobStore:
             [attempt_item(attempt, self._expiry(now_ms))],
         )
 
-    def settle_job(self, job: Job, status: JobStatus, error: JobErrorInfo | None, now_ms: int) -> bool:
+    def settle_job(
+        self,
+        job: Job,
+        status: JobStatus,
+        error: JobErrorInfo | None,
+        now_ms: int,
+        store_input: dict[str, Any] | None = None,
+    ) -> bool:
         """End a job that no worker holds (spent, past its deadline, cancel requested).
 
         Fenced on the status and claim count it was read with; False when it changed meanwhile.
         """
         if not can_transition(job.status, status):
             raise ValueError(f"job {job.job_id}: {job.status} -> {status} is not a transition")
-        expr = Expression()
-        expr.set("status", status.value)
-        expr.set("updated_at", now_ms)
-        expr.set("finished_at", now_ms)
-        expr.set("expires_at", self._expiry(now_ms))
-        if error:
-            expr.set("error", error_attribute(error))
-        expr.remove("lease_owner", "lease_expires_at")
+        expr = self._transition(status, error, now_ms)
         expr.condition = (
             f"{expr.name('status')} = {expr.value('old_status', job.status.value)}"
             f" AND {expr.name('claim_count')} = {expr.value('old_claim_count', job.claim_count)}"
         )
         try:
-            self._client.update_item(**expr.update_params(self.table_name, job_key(job.job_id)))
-        except ClientError as exc:
-            if _is_condition_failure(exc):
-                return False
-            raise
+            self._write(expr, job, [], store_input, now_ms)
+        except ConditionRefusedError:
+            return False
         return True
 
     def create_failed_job(
@@ -255,13 +227,19 @@ class JobStore:
         job_type: str | None = None,
         user_id: str | None = None,
         max_attempts: int = 0,
-    ) -> bool:
-        """Record a job whose message could not be run at all; False if the job exists already."""
+        message_hash: str | None = None,
+    ) -> Job | None:
+        """Record a job whose message could not be run at all.
+
+        Returns None when recorded, or the job that exists already under that id (whose
+        `request_hash` is the `message_hash` when it was recorded from the same message).
+        """
         item = job_key(job_id) | to_item(
             {
                 "job_id": job_id,
                 "job_type": job_type,
                 "user_id": user_id,
+                "request_hash": message_hash,
                 "status": JobStatus.FAILED.value,
                 "error": error_attribute(error),
                 "max_attempts": max_attempts,
@@ -315,22 +293,12 @@ class JobStore:
             "updated_at": now_ms,
         }
         item = job_key(job_id) | to_item(attributes)
-        try:
-            self._client.put_item(
-                TableName=self.table_name,
-                Item=item,
-                ConditionExpression="attribute_not_exists(pk)",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
-        except ClientError as exc:
-            old = _refused_item(exc)
-            if not _is_condition_failure(exc) or old is None:
-                raise
-            existing = job_from_item(old)
-            if existing.request_hash != new_job.request_hash:
-                raise JobConflictError(job_id) from exc
-            return existing, False
-        return job_from_item(item), True
+        existing = self._put_if_absent(item)
+        if existing is None:
+            return job_from_item(item), True
+        if existing.request_hash != new_job.request_hash:
+            raise JobConflictError(job_id)
+        return existing, False
 
     def record_dead_letter(
         self, message_id: str, body: str, attributes: dict[str, str], receive_count: int, reason: str, now_ms: int
@@ -369,6 +337,42 @@ class JobStore:
     def _expiry(self, from_ms: int) -> int:
         """The TTL attribute: retention after `from_ms`, in epoch seconds as DynamoDB's TTL wants it."""
         return (from_ms + self._retention_ms) // 1000
+
+    def _transition(self, status: JobStatus, error: JobErrorInfo | None, now_ms: int) -> Expression:
+        """The parts every state change writes: status, times, error, and the lease let go."""
+        expr = Expression()
+        expr.set("status", status.value)
+        expr.set("updated_at", now_ms)
+        if error:
+            expr.set("error", error_attribute(error))
+        if status.is_terminal:
+            expr.set("finished_at", now_ms)
+            expr.set("expires_at", self._expiry(now_ms))
+        expr.remove("lease_owner", "lease_expires_at")
+        return expr
+
+    def _write(
+        self, expr: Expression, job: Job, puts: list[Item], store_input: dict[str, Any] | None, now_ms: int
+    ) -> None:
+        """One request: the job's conditional update alone, or in a transaction with the puts.
+
+        `store_input` (the input a message carried) is written as the job's input item too.
+        Raises ConditionRefusedError, with the job as it was, when the condition fails.
+        """
+        if store_input is not None:
+            expr.set("input_stored", True)
+            puts = [*puts, input_item(job.job_id, store_input, job.request_hash, self._expiry(now_ms))]
+        update = expr.update_params(self.table_name, job_key(job.job_id))
+        if puts:
+            self._transact(update, puts)
+            return
+        try:
+            self._client.update_item(**update, ReturnValuesOnConditionCheckFailure="ALL_OLD")
+        except ClientError as exc:
+            if not _is_condition_failure(exc):
+                raise
+            old = _refused_item(exc)
+            raise ConditionRefusedError("the job's condition failed", job_from_item(old) if old else None) from exc
 
     @staticmethod
     def _claimable(expr: Expression, now_ms: int) -> str:
@@ -420,14 +424,21 @@ class JobStore:
             old: Item | None = first.get("Item")  # type: ignore[assignment]
             raise ConditionRefusedError("the job's condition failed", job_from_item(old) if old else None) from exc
 
-    def _put_if_absent(self, item: Item) -> bool:
+    def _put_if_absent(self, item: Item) -> Job | None:
+        """Create a job item; None when created, else the job already there (ALL_OLD)."""
         try:
-            self._client.put_item(TableName=self.table_name, Item=item, ConditionExpression="attribute_not_exists(pk)")
+            self._client.put_item(
+                TableName=self.table_name,
+                Item=item,
+                ConditionExpression="attribute_not_exists(pk)",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
         except ClientError as exc:
-            if _is_condition_failure(exc):
-                return False
-            raise
-        return True
+            old = _refused_item(exc)
+            if not _is_condition_failure(exc) or old is None:
+                raise
+            return job_from_item(old)
+        return None
 
 
 def _target_status(outcome: Outcome) -> JobStatus:

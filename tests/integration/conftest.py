@@ -1,0 +1,204 @@
+"""Integration fixtures: the engine on moto with its DynamoDB requests serialized, a recording queue,
+real SQS deliveries, and a reader that inspects the table without adding to the request counts."""
+
+from __future__ import annotations
+
+import functools
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import boto3
+import pytest
+
+from aijobs.stack import StackResources
+from engine.definitions import JobRegistry
+from engine.gateway import ModelGateway, ModelTiers
+from engine.intake import request_hash
+from engine.models import Job
+from engine.queue import JobQueue
+from engine.runner import JobRunner
+from engine.store import JobStore, NewJob
+from engine.store.items import INPUT_SK, attempt_sk, dead_letter_key, from_item, job_key
+from engine.worker import Worker
+from tests.support.events import sqs_record
+from tests.support.providers import FakeProvider
+
+MODEL = "gpt-4o-mini"
+
+
+class SerializedClient:
+    """A boto3 client whose calls take one lock.
+
+    moto is not linearizable: two threads' conditional writes can both pass. Serializing the
+    requests makes a race test check the engine's conditions, not moto's.
+    """
+
+    def __init__(self, client: Any, lock: threading.Lock | None = None) -> None:
+        self._client = client
+        self._lock = lock or threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._client, name)
+        if not callable(attribute):
+            return attribute
+
+        @functools.wraps(attribute)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return attribute(*args, **kwargs)
+
+        return call
+
+
+class RecordingQueue(JobQueue):
+    """The real JobQueue, remembering every visibility change and whether SQS accepted it."""
+
+    def __init__(self, queue_url: str, client: Any) -> None:
+        super().__init__(queue_url, client=client)
+        self.visibility_changes: list[tuple[str, int]] = []
+        self.refused: list[str] = []
+
+    def change_visibility(self, receipt_handle: str, seconds: int) -> None:
+        self.visibility_changes.append((receipt_handle, seconds))
+        try:
+            super().change_visibility(receipt_handle, seconds)
+        except Exception as exc:
+            self.refused.append(f"{type(exc).__name__}: {exc}")
+            raise
+
+
+class TableReader:
+    """Reads the jobs table through a client of its own, so reads never count as engine requests."""
+
+    def __init__(self, table_name: str) -> None:
+        self.table_name = table_name
+        self.client = boto3.client("dynamodb")
+        self._store = JobStore(table_name, client=self.client)
+
+    def job(self, job_id: str) -> Job:
+        job = self._store.get_job(job_id)
+        assert job is not None, f"job {job_id} does not exist"
+        return job
+
+    def item(self, key: dict[str, Any]) -> dict[str, Any] | None:
+        item = self.client.get_item(TableName=self.table_name, Key=key, ConsistentRead=True).get("Item")
+        return from_item(item) if item else None
+
+    def job_item(self, job_id: str) -> dict[str, Any] | None:
+        return self.item(job_key(job_id))
+
+    def input_item(self, job_id: str) -> dict[str, Any] | None:
+        return self.item(job_key(job_id, INPUT_SK))
+
+    def attempt(self, job_id: str, attempt: int) -> dict[str, Any] | None:
+        return self.item(job_key(job_id, attempt_sk(attempt)))
+
+    def dead_letter(self, message_id: str) -> dict[str, Any] | None:
+        return self.item(dead_letter_key(message_id))
+
+    def snapshot(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """Every item of the table, keyed by (pk, sk)."""
+        items: dict[tuple[str, str], dict[str, Any]] = {}
+        kwargs: dict[str, Any] = {"TableName": self.table_name, "ConsistentRead": True}
+        for _ in range(100):  # bounded: the tests' tables hold a few dozen items
+            page = self.client.scan(**kwargs)
+            for raw in page.get("Items", []):
+                item = from_item(raw)
+                items[(item["pk"], item["sk"])] = item
+            if "LastEvaluatedKey" not in page:
+                return items
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        raise AssertionError("the table did not fit in 100 scan pages")
+
+
+@pytest.fixture
+def serialized_dynamodb(dynamodb: Any) -> SerializedClient:
+    """The counted `dynamodb` client behind one lock (the request counter's hooks run under it too)."""
+    return SerializedClient(dynamodb)
+
+
+@pytest.fixture
+def store(stack: StackResources, serialized_dynamodb: SerializedClient) -> JobStore:
+    return JobStore(stack.table_name, client=serialized_dynamodb)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def queue(stack: StackResources, sqs: Any) -> RecordingQueue:
+    return RecordingQueue(stack.queue_url, sqs)
+
+
+@pytest.fixture
+def worker(runner: JobRunner, queue: RecordingQueue) -> Worker:
+    return Worker(runner, queue)
+
+
+@pytest.fixture
+def table(stack: StackResources) -> TableReader:
+    return TableReader(stack.table_name)
+
+
+WorkerFactory = Callable[..., Worker]
+
+
+@pytest.fixture
+def make_worker(
+    stack: StackResources,
+    serialized_dynamodb: SerializedClient,
+    provider: FakeProvider,
+    registry: JobRegistry,
+    queue: RecordingQueue,
+) -> WorkerFactory:
+    """A worker of its own: its own JobStore on the shared serialized client, a clock, a provider."""
+
+    def build(clock: Callable[[], float] = time.time, fake: FakeProvider | None = None) -> Worker:
+        store = JobStore(stack.table_name, client=serialized_dynamodb)  # type: ignore[arg-type]
+        gateway = ModelGateway(fake or provider, ModelTiers(MODEL))
+        runner = JobRunner(store, gateway, registry, clock=clock, rng=random.Random(7))
+        return Worker(runner, queue)
+
+    return build
+
+
+@pytest.fixture
+def enqueue(stack: StackResources, sqs: Any) -> Callable[[Any], dict[str, Any]]:
+    """Send a body to the jobs queue and receive it: an SQS record with a real receipt handle."""
+
+    def send_and_receive(body: Any) -> dict[str, Any]:
+        record = sqs_record(body)
+        sqs.send_message(QueueUrl=stack.queue_url, MessageBody=record["body"])
+        received = sqs.receive_message(QueueUrl=stack.queue_url, MaxNumberOfMessages=1, WaitTimeSeconds=0)
+        (message,) = received["Messages"]
+        return sqs_record(message["Body"], message_id=message["MessageId"], receipt_handle=message["ReceiptHandle"])
+
+    return send_and_receive
+
+
+def new_job_for(message: dict[str, Any], **overrides: Any) -> NewJob:
+    """The NewJob a full message creates (what store.create_job / claim_job take)."""
+    fields: dict[str, Any] = {
+        "job_type": message["job_type"],
+        "user_id": message["user_id"],
+        "schema_version": 1,
+        "max_attempts": 3,
+        "deadline_seconds": 86_400,
+        "request_hash": request_hash(message["job_type"], message["user_id"], message["input"]),
+    }
+    fields.update(overrides)
+    return NewJob(**fields)
+
+
+@pytest.fixture
+def new_job() -> Callable[..., NewJob]:
+    return new_job_for
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@pytest.fixture
+def clock_ms() -> Callable[[], int]:
+    return now_ms

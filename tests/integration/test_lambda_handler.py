@@ -1,0 +1,145 @@
+"""The events/ files through the real Lambda entry point, configured from the environment only.
+
+DynamoDB and SQS are moto (the template's stack); the model is a real HTTP server on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import engine.store.jobs as store_module
+from aijobs.stack import StackResources
+from engine.config import get_settings
+from engine.errors import ErrorCode
+from engine.models import JobStatus
+from engine.worker import get_worker
+from handlers.worker import lambda_handler
+from tests.integration.conftest import SerializedClient, TableReader
+from tests.support.events import FakeLambdaContext, load_event
+from tests.support.http_provider import LoopbackProvider
+
+API_KEY = "local-key"
+MODEL = "local-model"
+# events/answer_with_citations.json cites documents by these ids, not the d1/d2 of job_message().
+EVENT_ANSWERS = {"answer_with_citations": {"answer": "Up to 14 days.", "citations": ["sqs-retention"]}}
+EVENT_JOBS = {
+    "summarize": "evt-summarize-1",
+    "classify": "evt-classify-1",
+    "answer_with_citations": "evt-answer-1",
+}
+
+Handler = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+@pytest.fixture
+def model_server() -> Iterator[LoopbackProvider]:
+    with LoopbackProvider(EVENT_ANSWERS).running() as server:
+        yield server
+
+
+@pytest.fixture
+def handler(
+    stack: StackResources, model_server: LoopbackProvider, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Handler]:
+    """`handlers.worker.lambda_handler` with the stack's and the loopback provider's settings."""
+    for name, value in stack.environment().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AI_PROVIDER", "openai")
+    monkeypatch.setenv("AI_BASE_URL", model_server.base_url)
+    monkeypatch.setenv("AI_API_KEY", API_KEY)
+    monkeypatch.setenv("AI_MODEL_PRIMARY", MODEL)
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+    for name in ("AI_API_KEY_SECRET_ARN", "AI_MODEL_FALLBACK", "AIJOBS_JOB_MODULES", "AIJOBS_MODEL_PRICES"):
+        monkeypatch.delenv(name, raising=False)
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    # The handler builds its own store; serialize its requests so that moto decides races the way
+    # DynamoDB would (there is no other seam: the worker is built from the environment).
+    build_client = store_module.default_client
+    monkeypatch.setattr(store_module, "default_client", lambda: SerializedClient(build_client()))
+    get_settings.cache_clear()
+    get_worker.cache_clear()
+    try:
+        yield lambda event: lambda_handler(event, FakeLambdaContext())  # type: ignore[arg-type]
+    finally:
+        get_settings.cache_clear()
+        get_worker.cache_clear()
+
+
+def assert_lambda_response(response: Any, event: dict[str, Any]) -> list[str]:
+    """The partial batch response Lambda expects; returns the ids of the records to retry."""
+    assert isinstance(response, dict)
+    assert list(response) == ["batchItemFailures"]
+    failures = response["batchItemFailures"]
+    assert isinstance(failures, list)
+    ids = [failure["itemIdentifier"] for failure in failures]
+    assert all(list(failure) == ["itemIdentifier"] for failure in failures)
+    assert set(ids) <= {record["messageId"] for record in event["Records"]}
+    return ids
+
+
+@pytest.mark.parametrize("event_name", list(EVENT_JOBS))
+def test_an_event_file_runs_its_job_through_the_lambda_handler(
+    event_name: str, handler: Handler, model_server: LoopbackProvider, table: TableReader
+) -> None:
+    # Given the sample event of a job type
+    event = load_event(event_name)
+
+    # When Lambda invokes the handler with it
+    response = handler(event)
+
+    # Then the record is acknowledged after one HTTP call to the provider, with the key and the model
+    assert assert_lambda_response(response, event) == []
+    assert model_server.calls == 1
+    assert model_server.authorizations == [f"Bearer {API_KEY}"]
+    (request,) = model_server.requests
+    assert request["model"] == MODEL
+    assert request["response_format"]["json_schema"]["name"] == event_name
+    # And the job succeeded with the provider's answer and usage
+    job = table.job(EVENT_JOBS[event_name])
+    assert job.status is JobStatus.SUCCEEDED
+    assert job.output == model_server.answers[event_name]
+    assert (job.usage.input_tokens, job.usage.output_tokens, job.usage.attempts) == (100, 20, 1)
+
+
+def test_the_duplicate_event_runs_its_job_once(
+    handler: Handler, model_server: LoopbackProvider, table: TableReader
+) -> None:
+    # Given events/duplicate.json: two records of the same job in one batch
+    event = load_event("duplicate")
+
+    # When Lambda invokes the handler with it
+    response = handler(event)
+
+    # Then the provider was asked once and the job succeeded once
+    retried = assert_lambda_response(response, event)
+    assert model_server.calls == 1
+    job = table.job("evt-duplicate-1")
+    assert job.status is JobStatus.SUCCEEDED
+    assert (job.attempt_count, job.usage.attempts) == (1, 1)
+    # And the other record was either acknowledged as a duplicate or reported as held
+    assert len(retried) <= 1
+
+
+def test_the_malformed_event_is_acknowledged_through_the_lambda_handler(
+    handler: Handler, model_server: LoopbackProvider, table: TableReader
+) -> None:
+    # Given events/malformed.json
+    event = load_event("malformed")
+
+    # When Lambda invokes the handler with it, twice
+    first = handler(event)
+    second = handler(event)
+
+    # Then every record is acknowledged both times and the provider is never called
+    assert assert_lambda_response(first, event) == []
+    assert assert_lambda_response(second, event) == []
+    assert model_server.calls == 0
+    # And what could be recorded was: two dead letters, two failed jobs
+    for record in event["Records"][:2]:
+        assert table.dead_letter(record["messageId"]) is not None
+    assert table.job("evt-bad-input-1").error.code is ErrorCode.INPUT_VALIDATION_FAILED  # type: ignore[union-attr]
+    assert table.job("evt-unknown-type-1").error.code is ErrorCode.UNKNOWN_JOB_TYPE  # type: ignore[union-attr]
