@@ -14,25 +14,9 @@ from typer.testing import CliRunner
 
 from aijobs.cli import app
 from aijobs.stack import StackResources
+from tests.support.contract import VIEW_FIELDS
 
 CLASSIFY_INPUT = json.dumps({"text": "Win a cruise!", "labels": ["spam", "ham"]})
-VIEW_FIELDS = [
-    "job_id",
-    "job_type",
-    "user_id",
-    "status",
-    "attempt_count",
-    "max_attempts",
-    "created_at",
-    "updated_at",
-    "started_at",
-    "finished_at",
-    "output",
-    "output_hash",
-    "error",
-    "cancel_requested",
-    "usage",
-]
 
 
 def run(*args: str) -> Any:

@@ -21,26 +21,9 @@ from engine.models import (
     can_transition,
     iso_timestamp,
 )
+from tests.support.contract import VIEW_FIELDS
 
 CREATED = int(datetime(2026, 12, 2, 10, 0, 0, tzinfo=UTC).timestamp() * 1000)
-
-VIEW_FIELDS = [
-    "job_id",
-    "job_type",
-    "user_id",
-    "status",
-    "attempt_count",
-    "max_attempts",
-    "created_at",
-    "updated_at",
-    "started_at",
-    "finished_at",
-    "output",
-    "output_hash",
-    "error",
-    "cancel_requested",
-    "usage",
-]
 
 
 def succeeded_job() -> Job:

@@ -1,0 +1,20 @@
+"""Facts of the product contract (SPEC.md) that several test tiers check."""
+
+# The job view's fields, in the order of SPEC section 9.
+VIEW_FIELDS = [
+    "job_id",
+    "job_type",
+    "user_id",
+    "status",
+    "attempt_count",
+    "max_attempts",
+    "created_at",
+    "updated_at",
+    "started_at",
+    "finished_at",
+    "output",
+    "output_hash",
+    "error",
+    "cancel_requested",
+    "usage",
+]
