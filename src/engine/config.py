@@ -26,6 +26,10 @@ class Settings(BaseSettings):
     ai_api_key_secret_arn: Annotated[str | None, Field(pattern=r"^arn:aws[a-z-]*:secretsmanager:\S+$")] = None
     ai_model_primary: Annotated[str, Field(min_length=1)] = "gpt-4o-mini"
     ai_model_fallback: str | None = None
+    # json_schema (strict structured output) or json_object, for providers without json_schema.
+    ai_structured_output: Literal["json_schema", "json_object"] = "json_schema"
+    # Re-asks with the validation error, within one attempt, before an answer fails the job.
+    aijobs_repair_attempts: Annotated[int, Field(ge=0, le=3)] = 1
 
     # Price overrides, JSON: {"model-id": [usd_per_million_input, usd_per_million_output]}.
     aijobs_model_prices: Annotated[dict[str, tuple[Decimal, Decimal]], NoDecode] = Field(default_factory=dict)

@@ -137,7 +137,9 @@ class AttemptRecord:
     outcome: str
     error_code: ErrorCode | None = None
     provider: str | None = None
+    tier: str | None = None
     model: str | None = None
+    calls: int = 0
     prompt_key: str | None = None
     prompt_version: str | None = None
     input_tokens: int = 0

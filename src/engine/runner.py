@@ -78,6 +78,13 @@ def output_hash(output: dict[str, Any]) -> str:
     return sha256_hex(canonical_json(output))
 
 
+def _time_left(remaining_ms: RemainingMs | None) -> Callable[[], float] | None:
+    """Seconds the gateway may still spend on model calls: the invocation's time less the finish."""
+    if remaining_ms is None:
+        return None
+    return lambda: (remaining_ms() - FINISH_MARGIN_MS) / 1000
+
+
 def _input_to_keep(job: Job, request: JobRequest, status: JobStatus | None) -> dict[str, Any] | None:
     """A failed job may be retried later, so the input its message carried is stored with it."""
     return request.raw_input if status is JobStatus.FAILED and not job.input_stored else None
@@ -212,7 +219,7 @@ class JobRunner:
             return Retry("deferred", RETRY_SOON_SECONDS, "not enough time left in this invocation")
         started = self._now_ms()
         try:
-            execution = self._gateway.execute(definition, job_input, timeout_ms / 1000)
+            execution = self._gateway.execute(definition, job_input, _time_left(remaining_ms))
         except Exception as exc:
             logger.exception("job execution failed", extra={"job_id": job.job_id})
             return self._retry(job, request, InternalError(f"internal error: {type(exc).__name__}"), None)
@@ -294,7 +301,9 @@ class JobRunner:
             outcome="succeeded" if error is None else ("retryable" if error.retryable else "failed"),
             error_code=error.code if error else None,
             provider=execution.provider,
+            tier=execution.tier,
             model=execution.model,
+            calls=execution.calls,
             prompt_key=execution.prompt.key,
             prompt_version=execution.prompt.version,
             input_tokens=execution.input_tokens,

@@ -6,13 +6,15 @@ import json
 from collections.abc import Callable
 
 from engine.config import Settings
-from engine.errors import ConfigurationError
+from engine.gateway.bedrock import BedrockConverseProvider
 from engine.gateway.gateway import Execution, ModelGateway, ModelTiers
 from engine.gateway.openai import OpenAICompatibleProvider
 from engine.gateway.pricing import PriceTable
-from engine.gateway.provider import Completion, CompletionRequest, ModelProvider
+from engine.gateway.provider import ChatTurn, Completion, CompletionRequest, ModelProvider
 
 __all__ = [
+    "BedrockConverseProvider",
+    "ChatTurn",
     "Completion",
     "CompletionRequest",
     "Execution",
@@ -49,11 +51,17 @@ def api_key_source(settings: Settings) -> Callable[[], str | None]:
 
 
 def build_gateway(settings: Settings) -> ModelGateway:
-    if settings.ai_provider != "openai":
-        raise ConfigurationError(f"AI_PROVIDER: {settings.ai_provider!r} is not supported by this build; use 'openai'")
-    provider = OpenAICompatibleProvider(settings.ai_base_url, api_key_source(settings))
+    provider: ModelProvider
+    if settings.ai_provider == "bedrock":
+        # IAM-authenticated in the function's own region; no key, no base URL.
+        provider = BedrockConverseProvider()
+    else:
+        provider = OpenAICompatibleProvider(
+            settings.ai_base_url, api_key_source(settings), structured_output=settings.ai_structured_output
+        )
     return ModelGateway(
         provider,
         ModelTiers(primary=settings.ai_model_primary, fallback=settings.ai_model_fallback),
         PriceTable.with_overrides(settings.aijobs_model_prices),
+        repair_attempts=settings.aijobs_repair_attempts,
     )

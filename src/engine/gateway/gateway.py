@@ -1,16 +1,39 @@
-"""The gateway the runner calls: render the prompt, call the model, validate, price the call."""
+"""The gateway the runner calls: render the prompt, call the model, validate, re-ask, fall back, price.
+
+One `execute` is one attempt of a job. Within it the gateway may
+- re-ask the model that answered, with the validation error, up to `repair_attempts` times;
+- try the fallback model when the primary one is unavailable or times out.
+Every call that got an answer counts: its tokens and cost are summed into the attempt.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 from pydantic import BaseModel
 
 from engine.definitions import JobDefinition, RenderedPrompt
-from engine.errors import JobError, SchemaValidationError
+from engine.errors import (
+    BusinessValidationError,
+    JobError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+    ReferenceValidationError,
+    SchemaValidationError,
+)
 from engine.gateway.pricing import PriceTable
-from engine.gateway.provider import CompletionRequest, ModelProvider
+from engine.gateway.provider import ChatTurn, CompletionRequest, ModelProvider
+from engine.observability import logger
+
+# Errors a re-ask with the validation error may mend; and errors a different model may avoid.
+_REPAIRABLE = (SchemaValidationError, BusinessValidationError, ReferenceValidationError)
+_FALLS_BACK = (ProviderUnavailableError, ProviderTimeoutError)
+# Below this much time left, no further call is started within the attempt.
+MIN_CALL_SECONDS = 1.0
+
+TimeLeft = Callable[[], float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,13 +41,19 @@ class ModelTiers:
     primary: str
     fallback: str | None = None
 
-    def model_for(self, tier: str) -> str:
-        return self.fallback if tier == "fallback" and self.fallback else self.primary
+    def chain(self, tier: str) -> list[tuple[str, str]]:
+        """The (tier, model) pairs to try in order for a job type's tier."""
+        if tier == "fallback":
+            return [("fallback", self.fallback)] if self.fallback else [("primary", self.primary)]
+        chain = [("primary", self.primary)]
+        if self.fallback and self.fallback != self.primary:
+            chain.append(("fallback", self.fallback))
+        return chain
 
 
 @dataclass(frozen=True, slots=True)
 class Execution:
-    """One attempt's result: the validated output or the error, and what the calls cost."""
+    """One attempt's result: the validated output or the error, and what its calls cost."""
 
     prompt: RenderedPrompt
     provider: str
@@ -36,49 +65,127 @@ class Execution:
     output_tokens: int = 0
     cost_usd: Decimal = Decimal(0)
     latency_ms: int = 0
+    calls: int = 0
     # True once a provider answered; such an attempt cost tokens even when it failed.
     answered: bool = False
 
 
+@dataclass
+class _Tally:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: Decimal = Decimal(0)
+    latency_ms: int = 0
+    calls: int = 0
+    answered: bool = False
+    tier: str = "primary"
+    model: str = ""
+    conversation: list[ChatTurn] = field(default_factory=list)
+
+
+def strip_code_fence(content: str) -> str:
+    """Models asked for JSON sometimes wrap it in a ```json fence; the fence is not the answer."""
+    text = content.strip()
+    if text.startswith("```") and text.endswith("```") and "\n" in text:
+        return text[text.index("\n") + 1 : -3].strip()
+    return content
+
+
 class ModelGateway:
-    def __init__(self, provider: ModelProvider, models: ModelTiers, prices: PriceTable | None = None) -> None:
+    def __init__(
+        self,
+        provider: ModelProvider,
+        models: ModelTiers,
+        prices: PriceTable | None = None,
+        repair_attempts: int = 1,
+    ) -> None:
         self._provider = provider
         self._models = models
         self._prices = prices or PriceTable()
+        self._repair_attempts = repair_attempts
 
-    def execute(self, definition: JobDefinition, job_input: BaseModel, timeout_seconds: float) -> Execution:
+    def execute(self, definition: JobDefinition, job_input: BaseModel, time_left: TimeLeft | None = None) -> Execution:
         prompt = definition.render_prompt(job_input)
-        tier = definition.model_tier
-        model = self._models.model_for(tier)
-        request = CompletionRequest(
-            model=model,
-            system=prompt.system,
-            user=prompt.user,
-            schema_name=definition.name,
-            output_schema=definition.output_json_schema,
-            max_tokens=definition.max_tokens,
-            timeout_seconds=timeout_seconds,
-        )
-        attempt = Execution(prompt=prompt, provider=self._provider.name, tier=tier, model=model)
-        try:
-            completion = self._provider.complete(request)
-        except JobError as exc:
-            return replace(attempt, error=exc)
-        answered = replace(
-            attempt,
-            answered=True,
-            input_tokens=completion.input_tokens,
-            output_tokens=completion.output_tokens,
-            cost_usd=self._prices.cost(model, completion.input_tokens, completion.output_tokens),
-            latency_ms=completion.latency_ms,
-        )
-        if not completion.content:
-            reason = completion.finish_reason or "unknown"
-            return replace(
-                answered, error=SchemaValidationError(f"the model returned no content (finish_reason {reason})")
+        tally = _Tally()
+        chain = self._models.chain(definition.model_tier)
+        for position, (tier, model) in enumerate(chain):
+            tally.tier, tally.model, tally.conversation = tier, model, []
+            output, error = self._ask(definition, job_input, prompt, tally, time_left)
+            if error is None or not isinstance(error, _FALLS_BACK) or position == len(chain) - 1:
+                return self._execution(prompt, tally, output, error)
+            logger.warning(
+                "model failed; trying the next tier",
+                extra={"job_type": definition.name, "model": model, "error_code": error.code.value},
             )
-        try:
-            output = definition.validate_output(job_input, completion.content)
-        except JobError as exc:
-            return replace(answered, error=exc)
-        return replace(answered, output=output)
+        raise AssertionError("the model chain is never empty")
+
+    def _ask(
+        self,
+        definition: JobDefinition,
+        job_input: BaseModel,
+        prompt: RenderedPrompt,
+        tally: _Tally,
+        time_left: TimeLeft | None,
+    ) -> tuple[BaseModel | None, JobError | None]:
+        """Ask one model, re-asking with the validation error while repairs remain."""
+        for repair in range(self._repair_attempts + 1):
+            timeout = definition.timeout_seconds
+            if time_left is not None:
+                timeout = min(timeout, time_left())
+                if timeout < MIN_CALL_SECONDS:
+                    return None, ProviderTimeoutError("no time left in this invocation for another model call")
+            request = CompletionRequest(
+                model=tally.model,
+                system=prompt.system,
+                user=prompt.user,
+                schema_name=definition.name,
+                output_schema=definition.output_json_schema,
+                max_tokens=definition.max_tokens,
+                timeout_seconds=timeout,
+                conversation=tuple(tally.conversation),
+            )
+            tally.calls += 1
+            try:
+                completion = self._provider.complete(request)
+            except JobError as exc:
+                return None, exc
+            tally.answered = True
+            tally.input_tokens += completion.input_tokens
+            tally.output_tokens += completion.output_tokens
+            tally.cost_usd += self._prices.cost(tally.model, completion.input_tokens, completion.output_tokens)
+            tally.latency_ms += completion.latency_ms
+            try:
+                if not completion.content:
+                    reason = completion.finish_reason or "unknown"
+                    raise SchemaValidationError(f"the model returned no content (finish_reason {reason})")
+                return definition.validate_output(job_input, strip_code_fence(completion.content)), None
+            except _REPAIRABLE as exc:
+                if repair == self._repair_attempts:
+                    return None, exc
+                tally.conversation += [
+                    ChatTurn("assistant", completion.content),
+                    ChatTurn(
+                        "user",
+                        f"Your answer was not accepted: {exc.message}. "
+                        "Answer again with only the corrected JSON object.",
+                    ),
+                ]
+        raise AssertionError("the repair loop always returns")
+
+    def _execution(
+        self, prompt: RenderedPrompt, tally: _Tally, output: BaseModel | None, error: JobError | None
+    ) -> Execution:
+        return Execution(
+            prompt=prompt,
+            provider=self._provider.name,
+            tier=tally.tier,
+            model=tally.model,
+            output=output,
+            error=error,
+            input_tokens=tally.input_tokens,
+            output_tokens=tally.output_tokens,
+            cost_usd=tally.cost_usd,
+            latency_ms=tally.latency_ms,
+            calls=tally.calls,
+            answered=tally.answered,
+        )

@@ -109,6 +109,7 @@ class OpenAICompatibleProvider:
             "messages": [
                 {"role": "system", "content": request.system},
                 {"role": "user", "content": request.user},
+                *({"role": turn.role, "content": turn.content} for turn in request.conversation),
             ],
             "max_tokens": request.max_tokens,
             "temperature": 0,

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class ChatTurn:
+    role: Literal["assistant", "user"]
+    content: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,6 +21,8 @@ class CompletionRequest:
     output_schema: dict[str, Any]
     max_tokens: int
     timeout_seconds: float
+    # Turns after the user prompt: a rejected answer and the re-ask that explains why.
+    conversation: tuple[ChatTurn, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

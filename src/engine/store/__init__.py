@@ -1,5 +1,16 @@
 """The only package that talks to DynamoDB."""
 
 from engine.store.jobs import Failed, JobStore, NewJob, Outcome, Released, Succeeded, explain_claim_refusal
+from engine.store.usage import UsageLedger, UsageRow
 
-__all__ = ["Failed", "JobStore", "NewJob", "Outcome", "Released", "Succeeded", "explain_claim_refusal"]
+__all__ = [
+    "Failed",
+    "JobStore",
+    "NewJob",
+    "Outcome",
+    "Released",
+    "Succeeded",
+    "UsageLedger",
+    "UsageRow",
+    "explain_claim_refusal",
+]

@@ -6,7 +6,9 @@ attempt (`ATTEMPT#0001`...), and dead letters that named no usable job.
 
 from __future__ import annotations
 
+import hashlib
 import json
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -97,9 +99,29 @@ def job_from_item(item: Item) -> Job:
     )
 
 
+# Shards of a day in the UsageByDay index; a query of one day reads them all.
+USAGE_DAY_SHARDS = 8
+
+
+def usage_day(epoch_ms: int) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).strftime("%Y-%m-%d")
+
+
+def usage_day_partition(day: str, shard: int) -> str:
+    return f"{day}#{shard}"
+
+
+def _usage_shard(job_id: str) -> int:
+    return int(hashlib.blake2s(job_id.encode(), digest_size=2).hexdigest(), 16) % USAGE_DAY_SHARDS
+
+
 def attempt_item(record: AttemptRecord, expires_at: int) -> Item:
     return job_key(record.job_id, attempt_sk(record.attempt)) | to_item(
         {
+            # Keys of the usage indexes (template.yaml: UsageByDay, UsageByUser).
+            "usage_day": usage_day_partition(usage_day(record.finished_at), _usage_shard(record.job_id)),
+            "usage_user": record.user_id,
+            "usage_at": record.finished_at,
             "job_id": record.job_id,
             "attempt": record.attempt,
             "user_id": record.user_id,
@@ -109,7 +131,9 @@ def attempt_item(record: AttemptRecord, expires_at: int) -> Item:
             "outcome": record.outcome,
             "error_code": record.error_code.value if record.error_code else None,
             "provider": record.provider,
+            "tier": record.tier,
             "model": record.model,
+            "calls": record.calls,
             "prompt_key": record.prompt_key,
             "prompt_version": record.prompt_version,
             "input_tokens": record.input_tokens,

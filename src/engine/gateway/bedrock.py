@@ -1,0 +1,238 @@
+"""Amazon Bedrock Converse over boto3's bedrock-runtime client, authenticated by the function's IAM role.
+
+Structured output is a forced tool call: the request offers one tool whose input schema is the job
+type's output schema and makes the model call it; the tool call's input is the answer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, cast
+
+from boto3.session import Session
+from botocore.config import Config
+from botocore.exceptions import (
+    ClientError,
+    ConnectTimeoutError,
+    HTTPClientError,
+    ParamValidationError,
+    ReadTimeoutError,
+)
+from botocore.exceptions import ConnectionError as BotocoreConnectionError
+
+from engine.errors import (
+    JobError,
+    ProviderRateLimitedError,
+    ProviderRejectedError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+)
+from engine.gateway.provider import ChatTurn, Completion, CompletionRequest
+
+_CONNECT_TIMEOUT_SECONDS = 5
+# Clients are cached per whole-second read timeout; timeouts cut short by the Lambda's remaining
+# time vary, so the cache keeps only the most recently used few.
+_MAX_CACHED_CLIENTS = 8
+
+# Error codes of the Converse operation (botocore's bedrock-runtime service model), by what asking
+# again can do. Codes not listed here are classified by their HTTP status, as the OpenAI adapter does.
+_RATE_LIMITED_CODES = frozenset(
+    {
+        "ThrottlingException",  # 429: the account's per-model request or token quota
+        # 400, but "you can resubmit your request later" (Bedrock API reference): a quota that time
+        # restores, like throttling, so it waits without spending attempts, bounded by the deadline.
+        "ServiceQuotaExceededException",
+    }
+)
+_TIMEOUT_CODES = frozenset({"ModelTimeoutException"})  # 408: the model ran past Bedrock's own limit
+_UNAVAILABLE_CODES = frozenset(
+    {
+        "InternalServerException",  # 500
+        "ServiceUnavailableException",  # 503
+        # 429, yet not a quota: the model is not ready to serve yet (SDKs retry it by default),
+        # so it spends an attempt and may fall back to the other tier like any outage.
+        "ModelNotReadyException",
+        # 424: the model failed while processing; the request itself was accepted.
+        "ModelErrorException",
+    }
+)
+# Wrong request, model id, IAM policy or model access: nothing changes until an operator does.
+_REJECTED_CODES = frozenset({"ValidationException", "AccessDeniedException", "ResourceNotFoundException"})
+
+# Bedrock refuses blank text blocks; an empty answer being re-asked about still needs a turn.
+_EMPTY_TURN_TEXT = "(no answer)"
+
+
+class ConverseClient(Protocol):
+    """The part of boto3's bedrock-runtime client the provider uses."""
+
+    def converse(self, **kwargs: Any) -> Mapping[str, Any]: ...
+
+
+# Builds a client whose read timeout is the given number of seconds.
+ClientFactory = Callable[[int], ConverseClient]
+
+
+def client_config(read_timeout: int) -> Config:
+    # The engine retries (with backoff, fallback and attempt accounting), so botocore must not.
+    # `total_max_attempts` counts the first call; botocore's `max_attempts` counts retries only.
+    return Config(
+        read_timeout=read_timeout,
+        connect_timeout=min(_CONNECT_TIMEOUT_SECONDS, read_timeout),
+        retries={"total_max_attempts": 1, "mode": "standard"},
+        max_pool_connections=32,
+    )
+
+
+def default_client_factory(region_name: str | None = None) -> ClientFactory:
+    """bedrock-runtime clients from one lazily created session (which caches the service model)."""
+    session: Session | None = None
+
+    def build(read_timeout: int) -> ConverseClient:
+        nonlocal session
+        if session is None:
+            session = Session()
+        client = session.client("bedrock-runtime", region_name=region_name, config=client_config(read_timeout))
+        return cast(ConverseClient, client)
+
+    return build
+
+
+class BedrockConverseProvider:
+    name = "bedrock"
+
+    def __init__(self, client_factory: ClientFactory | None = None, *, region_name: str | None = None) -> None:
+        self._client_factory = client_factory or default_client_factory(region_name)
+        self._clients: OrderedDict[int, ConverseClient] = OrderedDict()
+        # Records may be processed on several threads; boto3 sessions are not thread-safe.
+        self._lock = threading.Lock()
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        client = self._client(request.timeout_seconds)
+        started = time.perf_counter()
+        try:
+            response = client.converse(**self._body(request))
+        except ClientError as exc:
+            raise _classified(exc) from exc
+        except (ReadTimeoutError, ConnectTimeoutError) as exc:
+            raise ProviderTimeoutError(f"no answer from Bedrock within {request.timeout_seconds:g}s") from exc
+        except (BotocoreConnectionError, HTTPClientError) as exc:
+            raise ProviderUnavailableError(f"Bedrock connection failed: {type(exc).__name__}") from exc
+        except ParamValidationError as exc:
+            # botocore checked the request against the service model before sending it.
+            raise ProviderRejectedError("the Bedrock client refused the request (ParamValidationError)") from exc
+        latency_ms = int((time.perf_counter() - started) * 1000)
+        return self._completion(request, response, latency_ms)
+
+    def _client(self, timeout_seconds: float) -> ConverseClient:
+        # botocore has no per-call timeout: a client carries one, so keep a client per timeout.
+        read_timeout = max(1, math.ceil(timeout_seconds))
+        with self._lock:
+            client = self._clients.get(read_timeout)
+            if client is None:
+                client = self._client_factory(read_timeout)
+                self._clients[read_timeout] = client
+                if len(self._clients) > _MAX_CACHED_CLIENTS:
+                    self._clients.popitem(last=False)
+            else:
+                self._clients.move_to_end(read_timeout)
+            return client
+
+    @staticmethod
+    def _body(request: CompletionRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "modelId": request.model,
+            "messages": [_message("user", request.user), *(_turn(turn) for turn in request.conversation)],
+            "inferenceConfig": {"maxTokens": request.max_tokens, "temperature": 0},
+            "toolConfig": {
+                "tools": [
+                    {
+                        "toolSpec": {
+                            "name": request.schema_name,
+                            "description": "Give your answer by calling this tool; its input is the answer.",
+                            "inputSchema": {"json": request.output_schema},
+                        }
+                    }
+                ],
+                "toolChoice": {"tool": {"name": request.schema_name}},
+            },
+        }
+        if request.system:
+            body["system"] = [{"text": request.system}]
+        return body
+
+    @staticmethod
+    def _completion(request: CompletionRequest, response: Mapping[str, Any], latency_ms: int) -> Completion:
+        try:
+            blocks = response["output"]["message"]["content"]
+            usage = response.get("usage") or {}
+            input_tokens = _token_count(usage.get("inputTokens"))
+            output_tokens = _token_count(usage.get("outputTokens"))
+            content = _answer(blocks)
+            finish_reason = str(response.get("stopReason") or "")
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            # A success that is not a Converse message is a service fault, not the model's answer.
+            raise ProviderUnavailableError("Bedrock answered with a malformed Converse response") from exc
+        return Completion(
+            content=content,
+            model=request.model,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            latency_ms=latency_ms,
+            finish_reason=finish_reason,
+        )
+
+
+def _message(role: str, text: str) -> dict[str, Any]:
+    return {"role": role, "content": [{"text": text}]}
+
+
+def _turn(turn: ChatTurn) -> dict[str, Any]:
+    return _message(turn.role, turn.content if turn.content.strip() else _EMPTY_TURN_TEXT)
+
+
+def _answer(blocks: object) -> str:
+    """The first tool call's input as JSON; else the text, so validation can say what came back."""
+    if not isinstance(blocks, list) or not all(isinstance(block, dict) for block in blocks):
+        raise TypeError("a message's content is a list of content blocks")
+    for block in blocks:
+        if "toolUse" in block:
+            return json.dumps(block["toolUse"]["input"])
+    return "".join(block["text"] for block in blocks if "text" in block)
+
+
+def _classified(exc: ClientError) -> JobError:
+    """The engine error for a Bedrock error response, by its error code, else by its HTTP status."""
+    code = str(exc.response.get("Error", {}).get("Code") or "")
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    status = status if isinstance(status, int) else None
+    described = f"{code or 'unknown error'}, HTTP {status if status is not None else 'unknown'}"
+    # Bedrock sends no Retry-After; the delay is left to backoff.
+    if code in _RATE_LIMITED_CODES:
+        return ProviderRateLimitedError(f"Bedrock rate limit ({described})")
+    if code in _TIMEOUT_CODES:
+        return ProviderTimeoutError(f"Bedrock model timed out ({described})")
+    if code in _UNAVAILABLE_CODES:
+        return ProviderUnavailableError(f"Bedrock unavailable ({described})")
+    if code in _REJECTED_CODES:
+        return ProviderRejectedError(f"Bedrock rejected the request ({described})", status_code=status)
+    if status == 429:
+        return ProviderRateLimitedError(f"Bedrock rate limit ({described})")
+    if status == 408:
+        return ProviderTimeoutError(f"Bedrock timed out ({described})")
+    if status is not None and 400 <= status < 500 and status != 409:
+        return ProviderRejectedError(f"Bedrock rejected the request ({described})", status_code=status)
+    return ProviderUnavailableError(f"Bedrock unavailable ({described})")
+
+
+def _token_count(value: object) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"token count {value!r} is not a non-negative integer")
+    return value

@@ -1,0 +1,86 @@
+"""Usage over a time range, by user, job type and model: Queries of the attempt records' indexes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from engine.store.items import USAGE_DAY_SHARDS, from_item, usage_day_partition
+from engine.store.jobs import default_client
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+BY_DAY_INDEX = "UsageByDay"
+BY_USER_INDEX = "UsageByUser"
+# A range of more days than this is refused rather than fanned out into thousands of queries.
+MAX_RANGE_DAYS = 400
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    user_id: str | None
+    job_type: str | None
+    model: str | None
+    attempts: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: Decimal
+
+
+class UsageLedger:
+    def __init__(self, table_name: str, client: DynamoDBClient | None = None) -> None:
+        self.table_name = table_name
+        self._client = client or default_client()
+
+    def summarize(self, since_ms: int, until_ms: int, user_id: str | None = None) -> list[UsageRow]:
+        """Attempts finished in [since, until], summed by (user, job type, model); costliest first."""
+        if until_ms < since_ms:
+            raise ValueError("the usage range ends before it starts")
+        totals: dict[tuple[str | None, str | None, str | None], list[Any]] = {}
+        for record in self._records(since_ms, until_ms, user_id):
+            key = (record.get("user_id"), record.get("job_type"), record.get("model"))
+            row = totals.setdefault(key, [0, 0, 0, Decimal(0)])
+            row[0] += 1
+            row[1] += int(record.get("input_tokens", 0))
+            row[2] += int(record.get("output_tokens", 0))
+            row[3] += Decimal(record.get("cost_usd", 0))
+        rows = [UsageRow(*key, *values) for key, values in totals.items()]
+        return sorted(rows, key=lambda row: (-row.cost_usd, -row.input_tokens, str(row.user_id), str(row.job_type)))
+
+    def _records(self, since_ms: int, until_ms: int, user_id: str | None) -> Iterator[dict[str, Any]]:
+        if user_id is not None:
+            yield from self._query(BY_USER_INDEX, "usage_user", user_id, since_ms, until_ms)
+            return
+        for day in _days(since_ms, until_ms):
+            for shard in range(USAGE_DAY_SHARDS):
+                yield from self._query(BY_DAY_INDEX, "usage_day", usage_day_partition(day, shard), since_ms, until_ms)
+
+    def _query(self, index: str, key: str, value: str, since_ms: int, until_ms: int) -> Iterator[dict[str, Any]]:
+        paginator = self._client.get_paginator("query")
+        pages = paginator.paginate(
+            TableName=self.table_name,
+            IndexName=index,
+            KeyConditionExpression="#key = :value AND #at BETWEEN :since AND :until",
+            ExpressionAttributeNames={"#key": key, "#at": "usage_at"},
+            ExpressionAttributeValues={
+                ":value": {"S": value},
+                ":since": {"N": str(since_ms)},
+                ":until": {"N": str(until_ms)},
+            },
+        )
+        for page in pages:
+            for item in page.get("Items", []):
+                yield from_item(item)
+
+
+def _days(since_ms: int, until_ms: int) -> list[str]:
+    first = datetime.fromtimestamp(since_ms / 1000, tz=UTC).date()
+    last = datetime.fromtimestamp(until_ms / 1000, tz=UTC).date()
+    count = (last - first).days + 1
+    if count > MAX_RANGE_DAYS:
+        raise ValueError(f"a usage range spans at most {MAX_RANGE_DAYS} days; this one spans {count}")
+    return [(first + timedelta(days=offset)).isoformat() for offset in range(count)]

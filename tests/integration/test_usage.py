@@ -1,0 +1,75 @@
+"""Usage by user, job type and model over a time range, from the attempt records' indexes."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from engine.models import AttemptRecord
+from engine.store import JobStore, UsageLedger, UsageRow
+from engine.store.items import attempt_item
+from tests.conftest import RequestCounter
+
+DAY_MS = 86_400_000
+NOW = 1_796_205_600_000  # 2026-12-02T10:00:00Z
+
+
+def record(
+    job_id: str, user: str, job_type: str, model: str, finished_at: int, tokens: int, cost: str
+) -> AttemptRecord:
+    return AttemptRecord(
+        job_id=job_id,
+        attempt=1,
+        user_id=user,
+        job_type=job_type,
+        started_at=finished_at - 100,
+        finished_at=finished_at,
+        outcome="succeeded",
+        model=model,
+        input_tokens=tokens,
+        output_tokens=tokens // 10,
+        cost_usd=Decimal(cost),
+    )
+
+
+def seed(dynamodb: Any, table_name: str, records: list[AttemptRecord]) -> None:
+    # Attempt records are written by the finishing transaction; here directly, to place them in time.
+    for attempt in records:
+        dynamodb.put_item(TableName=table_name, Item=attempt_item(attempt, 0))
+
+
+def test_usage_is_summed_by_user_job_type_and_model_within_the_range(
+    store: JobStore, dynamodb: Any, dynamodb_requests: RequestCounter
+) -> None:
+    # Given attempts of two users over three days, one of them outside the range
+    seed(
+        dynamodb,
+        store.table_name,
+        [
+            record("j1", "alice", "classify", "gpt-4o-mini", NOW, 100, "0.001"),
+            record("j2", "alice", "classify", "gpt-4o-mini", NOW - DAY_MS, 300, "0.003"),
+            record("j3", "alice", "summarize", "gpt-4o", NOW, 1000, "0.02"),
+            record("j4", "bob", "classify", "gpt-4o-mini", NOW, 50, "0.0005"),
+            record("j5", "bob", "classify", "gpt-4o-mini", NOW - 10 * DAY_MS, 999, "0.5"),
+        ],
+    )
+    ledger = UsageLedger(store.table_name, client=dynamodb)
+    dynamodb_requests.reset()
+
+    # When usage over the last two days is asked for
+    rows = ledger.summarize(NOW - 2 * DAY_MS, NOW)
+
+    # Then each (user, job type, model) is summed, costliest first, with Queries only
+    assert rows == [
+        UsageRow("alice", "summarize", "gpt-4o", 1, 1000, 100, Decimal("0.02")),
+        UsageRow("alice", "classify", "gpt-4o-mini", 2, 400, 40, Decimal("0.004")),
+        UsageRow("bob", "classify", "gpt-4o-mini", 1, 50, 5, Decimal("0.0005")),
+    ]
+    assert set(dynamodb_requests.operations) == {"Query"}
+
+    # And one user's usage comes from the by-user index in one query
+    dynamodb_requests.reset()
+    assert ledger.summarize(NOW - 20 * DAY_MS, NOW, user_id="bob") == [
+        UsageRow("bob", "classify", "gpt-4o-mini", 2, 1049, 104, Decimal("0.5005")),
+    ]
+    assert dynamodb_requests.operations == {"Query": 1}
