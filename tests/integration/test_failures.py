@@ -2,29 +2,36 @@
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 import pytest
 
+from engine.definitions import JobRegistry
 from engine.errors import (
     ErrorCode,
     ProviderRateLimitedError,
     ProviderRejectedError,
     ProviderUnavailableError,
 )
-from engine.gateway import CompletionRequest
+from engine.gateway import CompletionRequest, ModelGateway, ModelTiers
 from engine.models import JobStatus
+from engine.runner import JobRunner
 from engine.store import JobStore, NewJob
 from engine.worker import Worker
 from tests.conftest import RequestCounter
 from tests.integration.conftest import RecordingQueue, TableReader, WorkerFactory, now_ms
 from tests.support.events import FakeLambdaContext, job_message, sqs_event, sqs_record
-from tests.support.providers import FakeProvider, valid_answer
+from tests.support.providers import VALID_OUTPUTS, FakeProvider, valid_answer
 
 Enqueue = Callable[[Any], dict[str, Any]]
 ONE_ROUND_TRIP = {"UpdateItem": 1, "TransactWriteItems": 1}
+# 100 input and 20 output tokens: gpt-4o-mini at $0.15/$0.60 per million, gpt-4o at $2.50/$10.00.
+COST_OF_ONE_MINI_CALL = Decimal("0.000027")
+COST_OF_ONE_4O_CALL = Decimal("0.00045")
 
 
 def failed_record(record: dict[str, Any]) -> dict[str, Any]:
@@ -195,7 +202,7 @@ def test_an_answer_that_fails_validation_fails_the_job_with_its_tokens(
     table: TableReader,
     enqueue: Enqueue,
 ) -> None:
-    # Given a model whose answer breaks the job type's output model or rule
+    # Given a model whose answer breaks the job type's output model or rule, and again when re-asked
     provider.script = lambda _: answer
     job_id = f"invalid-{job_type}"
     record = enqueue(job_message(job_type, job_id))
@@ -203,20 +210,117 @@ def test_an_answer_that_fails_validation_fails_the_job_with_its_tokens(
     # When the worker handles the job
     response = worker.handle(sqs_event(record), FakeLambdaContext())
 
-    # Then the job fails with the matching code and the tokens of the answer are paid for
+    # Then the job fails with the matching code after the answer and its one repair, both paid for
     requests = dict(dynamodb_requests.operations)
     assert response == {"batchItemFailures": []}
     assert requests == ONE_ROUND_TRIP
+    assert provider.calls == 2
     job = table.job(job_id)
     assert job.status is JobStatus.FAILED
     assert job.error is not None
     assert (job.error.code, job.error.retryable) == (code, False)
     assert job.output is None
-    assert (job.usage.input_tokens, job.usage.output_tokens, job.usage.attempts) == (100, 20, 1)
+    assert (job.usage.input_tokens, job.usage.output_tokens, job.usage.attempts) == (200, 40, 1)
+    assert job.usage.cost_usd == 2 * COST_OF_ONE_MINI_CALL
     attempt = table.attempt(job_id, 1)
     assert attempt is not None
     assert (attempt["outcome"], attempt["error_code"]) == ("failed", code.value)
-    assert (attempt["input_tokens"], attempt["output_tokens"]) == (100, 20)
+    assert (attempt["input_tokens"], attempt["output_tokens"], attempt["calls"]) == (200, 40, 2)
+    assert (attempt["tier"], attempt["model"]) == ("primary", "gpt-4o-mini")
+
+
+def test_an_answer_mended_on_the_re_ask_succeeds_with_the_tokens_of_both_calls(
+    worker: Worker,
+    provider: FakeProvider,
+    dynamodb_requests: RequestCounter,
+    table: TableReader,
+    enqueue: Enqueue,
+) -> None:
+    # Given a model that offers a label the input does not, then corrects itself when told why
+    def wrong_then_right(request: CompletionRequest) -> Any:
+        if not request.conversation:
+            return {"label": "eggs", "confidence": 0.5}
+        return valid_answer(request)
+
+    provider.script = wrong_then_right
+    record = enqueue(job_message("classify", "mended-1"))
+
+    # When the worker handles the job
+    response = worker.handle(sqs_event(record), FakeLambdaContext())
+
+    # Then the job succeeds in one attempt, with the corrected answer, in the usual two writes
+    requests = dict(dynamodb_requests.operations)
+    assert response == {"batchItemFailures": []}
+    assert requests == ONE_ROUND_TRIP
+    assert provider.calls == 2
+    assert "label 'eggs' is not one of the 2 labels offered" in provider.requests[1].conversation[1].content
+    job = table.job("mended-1")
+    assert job.status is JobStatus.SUCCEEDED
+    assert job.output == VALID_OUTPUTS["classify"]
+    assert job.error is None
+    # And the usage holds both calls of the one attempt
+    assert (job.attempt_count, job.usage.attempts) == (1, 1)
+    assert (job.usage.input_tokens, job.usage.output_tokens) == (200, 40)
+    assert job.usage.cost_usd == 2 * COST_OF_ONE_MINI_CALL
+    attempt = table.attempt("mended-1", 1)
+    assert attempt is not None
+    assert attempt["outcome"] == "succeeded"
+    assert "error_code" not in attempt
+    assert (attempt["calls"], attempt["tier"], attempt["model"]) == (2, "primary", "gpt-4o-mini")
+    assert (attempt["input_tokens"], attempt["output_tokens"]) == (200, 40)
+    assert Decimal(attempt["cost_usd"]) == 2 * COST_OF_ONE_MINI_CALL
+    assert table.attempt("mended-1", 2) is None
+
+
+# --- fallback -----------------------------------------------------------------------------------
+
+
+def test_an_unavailable_primary_model_falls_back_within_the_attempt(
+    store: JobStore,
+    provider: FakeProvider,
+    registry: JobRegistry,
+    queue: RecordingQueue,
+    dynamodb_requests: RequestCounter,
+    table: TableReader,
+    enqueue: Enqueue,
+) -> None:
+    # Given a worker with a fallback model, and a primary model answering 503
+    gateway = ModelGateway(provider, ModelTiers("gpt-4o-mini", "gpt-4o"))
+    worker = Worker(JobRunner(store, gateway, registry, rng=random.Random(7)), queue)
+
+    def primary_down(request: CompletionRequest) -> Any:
+        if request.model == "gpt-4o-mini":
+            return ProviderUnavailableError("provider unavailable (HTTP 503)")
+        return valid_answer(request)
+
+    provider.script = primary_down
+    record = enqueue(job_message("classify", "fallback-1"))
+
+    # When the worker handles the job
+    response = worker.handle(sqs_event(record), FakeLambdaContext())
+
+    # Then the fallback model's answer succeeds the job in one attempt, without a backoff
+    requests = dict(dynamodb_requests.operations)
+    assert response == {"batchItemFailures": []}
+    assert requests == ONE_ROUND_TRIP
+    assert queue.visibility_changes == []
+    assert [request.model for request in provider.requests] == ["gpt-4o-mini", "gpt-4o"]
+    job = table.job("fallback-1")
+    assert job.status is JobStatus.SUCCEEDED
+    assert job.output == VALID_OUTPUTS["classify"]
+    assert job.error is None
+    assert (job.attempt_count, job.usage.attempts) == (1, 1)
+    # And only the fallback's answer is paid for, at its price
+    assert (job.usage.input_tokens, job.usage.output_tokens) == (100, 20)
+    assert job.usage.cost_usd == COST_OF_ONE_4O_CALL
+    # And the attempt names the model that answered and its tier
+    attempt = table.attempt("fallback-1", 1)
+    assert attempt is not None
+    assert attempt["outcome"] == "succeeded"
+    assert "error_code" not in attempt
+    assert (attempt["model"], attempt["tier"], attempt["calls"]) == ("gpt-4o", "fallback", 2)
+    assert Decimal(attempt["cost_usd"]) == COST_OF_ONE_4O_CALL
+    assert table.attempt("fallback-1", 2) is None
 
 
 # --- lease lost ---------------------------------------------------------------------------------
@@ -293,6 +397,64 @@ def test_too_little_invocation_time_releases_the_job_without_spending_an_attempt
     assert (job.attempt_count, job.usage.attempts) == (0, 0)
     assert job.lease_owner is None
     assert table.attempt("short-1", 1) is None
+
+
+def test_a_re_ask_gets_only_the_invocation_time_left_less_the_finishing_margin(
+    worker: Worker, provider: FakeProvider, table: TableReader, enqueue: Enqueue
+) -> None:
+    # Given a 300 s invocation in which the model's first, wrong answer takes 250 s
+    context = FakeLambdaContext(timeout_ms=300_000)
+
+    def slow_wrong_then_right(request: CompletionRequest) -> Any:
+        if not request.conversation:
+            context._started -= 250  # 250 s pass
+            return {"label": "eggs", "confidence": 0.5}
+        return valid_answer(request)
+
+    provider.script = slow_wrong_then_right
+    record = enqueue(job_message("classify", "clock-1"))
+
+    # When the worker handles the job
+    response = worker.handle(sqs_event(record), context)
+
+    # Then the first call may take classify's 60 s, the re-ask only what is left less 5 s for the finish
+    assert response == {"batchItemFailures": []}
+    first, second = (request.timeout_seconds for request in provider.requests)
+    assert first == 60.0
+    assert 40.0 < second <= 45.0  # 300 - 250 - 5, less the moments the test itself took
+    assert table.job("clock-1").status is JobStatus.SUCCEEDED
+
+
+def test_a_re_ask_without_time_left_puts_the_job_back_and_keeps_the_first_answers_tokens(
+    worker: Worker, provider: FakeProvider, queue: RecordingQueue, table: TableReader, enqueue: Enqueue
+) -> None:
+    # Given a 300 s invocation in which the model's first, wrong answer takes 295 s
+    context = FakeLambdaContext(timeout_ms=300_000)
+
+    def slow_and_wrong(_: CompletionRequest) -> Any:
+        context._started -= 295
+        return {"label": "eggs", "confidence": 0.5}
+
+    provider.script = slow_and_wrong
+    record = enqueue(job_message("classify", "clock-2"))
+
+    # When the worker handles the job
+    response = worker.handle(sqs_event(record), context)
+
+    # Then no re-ask starts: the attempt times out, and the job is queued again with a backoff
+    assert response == failed_record(record)
+    assert provider.calls == 1
+    ((_, seconds),) = queue.visibility_changes
+    assert 1 <= seconds <= 2
+    job = table.job("clock-2")
+    assert job.status is JobStatus.QUEUED
+    assert job.error is not None
+    assert (job.error.code, job.error.retryable) == (ErrorCode.PROVIDER_TIMEOUT, True)
+    # And the one answer's tokens are paid for
+    assert (job.usage.input_tokens, job.usage.output_tokens, job.usage.attempts) == (100, 20, 1)
+    attempt = table.attempt("clock-2", 1)
+    assert attempt is not None
+    assert (attempt["outcome"], attempt["error_code"], attempt["calls"]) == ("retryable", "provider_timeout", 1)
 
 
 def test_a_job_past_its_deadline_fails_without_a_provider_call(

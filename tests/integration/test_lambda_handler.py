@@ -5,6 +5,7 @@ DynamoDB and SQS are moto (the template's stack); the model is a real HTTP serve
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -19,12 +20,10 @@ from engine.worker import get_worker
 from handlers.worker import lambda_handler
 from tests.integration.conftest import SerializedClient, TableReader
 from tests.support.events import FakeLambdaContext, load_event
-from tests.support.http_provider import LoopbackProvider
+from tests.support.http_provider import LocalProvider, expected_output
 
 API_KEY = "local-key"
 MODEL = "local-model"
-# events/answer_with_citations.json cites documents by these ids, not the d1/d2 of job_message().
-EVENT_ANSWERS = {"answer_with_citations": {"answer": "Up to 14 days.", "citations": ["sqs-retention"]}}
 EVENT_JOBS = {
     "summarize": "evt-summarize-1",
     "classify": "evt-classify-1",
@@ -35,20 +34,19 @@ Handler = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 @pytest.fixture
-def model_server() -> Iterator[LoopbackProvider]:
-    with LoopbackProvider(EVENT_ANSWERS).running() as server:
+def model_server() -> Iterator[LocalProvider]:
+    # It answers 401 to any request without the key, so a 200 in its log proves the key was sent.
+    with LocalProvider(api_key=API_KEY, latency_seconds=0) as server:
         yield server
 
 
 @pytest.fixture
-def handler(
-    stack: StackResources, model_server: LoopbackProvider, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[Handler]:
+def handler(stack: StackResources, model_server: LocalProvider, monkeypatch: pytest.MonkeyPatch) -> Iterator[Handler]:
     """`handlers.worker.lambda_handler` with the stack's and the loopback provider's settings."""
     for name, value in stack.environment().items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("AI_PROVIDER", "openai")
-    monkeypatch.setenv("AI_BASE_URL", model_server.base_url)
+    monkeypatch.setenv("AI_BASE_URL", model_server.url)
     monkeypatch.setenv("AI_API_KEY", API_KEY)
     monkeypatch.setenv("AI_MODEL_PRIMARY", MODEL)
     monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
@@ -83,7 +81,7 @@ def assert_lambda_response(response: Any, event: dict[str, Any]) -> list[str]:
 
 @pytest.mark.parametrize("event_name", list(EVENT_JOBS))
 def test_an_event_file_runs_its_job_through_the_lambda_handler(
-    event_name: str, handler: Handler, model_server: LoopbackProvider, table: TableReader
+    event_name: str, handler: Handler, model_server: LocalProvider, table: TableReader
 ) -> None:
     # Given the sample event of a job type
     event = load_event(event_name)
@@ -93,20 +91,19 @@ def test_an_event_file_runs_its_job_through_the_lambda_handler(
 
     # Then the record is acknowledged after one HTTP call to the provider, with the key and the model
     assert assert_lambda_response(response, event) == []
-    assert model_server.calls == 1
-    assert model_server.authorizations == [f"Bearer {API_KEY}"]
-    (request,) = model_server.requests
-    assert request["model"] == MODEL
-    assert request["response_format"]["json_schema"]["name"] == event_name
+    (request,) = model_server.log
+    assert (request.status, request.model, request.schema_name) == (200, MODEL, event_name)
     # And the job succeeded with the provider's answer and usage
+    body = json.loads(event["Records"][0]["body"])
     job = table.job(EVENT_JOBS[event_name])
     assert job.status is JobStatus.SUCCEEDED
-    assert job.output == model_server.answers[event_name]
-    assert (job.usage.input_tokens, job.usage.output_tokens, job.usage.attempts) == (100, 20, 1)
+    assert job.output == expected_output(event_name, body["input"])
+    assert (job.usage.input_tokens, job.usage.output_tokens) == model_server.billed_tokens()
+    assert job.usage.attempts == 1
 
 
 def test_the_duplicate_event_runs_its_job_once(
-    handler: Handler, model_server: LoopbackProvider, table: TableReader
+    handler: Handler, model_server: LocalProvider, table: TableReader
 ) -> None:
     # Given events/duplicate.json: two records of the same job in one batch
     event = load_event("duplicate")
@@ -116,7 +113,7 @@ def test_the_duplicate_event_runs_its_job_once(
 
     # Then the provider was asked once and the job succeeded once
     retried = assert_lambda_response(response, event)
-    assert model_server.calls == 1
+    assert len(model_server.log) == 1
     job = table.job("evt-duplicate-1")
     assert job.status is JobStatus.SUCCEEDED
     assert (job.attempt_count, job.usage.attempts) == (1, 1)
@@ -125,7 +122,7 @@ def test_the_duplicate_event_runs_its_job_once(
 
 
 def test_the_malformed_event_is_acknowledged_through_the_lambda_handler(
-    handler: Handler, model_server: LoopbackProvider, table: TableReader
+    handler: Handler, model_server: LocalProvider, table: TableReader
 ) -> None:
     # Given events/malformed.json
     event = load_event("malformed")
@@ -137,7 +134,7 @@ def test_the_malformed_event_is_acknowledged_through_the_lambda_handler(
     # Then every record is acknowledged both times and the provider is never called
     assert assert_lambda_response(first, event) == []
     assert assert_lambda_response(second, event) == []
-    assert model_server.calls == 0
+    assert model_server.log == []
     # And what could be recorded was: two dead letters, two failed jobs
     for record in event["Records"][:2]:
         assert table.dead_letter(record["messageId"]) is not None

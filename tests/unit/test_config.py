@@ -41,6 +41,8 @@ def test_the_defaults_need_only_the_table_and_the_queue() -> None:
     assert settings.aijobs_model_prices == {}
     assert settings.aijobs_job_modules == ()
     assert settings.aijobs_retention_days == 90
+    assert settings.ai_structured_output == "json_schema"
+    assert settings.aijobs_repair_attempts == 1
 
 
 def test_a_missing_table_name_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -147,6 +149,38 @@ def test_a_malformed_setting_names_its_variable(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv(name, value)
 
     assert configuration_error().startswith(f"{name}: ")
+
+
+@pytest.mark.parametrize("value", ["json_schema", "json_object"])
+def test_the_structured_output_mode_is_read(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("AI_STRUCTURED_OUTPUT", value)
+
+    assert load_settings().ai_structured_output == value
+
+
+@pytest.mark.parametrize("value", ["json", "text", "JSON_OBJECT", "json-schema", ""])
+def test_an_unknown_structured_output_mode_names_the_variable(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("AI_STRUCTURED_OUTPUT", value)
+
+    message = configuration_error()
+
+    assert message.startswith("AI_STRUCTURED_OUTPUT: ")
+    assert "'json_schema'" in message
+    assert "'json_object'" in message
+
+
+@pytest.mark.parametrize("value", ["0", "1", "2", "3"])
+def test_repair_attempts_are_read_from_zero_to_three(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("AIJOBS_REPAIR_ATTEMPTS", value)
+
+    assert load_settings().aijobs_repair_attempts == int(value)
+
+
+@pytest.mark.parametrize("value", ["-1", "4", "10", "one", "1.5", ""])
+def test_repair_attempts_out_of_bounds_name_the_variable(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("AIJOBS_REPAIR_ATTEMPTS", value)
+
+    assert configuration_error().startswith("AIJOBS_REPAIR_ATTEMPTS: ")
 
 
 def test_variable_names_are_case_insensitive(monkeypatch: pytest.MonkeyPatch) -> None:

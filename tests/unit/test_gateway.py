@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -17,12 +18,27 @@ from engine.errors import (
     ProviderTimeoutError,
     ProviderUnavailableError,
 )
-from engine.gateway import Completion, CompletionRequest, Execution, ModelGateway, ModelTiers, PriceTable
+from engine.gateway import (
+    ChatTurn,
+    Completion,
+    CompletionRequest,
+    Execution,
+    ModelGateway,
+    ModelTiers,
+    PriceTable,
+)
+from engine.gateway.gateway import MIN_CALL_SECONDS, TimeLeft, strip_code_fence
 from engine.gateway.pricing import DEFAULT_PRICES, ModelPrice
-from tests.support.providers import VALID_OUTPUTS, FakeProvider
+from tests.support.providers import VALID_OUTPUTS, FakeProvider, Script
 
 # gpt-4o-mini at 0.15 / 0.60 USD per million tokens: 100 in + 20 out.
 GPT_4O_MINI_100_20 = Decimal("0.000027")
+# gpt-4o at 2.50 / 10.00 USD per million tokens: 100 in + 20 out.
+GPT_4O_100_20 = Decimal("0.00045")
+WITH_FALLBACK = ModelTiers("gpt-4o-mini", fallback="gpt-4o")
+CLASSIFY_VALID = json.dumps(VALID_OUTPUTS["classify"])
+WRONG_LABEL = {"label": "eggs", "confidence": 0.5}
+WRONG_LABEL_REASON = "label 'eggs' is not one of the 2 labels offered"
 
 INPUTS: dict[str, dict[str, Any]] = {
     "classify": {"text": "Win a free cruise now!", "labels": ["spam", "ham"]},
@@ -37,11 +53,43 @@ def run(
     tiers: ModelTiers | None = None,
     prices: PriceTable | None = None,
     definition: JobDefinition | None = None,
+    repair_attempts: int | None = None,
+    time_left: TimeLeft | None = None,
 ) -> Execution:
     definition = definition or JobRegistry().get(job_type)
-    gateway = ModelGateway(provider, tiers or ModelTiers("gpt-4o-mini"), prices)
+    repairs = {} if repair_attempts is None else {"repair_attempts": repair_attempts}
+    gateway = ModelGateway(provider, tiers or ModelTiers("gpt-4o-mini"), prices, **repairs)
     job_input = definition.parse_input(INPUTS[definition.name])
-    return gateway.execute(definition, job_input, timeout_seconds=12.5)
+    return gateway.execute(definition, job_input, time_left)
+
+
+def scripted(*answers: Any) -> Script:
+    """Answer the n-th call with answers[n] (an output dict, raw content, a Completion or an error)."""
+    remaining = list(answers)
+
+    def script(_: CompletionRequest) -> Any:
+        assert remaining, "the provider was called more often than scripted"
+        return remaining.pop(0)
+
+    return script
+
+
+def by_model(answers: dict[str, Any]) -> Script:
+    """Answer by the requested model: a value for every call, or a list of values taken one per call."""
+
+    def script(request: CompletionRequest) -> Any:
+        answer = answers[request.model]
+        return answer.pop(0) if isinstance(answer, list) else answer
+
+    return script
+
+
+def re_ask(rejected: str, reason: str) -> tuple[ChatTurn, ChatTurn]:
+    """The two turns a re-ask adds after the user prompt."""
+    return (
+        ChatTurn("assistant", rejected),
+        ChatTurn("user", f"Your answer was not accepted: {reason}. Answer again with only the corrected JSON object."),
+    )
 
 
 @pytest.mark.parametrize("job_type", sorted(VALID_OUTPUTS))
@@ -76,9 +124,11 @@ def test_the_provider_is_asked_with_the_definitions_prompt_schema_and_limits() -
         schema_name="classify",
         output_schema=definition.output_json_schema,
         max_tokens=256,
-        timeout_seconds=12.5,
+        timeout_seconds=60.0,  # the definition's timeout: no invocation clock was given
+        conversation=(),
     )
     assert "Win a free cruise now!" in request.user
+    assert (execution.calls, execution.tier) == (1, "primary")
 
 
 @pytest.mark.parametrize(
@@ -93,17 +143,43 @@ def test_the_provider_is_asked_with_the_definitions_prompt_schema_and_limits() -
     ],
 )
 def test_an_invalid_answer_is_an_error_that_still_cost_tokens(job_type: str, answer: Any, code: ErrorCode) -> None:
+    # Given a model that gives the same invalid answer every time (one repair by default)
     provider = FakeProvider(lambda _: answer, input_tokens=300, output_tokens=50)
 
     execution = run(provider, job_type)
 
+    # Then the answer and its re-ask both cost tokens, and the error is the last answer's
     assert execution.output is None
     assert execution.error is not None
     assert execution.error.code is code
     assert execution.error.retryable is False
     assert execution.answered is True
+    assert (provider.calls, execution.calls) == (2, 2)
+    assert (execution.input_tokens, execution.output_tokens) == (600, 100)
+    assert execution.cost_usd == Decimal("0.000150")  # 2 * (300 * 0.15 + 50 * 0.60) / 1e6
+    assert execution.latency_ms == 10
+    assert (execution.tier, execution.model) == ("primary", "gpt-4o-mini")
+
+
+@pytest.mark.parametrize(
+    ("job_type", "answer", "code"),
+    [
+        ("classify", "this is not json", ErrorCode.SCHEMA_VALIDATION_FAILED),
+        ("classify", {"label": "eggs", "confidence": 0.5}, ErrorCode.BUSINESS_VALIDATION_FAILED),
+        ("answer_with_citations", {"answer": "a", "citations": ["d7"]}, ErrorCode.REFERENCE_VALIDATION_FAILED),
+    ],
+)
+def test_without_repairs_an_invalid_answer_costs_one_call(job_type: str, answer: Any, code: ErrorCode) -> None:
+    provider = FakeProvider(lambda _: answer, input_tokens=300, output_tokens=50)
+
+    execution = run(provider, job_type, repair_attempts=0)
+
+    assert execution.error is not None
+    assert execution.error.code is code
+    assert (provider.calls, execution.calls) == (1, 1)
     assert (execution.input_tokens, execution.output_tokens) == (300, 50)
     assert execution.cost_usd == Decimal("0.000075")  # (300 * 0.15 + 50 * 0.60) / 1e6
+    assert provider.requests[0].conversation == ()
 
 
 @pytest.mark.parametrize("finish_reason", ["length", "content_filter", ""])
@@ -111,14 +187,20 @@ def test_an_empty_answer_is_a_schema_failure_naming_the_finish_reason(finish_rea
     def empty(request: CompletionRequest) -> Completion:
         return Completion("", request.model, 40, 0, latency_ms=3, finish_reason=finish_reason)
 
-    execution = run(FakeProvider(empty))
+    provider = FakeProvider(empty)
 
+    execution = run(provider)
+
+    # Then the empty answer is re-asked once, and both calls' tokens are paid for
+    reason = f"the model returned no content (finish_reason {finish_reason or 'unknown'})"
     assert execution.error is not None
     assert execution.error.code is ErrorCode.SCHEMA_VALIDATION_FAILED
-    assert execution.error.message == f"the model returned no content (finish_reason {finish_reason or 'unknown'})"
+    assert execution.error.message == reason
     assert execution.answered is True
-    assert execution.input_tokens == 40
-    assert execution.cost_usd == Decimal("0.000006")
+    assert (provider.calls, execution.calls) == (2, 2)
+    assert (execution.input_tokens, execution.output_tokens) == (80, 0)
+    assert execution.cost_usd == Decimal("0.000012")  # 2 * 40 * 0.15 / 1e6
+    assert provider.requests[1].conversation == re_ask("", reason)
 
 
 @pytest.mark.parametrize(
@@ -137,7 +219,8 @@ def test_a_provider_error_is_returned_unanswered_and_free(error: JobError) -> No
     assert execution.output is None
     assert execution.answered is False
     assert (execution.input_tokens, execution.output_tokens, execution.cost_usd) == (0, 0, Decimal(0))
-    assert execution.model == "gpt-4o-mini"
+    assert (execution.tier, execution.model) == ("primary", "gpt-4o-mini")
+    assert execution.calls == 1
 
 
 def test_an_unpriced_model_costs_zero_but_keeps_its_tokens() -> None:
@@ -170,27 +253,463 @@ def test_a_fallback_tier_definition_calls_the_fallback_model() -> None:
 
     execution = run(provider, definition=definition, tiers=ModelTiers("gpt-4o-mini", fallback="gpt-4o"))
 
-    assert provider.requests[0].model == "gpt-4o"
-    assert (execution.tier, execution.model) == ("fallback", "gpt-4o")
+    assert [request.model for request in provider.requests] == ["gpt-4o"]
+    assert (execution.tier, execution.model, execution.calls) == ("fallback", "gpt-4o", 1)
     assert execution.cost_usd == Decimal("0.00045")  # (100 * 2.50 + 20 * 10.00) / 1e6
+
+
+# --- repair -------------------------------------------------------------------------------------
+
+
+def test_a_repairable_answer_is_re_asked_and_the_corrected_answer_is_the_output() -> None:
+    # Given a model whose first answer offers a label the input does not, and whose second is valid
+    provider = FakeProvider(scripted(WRONG_LABEL, VALID_OUTPUTS["classify"]))
+
+    execution = run(provider)
+
+    # Then the second answer is the output, and both calls are paid for
+    assert execution.error is None
+    assert execution.output is not None
+    assert execution.output.model_dump() == VALID_OUTPUTS["classify"]
+    assert (provider.calls, execution.calls) == (2, 2)
+    assert (execution.input_tokens, execution.output_tokens) == (200, 40)
+    assert execution.cost_usd == 2 * GPT_4O_MINI_100_20
+    assert execution.latency_ms == 10
+    assert (execution.tier, execution.model) == ("primary", "gpt-4o-mini")
+    # And the re-ask is the same request to the same model, with the rejected answer and the reason after it
+    first, second = provider.requests
+    assert first.conversation == ()
+    assert second == replace(first, conversation=re_ask(json.dumps(WRONG_LABEL), WRONG_LABEL_REASON))
+
+
+def test_a_re_ask_after_a_schema_failure_carries_the_raw_answer_and_the_schema_error() -> None:
+    provider = FakeProvider(scripted("this is not json", CLASSIFY_VALID))
+
+    execution = run(provider)
+
+    assert execution.error is None
+    (rejected, explanation) = provider.requests[1].conversation
+    assert rejected == ChatTurn("assistant", "this is not json")
+    assert explanation.role == "user"
+    assert explanation.content.startswith("Your answer was not accepted: output: Invalid JSON")
+    assert explanation.content.endswith(". Answer again with only the corrected JSON object.")
+
+
+def test_the_error_of_an_unrepaired_attempt_is_the_last_answers() -> None:
+    # Given a first answer that is not JSON and a second that offers an unknown label
+    provider = FakeProvider(scripted("this is not json", WRONG_LABEL))
+
+    execution = run(provider)
+
+    assert execution.error is not None
+    assert execution.error.code is ErrorCode.BUSINESS_VALIDATION_FAILED
+    assert execution.error.message == WRONG_LABEL_REASON
+    assert (execution.calls, execution.input_tokens, execution.output_tokens) == (2, 200, 40)
+
+
+def test_without_repairs_a_repairable_answer_fails_after_one_call() -> None:
+    provider = FakeProvider(scripted(WRONG_LABEL, VALID_OUTPUTS["classify"]))
+
+    execution = run(provider, repair_attempts=0)
+
+    assert execution.output is None
+    assert execution.error is not None
+    assert execution.error.code is ErrorCode.BUSINESS_VALIDATION_FAILED
+    assert (provider.calls, execution.calls) == (1, 1)
+    assert (execution.input_tokens, execution.output_tokens) == (100, 20)
+    assert execution.cost_usd == GPT_4O_MINI_100_20
+
+
+def test_two_repairs_re_ask_with_the_whole_exchange_so_far() -> None:
+    # Given a model that answers wrongly twice, then rightly
+    provider = FakeProvider(scripted("this is not json", WRONG_LABEL, VALID_OUTPUTS["classify"]))
+
+    execution = run(provider, repair_attempts=2)
+
+    # Then the third answer is the output and all three calls are paid for
+    assert execution.error is None
+    assert execution.output is not None
+    assert execution.output.model_dump() == VALID_OUTPUTS["classify"]
+    assert (provider.calls, execution.calls) == (3, 3)
+    assert (execution.input_tokens, execution.output_tokens) == (300, 60)
+    assert execution.cost_usd == 3 * GPT_4O_MINI_100_20
+    # And the last re-ask carries both rejected answers, each followed by its reason
+    first_turns, second_turns, third_turns = (request.conversation for request in provider.requests)
+    assert first_turns == ()
+    assert len(second_turns) == 2
+    assert third_turns[:2] == second_turns
+    assert third_turns[2:] == re_ask(json.dumps(WRONG_LABEL), WRONG_LABEL_REASON)
+    assert {request.model for request in provider.requests} == {"gpt-4o-mini"}
+
+
+def test_two_repairs_that_all_fail_cost_three_calls() -> None:
+    provider = FakeProvider(lambda _: WRONG_LABEL, input_tokens=300, output_tokens=50)
+
+    execution = run(provider, repair_attempts=2)
+
+    assert execution.error is not None
+    assert execution.error.code is ErrorCode.BUSINESS_VALIDATION_FAILED
+    assert (provider.calls, execution.calls) == (3, 3)
+    assert (execution.input_tokens, execution.output_tokens) == (900, 150)
+    assert execution.cost_usd == Decimal("0.000225")  # 3 * (300 * 0.15 + 50 * 0.60) / 1e6
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ProviderRateLimitedError("429", retry_after_seconds=3),
+        ProviderRejectedError("401", status_code=401),
+        ProviderTimeoutError("timeout"),
+        ProviderUnavailableError("503"),
+    ],
+)
+def test_a_provider_error_is_not_re_asked(error: JobError) -> None:
+    provider = FakeProvider(lambda _: error)
+
+    execution = run(provider, repair_attempts=2)
+
+    assert execution.error is error
+    assert (provider.calls, execution.calls) == (1, 1)
+
+
+def test_a_provider_error_on_the_re_ask_ends_the_attempt_but_keeps_the_first_answers_tokens() -> None:
+    # Given a wrong first answer, then a 429 on the re-ask
+    limited = ProviderRateLimitedError("429", retry_after_seconds=3)
+    provider = FakeProvider(scripted(WRONG_LABEL, limited))
+
+    execution = run(provider)
+
+    assert execution.error is limited
+    assert execution.answered is True
+    assert (provider.calls, execution.calls) == (2, 2)
+    assert (execution.input_tokens, execution.output_tokens) == (100, 20)
+    assert execution.cost_usd == GPT_4O_MINI_100_20
+
+
+# --- fallback -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("error", [ProviderUnavailableError("503"), ProviderTimeoutError("timeout")])
+def test_an_unavailable_or_slow_primary_falls_back_to_the_fallback_model(error: JobError) -> None:
+    # Given a primary model that fails and a fallback model that answers
+    provider = FakeProvider(by_model({"gpt-4o-mini": error, "gpt-4o": VALID_OUTPUTS["classify"]}))
+
+    execution = run(provider, tiers=WITH_FALLBACK)
+
+    # Then the fallback model's answer is the output, recorded under the fallback tier
+    assert execution.error is None
+    assert execution.output is not None
+    assert execution.output.model_dump() == VALID_OUTPUTS["classify"]
+    assert [request.model for request in provider.requests] == ["gpt-4o-mini", "gpt-4o"]
+    assert (execution.tier, execution.model) == ("fallback", "gpt-4o")
+    # And both calls count, though only the answered one is billed (at the fallback model's price)
+    assert execution.calls == 2
+    assert execution.answered is True
+    assert (execution.input_tokens, execution.output_tokens) == (100, 20)
+    assert execution.cost_usd == GPT_4O_100_20
+    # And the fallback model gets the same prompt, afresh
+    primary, fallback = provider.requests
+    assert fallback == replace(primary, model="gpt-4o")
+
+
+@pytest.mark.parametrize(
+    "error", [ProviderRateLimitedError("429", retry_after_seconds=3), ProviderRejectedError("400", status_code=400)]
+)
+def test_a_rate_limit_or_a_rejection_does_not_fall_back(error: JobError) -> None:
+    provider = FakeProvider(by_model({"gpt-4o-mini": error, "gpt-4o": VALID_OUTPUTS["classify"]}))
+
+    execution = run(provider, tiers=WITH_FALLBACK)
+
+    assert execution.error is error
+    assert [request.model for request in provider.requests] == ["gpt-4o-mini"]
+    assert (execution.tier, execution.model, execution.calls) == ("primary", "gpt-4o-mini", 1)
+
+
+def test_a_failing_answer_does_not_fall_back() -> None:
+    provider = FakeProvider(by_model({"gpt-4o-mini": WRONG_LABEL, "gpt-4o": VALID_OUTPUTS["classify"]}))
+
+    execution = run(provider, tiers=WITH_FALLBACK)
+
+    assert execution.error is not None
+    assert execution.error.code is ErrorCode.BUSINESS_VALIDATION_FAILED
+    assert [request.model for request in provider.requests] == ["gpt-4o-mini", "gpt-4o-mini"]
+    assert (execution.tier, execution.model) == ("primary", "gpt-4o-mini")
+
+
+@pytest.mark.parametrize("error", [ProviderUnavailableError("503"), ProviderTimeoutError("timeout")])
+def test_without_a_fallback_model_the_primarys_error_ends_the_attempt(error: JobError) -> None:
+    provider = FakeProvider(lambda _: error)
+
+    execution = run(provider, tiers=ModelTiers("gpt-4o-mini"))
+
+    assert execution.error is error
+    assert (provider.calls, execution.calls) == (1, 1)
+    assert (execution.tier, execution.model) == ("primary", "gpt-4o-mini")
+
+
+def test_a_fallback_equal_to_the_primary_is_not_asked_twice() -> None:
+    error = ProviderUnavailableError("503")
+    provider = FakeProvider(lambda _: error)
+
+    execution = run(provider, tiers=ModelTiers("gpt-4o-mini", "gpt-4o-mini"))
+
+    assert execution.error is error
+    assert (provider.calls, execution.tier) == (1, "primary")
+
+
+def test_when_both_models_fail_the_error_is_the_fallbacks() -> None:
+    primary_error, fallback_error = ProviderUnavailableError("503"), ProviderTimeoutError("timeout")
+    provider = FakeProvider(by_model({"gpt-4o-mini": primary_error, "gpt-4o": fallback_error}))
+
+    execution = run(provider, tiers=WITH_FALLBACK)
+
+    assert execution.error is fallback_error
+    assert (execution.tier, execution.model, execution.calls) == ("fallback", "gpt-4o", 2)
+    assert execution.answered is False
+    assert (execution.input_tokens, execution.output_tokens, execution.cost_usd) == (0, 0, Decimal(0))
+
+
+def test_the_fallback_model_gets_repairs_of_its_own() -> None:
+    # Given an unavailable primary, and a fallback whose first answer is wrong
+    provider = FakeProvider(
+        by_model({"gpt-4o-mini": ProviderUnavailableError("503"), "gpt-4o": [WRONG_LABEL, CLASSIFY_VALID]})
+    )
+
+    execution = run(provider, tiers=WITH_FALLBACK)
+
+    assert execution.error is None
+    assert [request.model for request in provider.requests] == ["gpt-4o-mini", "gpt-4o", "gpt-4o"]
+    assert provider.requests[2].conversation == re_ask(json.dumps(WRONG_LABEL), WRONG_LABEL_REASON)
+    assert (execution.tier, execution.model, execution.calls) == ("fallback", "gpt-4o", 3)
+    assert (execution.input_tokens, execution.output_tokens) == (200, 40)
+    assert execution.cost_usd == 2 * GPT_4O_100_20
+
+
+def test_a_primary_that_answers_wrongly_then_goes_down_falls_back_with_a_fresh_conversation() -> None:
+    # Given a primary whose first answer is wrong and whose re-ask fails with a 503
+    provider = FakeProvider(
+        by_model({"gpt-4o-mini": [WRONG_LABEL, ProviderUnavailableError("503")], "gpt-4o": CLASSIFY_VALID})
+    )
+
+    execution = run(provider, tiers=WITH_FALLBACK)
+
+    # Then the fallback answers the prompt alone, and the primary's answer is paid for too
+    assert execution.error is None
+    assert [request.model for request in provider.requests] == ["gpt-4o-mini", "gpt-4o-mini", "gpt-4o"]
+    assert provider.requests[2].conversation == ()
+    assert (execution.tier, execution.model, execution.calls) == ("fallback", "gpt-4o", 3)
+    assert (execution.input_tokens, execution.output_tokens) == (200, 40)
+    assert execution.cost_usd == GPT_4O_MINI_100_20 + GPT_4O_100_20
+
+
+def test_a_fallback_tier_job_type_does_not_fall_back_to_the_primary() -> None:
+    # Given a job type of the fallback tier whose model is down
+    definition = replace(JobRegistry().get("classify"), model_tier="fallback")
+    error = ProviderUnavailableError("503")
+    provider = FakeProvider(by_model({"gpt-4o": error, "gpt-4o-mini": CLASSIFY_VALID}))
+
+    execution = run(provider, definition=definition, tiers=WITH_FALLBACK)
+
+    assert execution.error is error
+    assert [request.model for request in provider.requests] == ["gpt-4o"]
+    assert (execution.tier, execution.model, execution.calls) == ("fallback", "gpt-4o", 1)
+
+
+def test_a_fallback_tier_job_type_uses_the_primary_when_no_fallback_is_configured() -> None:
+    definition = replace(JobRegistry().get("classify"), model_tier="fallback")
+    provider = FakeProvider()
+
+    execution = run(provider, definition=definition, tiers=ModelTiers("gpt-4o-mini"))
+
+    assert execution.error is None
+    assert [request.model for request in provider.requests] == ["gpt-4o-mini"]
+    assert (execution.tier, execution.model, execution.calls) == ("primary", "gpt-4o-mini", 1)
+    assert execution.cost_usd == GPT_4O_MINI_100_20
+
+
+# --- time ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("left", "timeout"), [(12.5, 12.5), (59.9, 59.9), (60.0, 60.0), (600.0, 60.0)])
+def test_the_time_left_caps_the_calls_timeout(left: float, timeout: float) -> None:
+    provider = FakeProvider()
+
+    execution = run(provider, time_left=lambda: left)
+
+    assert execution.error is None
+    assert provider.requests[0].timeout_seconds == timeout
+
+
+def test_the_time_left_is_read_again_for_each_call() -> None:
+    # Given an invocation clock that loses 40 s during the first (wrong) answer
+    clock = {"left": 100.0}
+
+    def slow_wrong_then_valid(request: CompletionRequest) -> Any:
+        if not request.conversation:
+            clock["left"] = 25.0
+            return WRONG_LABEL
+        return CLASSIFY_VALID
+
+    provider = FakeProvider(slow_wrong_then_valid)
+
+    execution = run(provider, time_left=lambda: clock["left"])
+
+    assert execution.error is None
+    assert [request.timeout_seconds for request in provider.requests] == [60.0, 25.0]
+
+
+@pytest.mark.parametrize("left", [0.999, 0.0, -4.0])
+def test_with_less_than_a_second_left_no_call_starts(left: float) -> None:
+    provider = FakeProvider()
+
+    execution = run(provider, time_left=lambda: left)
+
+    assert isinstance(execution.error, ProviderTimeoutError)
+    assert execution.error.retryable is True
+    assert provider.calls == 0
+    assert execution.calls == 0
+    assert execution.answered is False
+    assert (execution.input_tokens, execution.output_tokens, execution.cost_usd) == (0, 0, Decimal(0))
+
+
+def test_with_exactly_the_minimum_left_the_call_starts() -> None:
+    provider = FakeProvider()
+
+    execution = run(provider, time_left=lambda: MIN_CALL_SECONDS)
+
+    assert execution.error is None
+    assert provider.requests[0].timeout_seconds == MIN_CALL_SECONDS
+
+
+def test_with_no_time_left_and_a_fallback_model_no_call_starts_at_all() -> None:
+    provider = FakeProvider()
+
+    execution = run(provider, tiers=WITH_FALLBACK, time_left=lambda: 0.5)
+
+    assert isinstance(execution.error, ProviderTimeoutError)
+    assert (provider.calls, execution.calls) == (0, 0)
+    assert (execution.tier, execution.model) == ("primary", "gpt-4o-mini")
+
+
+def test_a_repair_is_not_started_when_time_ran_out() -> None:
+    # Given a wrong first answer after which less than a second is left
+    clock = {"left": 30.0}
+
+    def wrong_and_slow(_: CompletionRequest) -> Any:
+        clock["left"] = 0.5
+        return WRONG_LABEL
+
+    provider = FakeProvider(wrong_and_slow)
+
+    execution = run(provider, time_left=lambda: clock["left"])
+
+    # Then the attempt ends with a timeout (retryable) after one call, whose tokens are kept
+    assert isinstance(execution.error, ProviderTimeoutError)
+    assert (provider.calls, execution.calls) == (1, 1)
+    assert execution.answered is True
+    assert (execution.input_tokens, execution.output_tokens) == (100, 20)
+
+
+def test_a_fallback_is_not_started_when_time_ran_out() -> None:
+    clock = {"left": 30.0}
+
+    def down_and_slow(_: CompletionRequest) -> Any:
+        clock["left"] = 0.5
+        return ProviderUnavailableError("503")
+
+    provider = FakeProvider(down_and_slow)
+
+    execution = run(provider, tiers=WITH_FALLBACK, time_left=lambda: clock["left"])
+
+    # Then the attempt ends with the primary's own error, recorded against the primary
+    assert isinstance(execution.error, ProviderUnavailableError)
+    assert [request.model for request in provider.requests] == ["gpt-4o-mini"]
+    assert execution.calls == 1
+    assert (execution.tier, execution.model) == ("primary", "gpt-4o-mini")
+
+
+def test_a_sub_second_job_timeout_still_calls_when_time_is_plentiful() -> None:
+    definition = replace(JobRegistry().get("classify"), timeout_seconds=0.5)
+    provider = FakeProvider()
+
+    execution = run(provider, definition=definition, time_left=lambda: 100.0)
+
+    assert execution.error is None
+    assert provider.requests[0].timeout_seconds == 0.5
+
+
+# --- code fences --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        f"```json\n{CLASSIFY_VALID}\n```",
+        f"```\n{CLASSIFY_VALID}\n```",
+        f"  \n```json\n{CLASSIFY_VALID}\n```\n",
+        f"```JSON\n{CLASSIFY_VALID}```",
+        '```json\n{\n  "label": "spam",\n  "confidence": 0.93\n}\n```',
+    ],
+)
+def test_an_answer_in_a_json_code_fence_is_accepted(content: str) -> None:
+    provider = FakeProvider(lambda _: content)
+
+    execution = run(provider)
+
+    assert execution.error is None
+    assert execution.output is not None
+    assert execution.output.model_dump() == VALID_OUTPUTS["classify"]
+    assert execution.calls == 1
+
+
+def test_a_fenced_answer_is_still_validated() -> None:
+    fenced = f"```json\n{json.dumps(WRONG_LABEL)}\n```"
+    provider = FakeProvider(scripted(fenced, CLASSIFY_VALID))
+
+    execution = run(provider)
+
+    # The re-ask quotes the answer as the model gave it, fence included
+    assert execution.error is None
+    assert provider.requests[1].conversation == re_ask(fenced, WRONG_LABEL_REASON)
+
+
+@pytest.mark.parametrize(
+    ("content", "stripped"),
+    [
+        ('```json\n{"a": 1}\n```', '{"a": 1}'),
+        ('```\n{"a": 1}\n```', '{"a": 1}'),
+        ('\n```json\n{"a": 1}\n```\n\n', '{"a": 1}'),
+        ('{"a": 1}', '{"a": 1}'),
+        (' {"a": 1} ', ' {"a": 1} '),
+        ('```json {"a": 1}```', '```json {"a": 1}```'),
+        ('```json\n{"a": 1}', '```json\n{"a": 1}'),
+        ('{"a": "```"}', '{"a": "```"}'),
+    ],
+)
+def test_strip_code_fence(content: str, stripped: str) -> None:
+    assert strip_code_fence(content) == stripped
 
 
 # --- ModelTiers -------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("tiers", "tier", "model"),
+    ("tiers", "tier", "chain"),
     [
-        (ModelTiers("p"), "primary", "p"),
-        (ModelTiers("p"), "fallback", "p"),
-        (ModelTiers("p", None), "fallback", "p"),
-        (ModelTiers("p", ""), "fallback", "p"),
-        (ModelTiers("p", "f"), "primary", "p"),
-        (ModelTiers("p", "f"), "fallback", "f"),
+        (ModelTiers("p"), "primary", [("primary", "p")]),
+        (ModelTiers("p"), "fallback", [("primary", "p")]),
+        (ModelTiers("p", None), "fallback", [("primary", "p")]),
+        (ModelTiers("p", ""), "primary", [("primary", "p")]),
+        (ModelTiers("p", ""), "fallback", [("primary", "p")]),
+        (ModelTiers("p", "p"), "primary", [("primary", "p")]),
+        (ModelTiers("p", "f"), "primary", [("primary", "p"), ("fallback", "f")]),
+        (ModelTiers("p", "f"), "fallback", [("fallback", "f")]),
     ],
 )
-def test_model_tiers_map_a_tier_to_a_model(tiers: ModelTiers, tier: str, model: str) -> None:
-    assert tiers.model_for(tier) == model
+def test_model_tiers_chain_the_models_to_try_for_a_tier(
+    tiers: ModelTiers, tier: str, chain: list[tuple[str, str]]
+) -> None:
+    assert tiers.chain(tier) == chain
 
 
 # --- PriceTable -------------------------------------------------------------------------------

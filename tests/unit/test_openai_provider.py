@@ -19,7 +19,7 @@ from engine.errors import (
     ProviderTimeoutError,
     ProviderUnavailableError,
 )
-from engine.gateway import CompletionRequest, OpenAICompatibleProvider
+from engine.gateway import ChatTurn, CompletionRequest, OpenAICompatibleProvider
 from engine.gateway.openai import parse_retry_after
 from tests.support.providers import openai_completion
 
@@ -144,6 +144,41 @@ def test_json_object_mode_asks_only_for_a_json_object() -> None:
     provider_for(recorder, structured_output="json_object").complete(completion_request())
 
     assert recorder.body["response_format"] == {"type": "json_object"}
+
+
+REPAIR_TURNS = (
+    ChatTurn("assistant", '{"label": "eggs", "confidence": 0.5}'),
+    ChatTurn("user", "Your answer was not accepted: label 'eggs' is not offered. Answer again."),
+)
+
+
+def test_the_conversation_turns_are_sent_after_the_user_message_in_order() -> None:
+    recorder = Recorder(ok())
+
+    provider_for(recorder).complete(completion_request(conversation=REPAIR_TURNS))
+
+    assert recorder.body["messages"] == [
+        {"role": "system", "content": "You classify texts."},
+        {"role": "user", "content": "Text: win a cruise"},
+        {"role": "assistant", "content": '{"label": "eggs", "confidence": 0.5}'},
+        {"role": "user", "content": "Your answer was not accepted: label 'eggs' is not offered. Answer again."},
+    ]
+    assert recorder.body["response_format"]["type"] == "json_schema"
+
+
+def test_json_object_mode_sends_the_same_messages_without_a_schema() -> None:
+    schema_mode, object_mode = Recorder(ok()), Recorder(ok())
+    request = completion_request(conversation=REPAIR_TURNS)
+
+    provider_for(schema_mode).complete(request)
+    provider_for(object_mode, structured_output="json_object").complete(request)
+
+    assert object_mode.body["response_format"] == {"type": "json_object"}
+    assert "json_schema" not in json.dumps(object_mode.body)
+    assert {key: value for key, value in object_mode.body.items() if key != "response_format"} == {
+        key: value for key, value in schema_mode.body.items() if key != "response_format"
+    }
+    assert len(object_mode.body["messages"]) == 4
 
 
 def test_the_api_key_is_sent_as_a_bearer_token() -> None:

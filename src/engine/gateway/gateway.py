@@ -111,7 +111,9 @@ class ModelGateway:
         for position, (tier, model) in enumerate(chain):
             tally.tier, tally.model, tally.conversation = tier, model, []
             output, error = self._ask(definition, job_input, prompt, tally, time_left)
-            if error is None or not isinstance(error, _FALLS_BACK) or position == len(chain) - 1:
+            last = position == len(chain) - 1
+            out_of_time = time_left is not None and time_left() < MIN_CALL_SECONDS
+            if error is None or not isinstance(error, _FALLS_BACK) or last or out_of_time:
                 return self._execution(prompt, tally, output, error)
             logger.warning(
                 "model failed; trying the next tier",
@@ -131,9 +133,10 @@ class ModelGateway:
         for repair in range(self._repair_attempts + 1):
             timeout = definition.timeout_seconds
             if time_left is not None:
-                timeout = min(timeout, time_left())
-                if timeout < MIN_CALL_SECONDS:
+                left = time_left()
+                if left < MIN_CALL_SECONDS:
                     return None, ProviderTimeoutError("no time left in this invocation for another model call")
+                timeout = min(timeout, left)
             request = CompletionRequest(
                 model=tally.model,
                 system=prompt.system,

@@ -1,0 +1,422 @@
+"""The local OpenAI-compatible provider: its answers pass the engine's validation; its faults, over HTTP."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from aijobs.local import FaultKind, FaultMarker, LocalProvider, answer_for, estimate_tokens, find_fault_marker
+from engine.definitions import JobDefinition, JobRegistry
+from engine.errors import BusinessValidationError, ReferenceValidationError, SchemaValidationError
+from engine.gateway.schema import strict_json_schema
+
+REGISTRY = JobRegistry()
+INPUTS: dict[str, list[dict[str, Any]]] = {
+    "classify": [
+        {"text": "Win a free cruise now!", "labels": ["spam", "ham"]},
+        {"text": "The invoice is attached.", "labels": ["billing", "support", "sales", "other"]},
+    ],
+    "summarize": [
+        {"text": "SQS stores messages redundantly and delivers them at least once.", "max_words": 10},
+        {"text": " ".join(f"word{i}" for i in range(500)), "max_words": 25},
+    ],
+    "answer_with_citations": [
+        {
+            "question": "How long does SQS keep messages?",
+            "documents": [{"id": "d1", "text": "Up to 14 days."}, {"id": "d2", "text": "1 MiB per message."}],
+        },
+        {
+            "question": "What is [odd]?",
+            "documents": [{"id": "doc [7]", "text": "[not-an-id] is\n\nexplained here."}, {"id": "x", "text": "y"}],
+        },
+    ],
+}
+CASES = [
+    pytest.param(job_type, raw, id=f"{job_type}-{i}") for job_type, raws in INPUTS.items() for i, raw in enumerate(raws)
+]
+
+
+def chat_body(
+    job_type: str, raw_input: dict[str, Any], *, mode: str = "json_schema", conversation: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The body the engine's OpenAICompatibleProvider sends for a job; `conversation` is a re-ask's turns."""
+    definition = REGISTRY.get(job_type)
+    prompt = definition.render_prompt(definition.parse_input(raw_input))
+    schema = {"name": job_type, "schema": strict_json_schema(definition.output_json_schema), "strict": True}
+    roles = ("assistant", "user")
+    return {
+        "model": "local-model",
+        "messages": [
+            {"role": "system", "content": prompt.system},
+            {"role": "user", "content": prompt.user},
+            *({"role": roles[i % 2], "content": turn} for i, turn in enumerate(conversation)),
+        ],
+        "max_tokens": definition.max_tokens,
+        "temperature": 0,
+        "response_format": {"type": "json_schema", "json_schema": schema} if mode == "json_schema" else {"type": mode},
+    }
+
+
+def content_of(response: httpx.Response) -> str:
+    assert response.status_code == 200, response.text
+    content: str = response.json()["choices"][0]["message"]["content"]
+    return content
+
+
+def validate(job_type: str, raw_input: dict[str, Any], content: str) -> dict[str, Any]:
+    definition: JobDefinition = REGISTRY.get(job_type)
+    output: dict[str, Any] = definition.validate_output(definition.parse_input(raw_input), content).model_dump()
+    return output
+
+
+@pytest.fixture
+def server() -> Iterator[LocalProvider]:
+    with LocalProvider(latency_seconds=0, hang_seconds=1, retry_after_seconds=3) as provider:
+        yield provider
+
+
+@pytest.fixture
+def http() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=2.0, trust_env=False) as client:
+        yield client
+
+
+def post(http: httpx.Client, server: LocalProvider, body: dict[str, Any], **kwargs: Any) -> httpx.Response:
+    return http.post(f"{server.url}/chat/completions", json=body, **kwargs)
+
+
+# --- answers --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("job_type", "raw_input"), CASES)
+def test_the_answer_to_a_rendered_prompt_passes_the_job_types_validation(
+    job_type: str, raw_input: dict[str, Any]
+) -> None:
+    definition = REGISTRY.get(job_type)
+    prompt = definition.render_prompt(definition.parse_input(raw_input))
+
+    answer = answer_for(job_type, prompt.user)
+
+    validate(job_type, raw_input, json.dumps(answer))
+    assert answer == answer_for(job_type, prompt.user)  # deterministic
+
+
+@pytest.mark.parametrize(("job_type", "raw_input"), CASES)
+@pytest.mark.parametrize("mode", ["json_schema", "json_object"])
+def test_the_server_answers_each_built_in_job_type_in_both_structured_output_modes(
+    job_type: str, raw_input: dict[str, Any], mode: str, server: LocalProvider, http: httpx.Client
+) -> None:
+    response = post(http, server, chat_body(job_type, raw_input, mode=mode))
+
+    validate(job_type, raw_input, content_of(response))
+    (entry,) = server.log
+    assert (entry.schema_name, entry.fault, entry.status) == (job_type, None, 200)
+
+
+def test_classify_spreads_texts_over_the_labels() -> None:
+    definition = REGISTRY.get("classify")
+    labels = ["a", "b", "c"]
+    chosen = {
+        answer_for(
+            "classify", definition.render_prompt(definition.parse_input({"text": f"text {i}", "labels": labels})).user
+        )["label"]
+        for i in range(30)
+    }
+    assert chosen == set(labels)
+
+
+def test_a_summary_is_the_texts_first_words_within_the_budget() -> None:
+    raw = INPUTS["summarize"][1]
+    prompt = REGISTRY.get("summarize").render_prompt(REGISTRY.get("summarize").parse_input(raw))
+
+    summary = answer_for("summarize", prompt.user)["summary"]
+
+    assert summary.split() == [f"word{i}" for i in range(25)]
+
+
+def test_an_answer_cites_the_first_document() -> None:
+    for raw, first_id in zip(INPUTS["answer_with_citations"], ["d1", "doc [7]"], strict=True):
+        prompt = REGISTRY.get("answer_with_citations").render_prompt(
+            REGISTRY.get("answer_with_citations").parse_input(raw)
+        )
+        assert answer_for("answer_with_citations", prompt.user)["citations"] == [first_id]
+
+
+def test_an_unknown_schema_gets_an_empty_object(server: LocalProvider, http: httpx.Client) -> None:
+    body = chat_body("classify", INPUTS["classify"][0])
+    body["response_format"]["json_schema"]["name"] = "translate"
+
+    assert content_of(post(http, server, body)) == "{}"
+
+
+def test_usage_is_about_a_token_per_four_characters_and_the_log_bills_it(
+    server: LocalProvider, http: httpx.Client
+) -> None:
+    body = chat_body("summarize", INPUTS["summarize"][1])
+
+    response = post(http, server, body)
+
+    usage = response.json()["usage"]
+    prompt_chars = sum(len(message["content"]) for message in body["messages"])
+    assert usage["prompt_tokens"] == estimate_tokens("x" * prompt_chars) == pytest.approx(prompt_chars / 4, abs=1)
+    assert usage["completion_tokens"] == estimate_tokens(content_of(response))
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    assert server.billed_tokens() == (usage["prompt_tokens"], usage["completion_tokens"])
+    assert response.json()["model"] == "local-model"
+
+
+def test_latency_delays_every_answer() -> None:
+    with LocalProvider(latency_seconds=0.2) as server, httpx.Client(trust_env=False) as http:
+        started = time.perf_counter()
+        content_of(post(http, server, chat_body("classify", INPUTS["classify"][0])))
+        assert time.perf_counter() - started >= 0.2
+
+
+# --- markers --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "marker"),
+    [
+        ("fault:hang", FaultMarker(FaultKind.HANG)),
+        ("please fault:unavailable*2 now", FaultMarker(FaultKind.UNAVAILABLE, 2)),
+        ("fault:rate_limited*10.", FaultMarker(FaultKind.RATE_LIMITED, 10)),
+        ("fault:dropped", None),
+        ("fault:nonsense", None),
+        ("no marker", None),
+    ],
+)
+def test_a_fault_marker_names_a_kind_and_optionally_a_count(text: str, marker: FaultMarker | None) -> None:
+    assert find_fault_marker(text) == marker
+
+
+# --- faults over HTTP -----------------------------------------------------------------------------
+
+
+def with_marker(raw_input: dict[str, Any], marker: str) -> dict[str, Any]:
+    """The input with `marker` added to its free text (the question of answer_with_citations)."""
+    field = "question" if "question" in raw_input else "text"
+    return {**raw_input, field: f"{raw_input[field]} {marker}"}
+
+
+def classify_with(marker: str) -> dict[str, Any]:
+    return {"text": f"Win a free cruise now! {marker}", "labels": ["spam", "ham"]}
+
+
+@pytest.mark.parametrize(
+    ("kind", "status"),
+    [("rate_limited", 429), ("server_error", 500), ("unavailable", 503)],
+)
+def test_an_error_fault_answers_its_status_and_bills_nothing(
+    kind: str, status: int, server: LocalProvider, http: httpx.Client
+) -> None:
+    response = post(http, server, chat_body("classify", classify_with(f"fault:{kind}")))
+
+    assert response.status_code == status
+    assert "message" in response.json()["error"]
+    if kind == "rate_limited":
+        assert response.headers["retry-after"] == "3"
+    (entry,) = server.log
+    assert (entry.fault, entry.status, entry.prompt_tokens, entry.completion_tokens) == (FaultKind(kind), status, 0, 0)
+
+
+def test_a_dropped_connection_gets_no_response(server: LocalProvider, http: httpx.Client) -> None:
+    with pytest.raises(httpx.RemoteProtocolError):
+        post(http, server, chat_body("classify", classify_with("fault:drop")))
+
+    (entry,) = server.log
+    assert (entry.fault, entry.status, entry.prompt_tokens, entry.completion_tokens) == (FaultKind.DROP, None, 0, 0)
+    # And the next request gets through on a fresh connection
+    content_of(post(http, server, chat_body("classify", INPUTS["classify"][0])))
+
+
+def test_a_hang_outlasts_the_clients_timeout(server: LocalProvider, http: httpx.Client) -> None:
+    started = time.perf_counter()
+    with pytest.raises(httpx.ReadTimeout):
+        post(http, server, chat_body("classify", classify_with("fault:hang")), timeout=0.3)
+
+    assert time.perf_counter() - started < 1
+    (entry,) = server.log
+    assert (entry.fault, entry.status, entry.prompt_tokens, entry.completion_tokens) == (FaultKind.HANG, None, 0, 0)
+
+
+def test_stopping_the_server_ends_a_hang() -> None:
+    server = LocalProvider(latency_seconds=0, hang_seconds=30).start()
+    errors: list[Exception] = []
+
+    def ask() -> None:
+        try:
+            with httpx.Client(timeout=10, trust_env=False) as http:
+                post(http, server, chat_body("classify", classify_with("fault:hang")))
+        except httpx.HTTPError as exc:
+            errors.append(exc)
+
+    client = threading.Thread(target=ask)
+    client.start()
+    while not server.log:
+        time.sleep(0.01)
+    started = time.perf_counter()
+    server.stop()
+    client.join(timeout=5)
+
+    assert not client.is_alive()
+    assert time.perf_counter() - started < 2
+    assert len(errors) == 1
+
+
+@pytest.mark.parametrize(
+    ("kind", "job_type", "raw_input", "error"),
+    [
+        ("non_json", "classify", INPUTS["classify"][0], SchemaValidationError),
+        ("wrong_shape", "classify", INPUTS["classify"][0], SchemaValidationError),
+        ("wrong_shape", "answer_with_citations", INPUTS["answer_with_citations"][0], SchemaValidationError),
+        ("business_invalid", "classify", INPUTS["classify"][1], BusinessValidationError),
+        ("business_invalid", "summarize", INPUTS["summarize"][0], BusinessValidationError),
+        ("reference_invalid", "answer_with_citations", INPUTS["answer_with_citations"][1], ReferenceValidationError),
+        ("repairable", "summarize", INPUTS["summarize"][1], SchemaValidationError),
+    ],
+)
+def test_a_content_fault_answers_200_with_an_answer_the_engine_rejects(
+    kind: str,
+    job_type: str,
+    raw_input: dict[str, Any],
+    error: type[Exception],
+    server: LocalProvider,
+    http: httpx.Client,
+) -> None:
+    raw = with_marker(raw_input, f"fault:{kind}")
+
+    response = post(http, server, chat_body(job_type, raw))
+
+    with pytest.raises(error):
+        validate(job_type, raw, content_of(response))
+    (entry,) = server.log
+    usage = response.json()["usage"]
+    assert (entry.fault, entry.status) == (FaultKind(kind), 200)
+    assert (entry.prompt_tokens, entry.completion_tokens) == (usage["prompt_tokens"], usage["completion_tokens"])
+
+
+def test_a_summary_that_breaks_the_budget_is_far_over_it(server: LocalProvider, http: httpx.Client) -> None:
+    raw = {"text": "Short text. fault:business_invalid", "max_words": 10}
+
+    summary = json.loads(content_of(post(http, server, chat_body("summarize", raw))))["summary"]
+
+    assert len(summary.split()) >= 2 * 10
+
+
+def test_a_repairable_answer_is_mended_by_the_re_ask(server: LocalProvider, http: httpx.Client) -> None:
+    raw = classify_with("fault:repairable")
+    first = content_of(post(http, server, chat_body("classify", raw)))
+    with pytest.raises(SchemaValidationError):
+        validate("classify", raw, first)
+
+    again = chat_body("classify", raw, conversation=(first, "Your answer was not accepted: ... Answer again."))
+    second = content_of(post(http, server, again))
+
+    validate("classify", raw, second)
+    assert [(entry.fault, entry.repair) for entry in server.log] == [(FaultKind.REPAIRABLE, False), (None, True)]
+
+
+def test_a_fault_without_a_count_is_served_to_re_asks_too(server: LocalProvider, http: httpx.Client) -> None:
+    raw = classify_with("fault:business_invalid")
+    first = content_of(post(http, server, chat_body("classify", raw)))
+
+    second = content_of(post(http, server, chat_body("classify", raw, conversation=(first, "Not accepted."))))
+
+    with pytest.raises(BusinessValidationError):
+        validate("classify", raw, second)
+
+
+def test_a_counted_fault_is_served_that_many_times_per_prompt(server: LocalProvider, http: httpx.Client) -> None:
+    body = chat_body("classify", classify_with("fault:unavailable*2"))
+    other = chat_body("classify", classify_with("fault:unavailable*2 (another prompt)"))
+
+    statuses = [post(http, server, body).status_code for _ in range(2)]
+    statuses.append(post(http, server, other).status_code)
+    statuses += [post(http, server, body).status_code for _ in range(2)]
+
+    assert statuses == [503, 503, 503, 200, 200]
+    assert [entry.fault for entry in server.log] == [FaultKind.UNAVAILABLE] * 3 + [None, None]
+    # And reset() forgets the counts
+    server.reset()
+    assert post(http, server, body).status_code == 503
+
+
+def test_random_faults_follow_the_seed() -> None:
+    def statuses(seed: int) -> list[int]:
+        kinds = ["server_error", "rate_limited"]
+        with (
+            LocalProvider(latency_seconds=0, fault_rate=0.5, random_faults=kinds, seed=seed) as server,
+            httpx.Client(trust_env=False) as http,
+        ):
+            return [post(http, server, chat_body("classify", INPUTS["classify"][0])).status_code for _ in range(12)]
+
+    first = statuses(seed=3)
+    assert first == statuses(seed=3)
+    assert {200, 429, 500} <= set(first)
+
+
+def test_a_marker_wins_over_the_random_rate() -> None:
+    with (
+        LocalProvider(latency_seconds=0, fault_rate=1.0, random_faults=["server_error"]) as server,
+        httpx.Client(trust_env=False) as http,
+    ):
+        assert post(http, server, chat_body("classify", classify_with("fault:unavailable"))).status_code == 503
+        assert post(http, server, chat_body("classify", INPUTS["classify"][0])).status_code == 500
+
+
+# --- the rest of the HTTP surface ---------------------------------------------------------------------
+
+
+def test_a_key_is_required_when_the_server_has_one(http: httpx.Client) -> None:
+    with LocalProvider(latency_seconds=0, api_key="sk-local") as server:
+        body = chat_body("classify", INPUTS["classify"][0])
+        missing = post(http, server, body)
+        wrong = post(http, server, body, headers={"Authorization": "Bearer sk-other"})
+        right = post(http, server, body, headers={"Authorization": "Bearer sk-local"})
+        models = http.get(f"{server.url}/models")
+
+        assert (missing.status_code, wrong.status_code, right.status_code, models.status_code) == (401, 401, 200, 401)
+        assert missing.json()["error"]["code"] == "invalid_api_key"
+        assert [(entry.status, entry.prompt_tokens > 0) for entry in server.log] == [
+            (401, False),
+            (401, False),
+            (200, True),
+        ]
+
+
+def test_models_are_listed_and_others_are_not_found(http: httpx.Client) -> None:
+    with LocalProvider(latency_seconds=0, models=["primary-model", "fallback-model"]) as server:
+        listed = http.get(f"{server.url}/models").json()
+        unknown = post(http, server, chat_body("classify", INPUTS["classify"][0]))
+
+    assert [model["id"] for model in listed["data"]] == ["primary-model", "fallback-model"]
+    assert unknown.status_code == 404
+    assert unknown.json()["error"]["code"] == "model_not_found"
+
+
+def test_a_malformed_request_is_a_400_and_an_unknown_path_a_404(server: LocalProvider, http: httpx.Client) -> None:
+    not_json = http.post(f"{server.url}/chat/completions", content=b"{not json")
+    no_messages = post(http, server, {"model": "m", "messages": []})
+    elsewhere = http.post(f"{server.url}/embeddings", json={})
+
+    assert (not_json.status_code, no_messages.status_code, elsewhere.status_code) == (400, 400, 404)
+    assert [entry.status for entry in server.log] == [400, 400]
+
+
+def test_the_url_names_the_running_servers_port() -> None:
+    server = LocalProvider(latency_seconds=0)
+    with pytest.raises(RuntimeError):
+        _ = server.url
+    with server:
+        assert server.url.startswith("http://127.0.0.1:")
+        assert server.url.endswith("/v1")
+        assert int(server.url.rsplit(":", 1)[1].split("/")[0]) > 0
+    with pytest.raises(RuntimeError):
+        _ = server.url
