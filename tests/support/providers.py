@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from aijobs.local.provider import completion_body
 from engine.errors import JobError
 from engine.gateway import Completion, CompletionRequest
 
@@ -55,15 +56,5 @@ class FakeProvider:
 def openai_completion(
     content: str, prompt_tokens: int = 100, completion_tokens: int = 20, model: str = "gpt-4o-mini"
 ) -> dict[str, Any]:
-    """A Chat Completions response body."""
-    return {
-        "id": "chatcmpl-test",
-        "object": "chat.completion",
-        "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
-    }
+    """A Chat Completions response body, as the local provider serves it."""
+    return completion_body(content, model, prompt_tokens, completion_tokens, number=0)

@@ -32,7 +32,7 @@ from engine.errors import (
     ProviderTimeoutError,
     ProviderUnavailableError,
 )
-from engine.gateway.provider import ChatTurn, Completion, CompletionRequest
+from engine.gateway.provider import ChatTurn, Completion, CompletionRequest, error_for_status, token_count
 
 _CONNECT_TIMEOUT_SECONDS = 5
 # Clients are cached per whole-second read timeout; timeouts cut short by the Lambda's remaining
@@ -171,8 +171,8 @@ class BedrockConverseProvider:
         try:
             blocks = response["output"]["message"]["content"]
             usage = response.get("usage") or {}
-            input_tokens = _token_count(usage.get("inputTokens"))
-            output_tokens = _token_count(usage.get("outputTokens"))
+            input_tokens = token_count(usage.get("inputTokens"))
+            output_tokens = token_count(usage.get("outputTokens"))
             content = _answer(blocks)
             finish_reason = str(response.get("stopReason") or "")
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -221,18 +221,4 @@ def _classified(exc: ClientError) -> JobError:
         return ProviderUnavailableError(f"Bedrock unavailable ({described})")
     if code in _REJECTED_CODES:
         return ProviderRejectedError(f"Bedrock rejected the request ({described})", status_code=status)
-    if status == 429:
-        return ProviderRateLimitedError(f"Bedrock rate limit ({described})")
-    if status == 408:
-        return ProviderTimeoutError(f"Bedrock timed out ({described})")
-    if status is not None and 400 <= status < 500 and status != 409:
-        return ProviderRejectedError(f"Bedrock rejected the request ({described})", status_code=status)
-    return ProviderUnavailableError(f"Bedrock unavailable ({described})")
-
-
-def _token_count(value: object) -> int:
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"token count {value!r} is not a non-negative integer")
-    return value
+    return error_for_status(status, "Bedrock", described)

@@ -12,18 +12,14 @@ from typing import Any, Literal
 import httpx
 
 from engine.errors import (
-    ProviderRateLimitedError,
-    ProviderRejectedError,
     ProviderTimeoutError,
     ProviderUnavailableError,
 )
-from engine.gateway.provider import Completion, CompletionRequest
+from engine.gateway.provider import Completion, CompletionRequest, error_for_status, token_count
 from engine.gateway.schema import strict_json_schema
 
 StructuredOutput = Literal["json_schema", "json_object"]
 
-# Statuses that say the request itself is wrong (key, model, body): asking again cannot help.
-_REJECTED_STATUSES = frozenset({400, 401, 403, 404, 422})
 _CONNECT_TIMEOUT_SECONDS = 5.0
 
 
@@ -119,16 +115,9 @@ class OpenAICompatibleProvider:
     @staticmethod
     def _raise_for_status(response: httpx.Response) -> None:
         status = response.status_code
-        if status < 400:
-            return
-        if status == 429:
+        if status >= 400:
             retry_after = parse_retry_after(response.headers.get("retry-after"))
-            raise ProviderRateLimitedError("provider rate limit (HTTP 429)", retry_after_seconds=retry_after)
-        if status == 408:
-            raise ProviderTimeoutError("provider timed out (HTTP 408)")
-        if status in _REJECTED_STATUSES or (400 <= status < 500 and status != 409):
-            raise ProviderRejectedError(f"provider rejected the request (HTTP {status})", status_code=status)
-        raise ProviderUnavailableError(f"provider unavailable (HTTP {status})")
+            raise error_for_status(status, "provider", f"HTTP {status}", retry_after)
 
     @staticmethod
     def _completion(request: CompletionRequest, response: httpx.Response, latency_ms: int) -> Completion:
@@ -137,8 +126,8 @@ class OpenAICompatibleProvider:
             choice = envelope["choices"][0]
             message = choice["message"]
             usage = envelope.get("usage") or {}
-            input_tokens = _token_count(usage.get("prompt_tokens"))
-            output_tokens = _token_count(usage.get("completion_tokens"))
+            input_tokens = token_count(usage.get("prompt_tokens"))
+            output_tokens = token_count(usage.get("completion_tokens"))
             content = message.get("content")
             finish_reason = str(choice.get("finish_reason") or ("refusal" if message.get("refusal") else ""))
             model = str(envelope.get("model") or request.model)
@@ -153,11 +142,3 @@ class OpenAICompatibleProvider:
             latency_ms=latency_ms,
             finish_reason=finish_reason,
         )
-
-
-def _token_count(value: object) -> int:
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"token count {value!r} is not a non-negative integer")
-    return value

@@ -5,6 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from engine.errors import (
+    JobError,
+    ProviderRateLimitedError,
+    ProviderRejectedError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+)
+
 
 @dataclass(frozen=True, slots=True)
 class ChatTurn:
@@ -42,3 +50,26 @@ class ModelProvider(Protocol):
     def complete(self, request: CompletionRequest) -> Completion:
         """Call the model once; raise a RetryableError or PermanentError subclass on failure."""
         ...
+
+
+def token_count(value: object) -> int:
+    """A token count from a provider's usage; ValueError when it is not a non-negative integer."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"token count {value!r} is not a non-negative integer")
+    return value
+
+
+def error_for_status(
+    status: int | None, source: str, detail: str, retry_after_seconds: float | None = None
+) -> JobError:
+    """The engine error for an HTTP status a provider answered with (SPEC section 5)."""
+    if status == 429:
+        return ProviderRateLimitedError(f"{source} rate limit ({detail})", retry_after_seconds=retry_after_seconds)
+    if status == 408:
+        return ProviderTimeoutError(f"{source} timed out ({detail})")
+    # Any other 4xx but 409 (a conflict on the provider's side) says the request itself is wrong.
+    if status is not None and 400 <= status < 500 and status != 409:
+        return ProviderRejectedError(f"{source} rejected the request ({detail})", status_code=status)
+    return ProviderUnavailableError(f"{source} unavailable ({detail})")
