@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from aijobs.local.provider import completion_body
+from aijobs.local.protocol import completion_body
 from engine.errors import JobError
 from engine.gateway import Completion, CompletionRequest
 

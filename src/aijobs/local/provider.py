@@ -20,23 +20,30 @@ answer), so that a test can reconcile what the engine recorded with what the pro
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import hmac
 import json
 import random
-import re
 import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
+from collections.abc import Sequence
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Self
 
-from engine.definitions import BUILTIN_DEFINITIONS
+from aijobs.local.answers import answer_for, faulty_content
+from aijobs.local.faults import TRANSIENT_FAULTS, FaultKind, find_fault_marker, prompt_hash
+from aijobs.local.protocol import (
+    BadRequestError,
+    ChatRequest,
+    Reply,
+    completion_body,
+    error_reply,
+    estimate_tokens,
+    parse_chat_request,
+)
 
 DEFAULT_MODEL = "local-model"
 DEFAULT_LATENCY_SECONDS = 0.05
@@ -48,60 +55,6 @@ IDLE_TIMEOUT_SECONDS = 60.0
 MAX_BODY_BYTES = 16 * 1024 * 1024
 COMPLETIONS_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
-
-
-class FaultKind(StrEnum):
-    RATE_LIMITED = "rate_limited"  # 429 with Retry-After
-    SERVER_ERROR = "server_error"  # 500
-    UNAVAILABLE = "unavailable"  # 503
-    HANG = "hang"  # no answer until the client has given up
-    DROP = "drop"  # the connection closes without a response
-    NON_JSON = "non_json"  # 200; the content is prose, not JSON
-    WRONG_SHAPE = "wrong_shape"  # 200; JSON, but not the output model's shape
-    BUSINESS_INVALID = "business_invalid"  # 200; breaks the job type's business rule
-    REFERENCE_INVALID = "reference_invalid"  # 200; cites a document the input does not hold
-    REPAIRABLE = "repairable"  # 200; invalid when first asked, valid when re-asked with the error
-
-
-# What a real provider does now and then, and a retry gets past: the default random faults.
-TRANSIENT_FAULTS: tuple[FaultKind, ...] = (
-    FaultKind.RATE_LIMITED,
-    FaultKind.SERVER_ERROR,
-    FaultKind.UNAVAILABLE,
-    FaultKind.DROP,
-)
-
-_MARKER = re.compile(
-    r"fault:(" + "|".join(kind.value for kind in FaultKind) + r")(?![a-z_])(?:\*(\d+))?",
-)
-# json_object mode names no schema; the built-in job types are told apart by their system prompts.
-_SCHEMA_BY_SYSTEM_PROMPT = {definition.prompt.system: definition.name for definition in BUILTIN_DEFINITIONS}
-
-
-@dataclass(frozen=True, slots=True)
-class FaultMarker:
-    kind: FaultKind
-    # How many times the fault is served for one prompt; None: every time.
-    count: int | None = None
-
-
-def find_fault_marker(text: str) -> FaultMarker | None:
-    """The first `fault:<kind>[*<count>]` in `text`."""
-    match = _MARKER.search(text)
-    if match is None:
-        return None
-    count = match.group(2)
-    return FaultMarker(FaultKind(match.group(1)), int(count) if count is not None else None)
-
-
-def estimate_tokens(text: str) -> int:
-    """About one token per four characters, at least one."""
-    return max(1, (len(text) + 3) // 4)
-
-
-def prompt_hash(prompt: str) -> str:
-    """The key under which `*<count>` markers are counted: the rendered user prompt's hash."""
-    return hashlib.sha256(prompt.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,232 +72,6 @@ class ServedRequest:
     prompt_hash: str = ""
     # True when the request carried a re-ask (an assistant turn, or more than one user turn).
     repair: bool = False
-
-
-# --- the request ------------------------------------------------------------------------------------
-
-
-class BadRequestError(ValueError):
-    """The request body is not a chat completion request."""
-
-
-@dataclass(frozen=True, slots=True)
-class ChatRequest:
-    model: str
-    system: str
-    # The first user message: the prompt the engine rendered from the job's input.
-    prompt: str
-    schema_name: str | None
-    repair: bool
-    prompt_tokens: int
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # content parts: [{"type": "text", "text": "..."}]
-        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
-    return ""
-
-
-def _schema_name(body: dict[str, Any], system: str) -> str | None:
-    response_format = body.get("response_format")
-    if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
-        json_schema = response_format.get("json_schema")
-        if isinstance(json_schema, dict) and isinstance(json_schema.get("name"), str):
-            return str(json_schema["name"])
-    return _SCHEMA_BY_SYSTEM_PROMPT.get(system)
-
-
-def parse_chat_request(raw: bytes) -> ChatRequest:
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise BadRequestError("the body is not JSON") from exc
-    if not isinstance(body, dict):
-        raise BadRequestError("the body is not a JSON object")
-    model, messages = body.get("model"), body.get("messages")
-    if not isinstance(model, str) or not model:
-        raise BadRequestError("'model' is required")
-    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-        raise BadRequestError("'messages' must be a non-empty list of messages")
-    turns = [(str(message.get("role")), _content_text(message.get("content"))) for message in messages]
-    system = next((text for role, text in turns if role == "system"), "")
-    users = [text for role, text in turns if role == "user"]
-    return ChatRequest(
-        model=model,
-        system=system,
-        prompt=users[0] if users else "",
-        schema_name=_schema_name(body, system),
-        repair=len(users) > 1 or any(role == "assistant" for role, _ in turns),
-        prompt_tokens=estimate_tokens("".join(text for _, text in turns)),
-    )
-
-
-# --- the answers ------------------------------------------------------------------------------------
-
-
-def _section(prompt: str, start: str, end: str | None = None) -> str:
-    """The text after the first `start` up to the first `end` after it (or to the end)."""
-    begin = prompt.find(start)
-    if begin < 0:
-        return ""
-    begin += len(start)
-    stop = prompt.find(end, begin) if end else -1
-    return prompt[begin:stop] if stop >= 0 else prompt[begin:]
-
-
-def _stable_int(text: str) -> int:
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
-
-
-def _words(text: str) -> list[str]:
-    """The text's words, without the fault markers (they steer this provider, they are not content)."""
-    return [word for word in text.split() if not _MARKER.search(word)]
-
-
-def _labels(prompt: str) -> list[str]:
-    block = _section(prompt, "Labels:\n", "\n\nText:\n")
-    return [line[2:] for line in block.splitlines() if line.startswith("- ")]
-
-
-def _classify(prompt: str) -> dict[str, Any]:
-    text = _section(prompt, "\n\nText:\n") or prompt
-    labels = _labels(prompt) or ["unknown"]
-    digest = _stable_int(text)
-    return {"label": labels[digest % len(labels)], "confidence": round(0.5 + (digest >> 8) % 50 / 100, 2)}
-
-
-def _word_budget(prompt: str) -> int:
-    match = re.search(r"at most (\d+) words", prompt)
-    return int(match.group(1)) if match else 100
-
-
-def _summarize(prompt: str) -> dict[str, Any]:
-    words = _words(_section(prompt, "\n\nText:\n") or prompt)
-    return {"summary": " ".join(words[: _word_budget(prompt)]) or "Nothing to summarize."}
-
-
-def _documents(prompt: str) -> list[tuple[str, str]]:
-    """(id, text) of the documents, as rendered: `[id]` on a line of its own, the text below it."""
-    documents_end = prompt.rfind("\n\nQuestion: ")
-    block = _section(prompt[: documents_end if documents_end >= 0 else None], "Documents:\n")
-    found = list(re.finditer(r"^\[(.+)\]$", block, flags=re.MULTILINE))
-    return [
-        (match.group(1), block[match.end() : found[i + 1].start() if i + 1 < len(found) else None].strip())
-        for i, match in enumerate(found)
-    ]
-
-
-def _answer_with_citations(prompt: str) -> dict[str, Any]:
-    documents = _documents(prompt)
-    if not documents:
-        return {"answer": "The documents do not say.", "citations": ["unknown"]}
-    document_id, text = documents[0]
-    excerpt = " ".join(_words(text)[:40]) or "the document"
-    return {"answer": f"According to [{document_id}]: {excerpt}", "citations": [document_id]}
-
-
-def answer_for(schema_name: str | None, prompt: str) -> dict[str, Any]:
-    """The valid answer to a rendered prompt of a built-in job type; `{}` for any other schema."""
-    match schema_name:
-        case "classify":
-            return _classify(prompt)
-        case "summarize":
-            return _summarize(prompt)
-        case "answer_with_citations":
-            return _answer_with_citations(prompt)
-        case _:
-            return {}
-
-
-def _unknown_name(known: Iterable[str], candidate: str) -> str:
-    taken = set(known)
-    while candidate in taken:
-        candidate += "-x"
-    return candidate
-
-
-def _rule_breaking_answer(schema_name: str | None, prompt: str) -> dict[str, Any] | list[Any]:
-    """An answer of the right shape that breaks the job type's one rule.
-
-    Each built-in type has one rule (classify and summarize a business rule, answer_with_citations a
-    reference rule), so business_invalid and reference_invalid break that same rule; any other
-    schema gets a wrong shape.
-    """
-    valid = answer_for(schema_name, prompt)
-    match schema_name:
-        case "classify":
-            return {**valid, "label": _unknown_name(_labels(prompt), "label-not-offered")}
-        case "summarize":
-            budget = _word_budget(prompt)
-            filler = _words(_section(prompt, "\n\nText:\n") or prompt) or ["word"]
-            return {"summary": " ".join(filler[i % len(filler)] for i in range(budget * 2 + 10))}
-        case "answer_with_citations":
-            return {
-                **valid,
-                "citations": [
-                    _unknown_name((document_id for document_id, _ in _documents(prompt)), "doc-not-in-input")
-                ],
-            }
-        case _:
-            return [valid]
-
-
-def faulty_content(kind: FaultKind, schema_name: str | None, prompt: str) -> str:
-    """The 200 answer's content for a content fault (non_json, wrong_shape, *_invalid, repairable)."""
-    if kind is FaultKind.NON_JSON:
-        return "Sure! Here is the answer you asked for, in plain words rather than JSON."
-    if kind in (FaultKind.WRONG_SHAPE, FaultKind.REPAIRABLE):
-        # The right answer wrapped in a list: a model's plausible slip, and not any object model.
-        return json.dumps([answer_for(schema_name, prompt)])
-    return json.dumps(_rule_breaking_answer(schema_name, prompt))
-
-
-# --- the replies ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """What the handler sends: a response, or (status None) nothing, after `delay_seconds`."""
-
-    status: int | None
-    body: dict[str, Any] | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-    delay_seconds: float = 0.0
-
-
-def _error(
-    status: int,
-    message: str,
-    error_type: str,
-    code: str | None = None,
-    headers: dict[str, str] | None = None,
-    delay_seconds: float = 0.0,
-) -> Reply:
-    """An error response in OpenAI's shape."""
-    body = {"error": {"message": message, "type": error_type, "param": None, "code": code}}
-    return Reply(status, body, headers or {}, delay_seconds)
-
-
-def completion_body(
-    content: str, model: str, prompt_tokens: int, completion_tokens: int, number: int
-) -> dict[str, Any]:
-    return {
-        "id": f"chatcmpl-local-{number}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
-    }
-
-
-# --- the server -------------------------------------------------------------------------------------
 
 
 class LocalProvider:
@@ -456,9 +183,9 @@ class LocalProvider:
             data = [{"id": model, "object": "model", "created": 0, "owned_by": "aijobs-local"} for model in models]
             return Reply(200, {"object": "list", "data": data})
         if path not in (COMPLETIONS_PATH, MODELS_PATH):
-            return _error(404, f"no route {method} {path}", "invalid_request_error", "not_found")
+            return error_reply(404, f"no route {method} {path}", "invalid_request_error", "not_found")
         if method != "POST":
-            return _error(405, f"{method} is not allowed on {path}", "invalid_request_error")
+            return error_reply(405, f"{method} is not allowed on {path}", "invalid_request_error")
         return self._complete(authorization, raw)
 
     def _complete(self, authorization: str | None, raw: bytes) -> Reply:
@@ -469,12 +196,12 @@ class LocalProvider:
             request = parse_chat_request(raw)
         except BadRequestError as exc:
             self._record(ServedRequest(time.time(), "", None, None, 400, 0, 0))
-            return _error(400, str(exc), "invalid_request_error")
+            return error_reply(400, str(exc), "invalid_request_error")
         key = prompt_hash(request.prompt)
         if self._models is not None and request.model not in self._models:
             self._record(ServedRequest(time.time(), request.model, request.schema_name, None, 404, 0, 0, key))
             message = f"The model {request.model!r} does not exist"
-            return _error(404, message, "invalid_request_error", "model_not_found")
+            return error_reply(404, message, "invalid_request_error", "model_not_found")
         with self._lock:
             fault = self._choose_fault(request, key)
             reply, entry = self._reply(request, key, fault, number=len(self._log) + 1)
@@ -526,11 +253,15 @@ class LocalProvider:
         match fault:
             case FaultKind.RATE_LIMITED:
                 headers = {"Retry-After": str(self._retry_after_seconds)}
-                return _error(429, "Rate limit reached", "rate_limit_error", "rate_limit_exceeded", headers, latency)
+                return error_reply(
+                    429, "Rate limit reached", "rate_limit_error", "rate_limit_exceeded", headers, latency
+                )
             case FaultKind.SERVER_ERROR:
-                return _error(500, "The server had an error processing your request", "server_error", None, {}, latency)
+                return error_reply(
+                    500, "The server had an error processing your request", "server_error", None, {}, latency
+                )
             case FaultKind.UNAVAILABLE:
-                return _error(503, "The engine is currently overloaded", "server_error", "overloaded", {}, latency)
+                return error_reply(503, "The engine is currently overloaded", "server_error", "overloaded", {}, latency)
             case FaultKind.HANG:
                 return Reply(None, delay_seconds=self._hang_seconds)
             case FaultKind.DROP:
@@ -545,7 +276,7 @@ class LocalProvider:
 
     @staticmethod
     def _unauthorized() -> Reply:
-        return _error(401, "Incorrect API key provided", "invalid_request_error", "invalid_api_key")
+        return error_reply(401, "Incorrect API key provided", "invalid_request_error", "invalid_api_key")
 
     def _record(self, entry: ServedRequest) -> None:
         with self._lock:
@@ -616,7 +347,7 @@ class _Handler(BaseHTTPRequestHandler):
             length = -1
         if not 0 <= length <= MAX_BODY_BYTES:
             self.close_connection = True  # the body is left unread
-            self._send(_error(413 if length > 0 else 400, "bad Content-Length", "invalid_request_error"))
+            self._send(error_reply(413 if length > 0 else 400, "bad Content-Length", "invalid_request_error"))
             return
         raw = self.rfile.read(length) if length else b""
         provider = self._server.provider

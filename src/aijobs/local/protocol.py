@@ -1,0 +1,118 @@
+"""The Chat Completions wire format: parsing a request, the replies, and the bodies they carry.
+
+Token counts are about a token per four characters, like a real tokenizer on English text.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.definitions import BUILTIN_DEFINITIONS
+
+# json_object mode names no schema; the built-in job types are told apart by their system prompts.
+_SCHEMA_BY_SYSTEM_PROMPT = {definition.prompt.system: definition.name for definition in BUILTIN_DEFINITIONS}
+
+
+def estimate_tokens(text: str) -> int:
+    """About one token per four characters, at least one."""
+    return max(1, (len(text) + 3) // 4)
+
+
+class BadRequestError(ValueError):
+    """The request body is not a chat completion request."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    model: str
+    system: str
+    # The first user message: the prompt the engine rendered from the job's input.
+    prompt: str
+    schema_name: str | None
+    repair: bool
+    prompt_tokens: int
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: [{"type": "text", "text": "..."}]
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return ""
+
+
+def _schema_name(body: dict[str, Any], system: str) -> str | None:
+    response_format = body.get("response_format")
+    if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
+        json_schema = response_format.get("json_schema")
+        if isinstance(json_schema, dict) and isinstance(json_schema.get("name"), str):
+            return str(json_schema["name"])
+    return _SCHEMA_BY_SYSTEM_PROMPT.get(system)
+
+
+def parse_chat_request(raw: bytes) -> ChatRequest:
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise BadRequestError("the body is not JSON") from exc
+    if not isinstance(body, dict):
+        raise BadRequestError("the body is not a JSON object")
+    model, messages = body.get("model"), body.get("messages")
+    if not isinstance(model, str) or not model:
+        raise BadRequestError("'model' is required")
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise BadRequestError("'messages' must be a non-empty list of messages")
+    turns = [(str(message.get("role")), _content_text(message.get("content"))) for message in messages]
+    system = next((text for role, text in turns if role == "system"), "")
+    users = [text for role, text in turns if role == "user"]
+    return ChatRequest(
+        model=model,
+        system=system,
+        prompt=users[0] if users else "",
+        schema_name=_schema_name(body, system),
+        repair=len(users) > 1 or any(role == "assistant" for role, _ in turns),
+        prompt_tokens=estimate_tokens("".join(text for _, text in turns)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What the handler sends: a response, or (status None) nothing, after `delay_seconds`."""
+
+    status: int | None
+    body: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_seconds: float = 0.0
+
+
+def error_reply(
+    status: int,
+    message: str,
+    error_type: str,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+    delay_seconds: float = 0.0,
+) -> Reply:
+    """An error response in OpenAI's shape."""
+    body = {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+    return Reply(status, body, headers or {}, delay_seconds)
+
+
+def completion_body(
+    content: str, model: str, prompt_tokens: int, completion_tokens: int, number: int
+) -> dict[str, Any]:
+    return {
+        "id": f"chatcmpl-local-{number}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
