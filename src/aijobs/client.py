@@ -41,10 +41,9 @@ class AiJobsClient:
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> AiJobsClient:
         settings = settings or load_settings()
-        registry = JobRegistry()
-        registry.load_modules(settings.aijobs_job_modules)
-        store = JobStore(settings.jobs_table_name, retention_days=settings.aijobs_retention_days)
-        return cls(store, JobQueue(settings.jobs_queue_url), registry)
+        return cls(
+            JobStore.from_settings(settings), JobQueue(settings.jobs_queue_url), JobRegistry.from_settings(settings)
+        )
 
     def submit(
         self,
@@ -85,6 +84,16 @@ class AiJobsClient:
         job = self._store.get_job(job_id)
         if job is None:
             raise JobNotFoundError(job_id)
+        return JobView.from_job(job)
+
+    def cancel(self, job_id: str) -> JobView:
+        """Cancel: a queued job ends at once, a running one at its finishing fence; a finished one stays."""
+        return JobView.from_job(self._store.request_cancel(job_id, self._now_ms()))
+
+    def retry(self, job_id: str) -> JobView:
+        """Put a failed job back in the queue with a fresh attempt budget and deadline."""
+        job = self._store.requeue_failed_job(job_id, self._now_ms())
+        self._queue.send({"job_id": job.job_id})
         return JobView.from_job(job)
 
     def wait(self, job_id: str, timeout_seconds: float = 300.0, poll_seconds: float = 1.0) -> JobView:

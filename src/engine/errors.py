@@ -159,6 +159,18 @@ class LeaseLostError(ConditionRefusedError):
     """The finishing write met a job this worker no longer holds."""
 
 
+class CancelRequestedError(AiJobsError):
+    """The finishing fence met a cancel request: the job ends `cancelled`, its output discarded."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id} was cancelled while it ran")
+        self.job_id = job_id
+
+
+class JobStateError(AiJobsError):
+    """An operation the job's current state does not allow (e.g. retrying a job that did not fail)."""
+
+
 class JobNotFoundError(AiJobsError):
     def __init__(self, job_id: str) -> None:
         super().__init__(f"job {job_id} does not exist")

@@ -101,6 +101,7 @@ class Job:
     attempt_count: int = 0
     claim_count: int = 0
     schema_version: int | None = None
+    deadline_seconds: int | None = None
     deadline_at: int | None = None
     request_hash: str | None = None
     lease_owner: str | None = None

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from engine.definitions import JobDefinition, JobRegistry
 from engine.errors import (
+    CancelRequestedError,
     ClaimRefusal,
     ClaimRefusedError,
     DeadlineExceededError,
@@ -36,7 +37,7 @@ from engine.intake import BadMessageError, JobRequest, canonical_json, parse_mes
 from engine.models import AttemptRecord, Job, JobErrorInfo, JobStatus
 from engine.observability import logger
 from engine.retry import MAX_DELAY_SECONDS, backoff_seconds, retry_delay_seconds
-from engine.store import Failed, JobStore, Outcome, Released, Succeeded
+from engine.store import Cancelled, Failed, JobStore, Outcome, Released, Succeeded
 
 # Time kept back from the provider call for the finishing write.
 FINISH_MARGIN_MS = 5_000
@@ -76,6 +77,11 @@ RemainingMs = Callable[[], int]
 
 def output_hash(output: dict[str, Any]) -> str:
     return sha256_hex(canonical_json(output))
+
+
+def _then_retry(released: Disposition, retry: Retry) -> Disposition:
+    """After a release, the message comes back later; after anything else (cancelled, lost), as that says."""
+    return retry if released == Ack("released") else released
 
 
 def _time_left(remaining_ms: RemainingMs | None) -> Callable[[], float] | None:
@@ -215,8 +221,10 @@ class JobRunner:
         timeout_ms = int(definition.timeout_seconds * 1000)
         if remaining_ms and remaining_ms() < timeout_ms + FINISH_MARGIN_MS:
             # Too little time left in this invocation: hand the job back without spending an attempt.
-            self._finish(job, request, Released(None, refund_attempt=True))
-            return Retry("deferred", RETRY_SOON_SECONDS, "not enough time left in this invocation")
+            released = self._finish(job, request, Released(None, refund_attempt=True))
+            return _then_retry(
+                released, Retry("deferred", RETRY_SOON_SECONDS, "not enough time left in this invocation")
+            )
         started = self._now_ms()
         try:
             execution = self._gateway.execute(definition, job_input, _time_left(remaining_ms))
@@ -262,9 +270,7 @@ class JobRunner:
         disposition = self._finish(
             job, request, Released(_error_info(error), refund_attempt=not error.consumes_attempt), attempt
         )
-        if isinstance(disposition, Ack):
-            return Retry("retried", delay, f"{error.code}: {error.message}")
-        return disposition
+        return _then_retry(disposition, Retry("retried", delay, f"{error.code}: {error.message}"))
 
     def _finish(
         self, job: Job, request: JobRequest, outcome: Outcome, attempt: AttemptRecord | None = None
@@ -273,6 +279,9 @@ class JobRunner:
         now = self._now_ms()
         try:
             self._store.finish_job(job, outcome, now, attempt, store_input)
+        except CancelRequestedError:
+            # Cancelled while it ran: the output is discarded, the attempt's usage kept.
+            return self._finish(job, request, Cancelled(), attempt)
         except LeaseLostError as lost:
             return self._on_lease_lost(job, lost, attempt)
         self._log_outcome(job, outcome, attempt)

@@ -70,13 +70,10 @@ class Worker:
 
 
 def build_worker(settings: Settings) -> Worker:
-    registry = JobRegistry()
-    registry.load_modules(settings.aijobs_job_modules)
-    store = JobStore(settings.jobs_table_name, retention_days=settings.aijobs_retention_days)
     runner = JobRunner(
-        store,
+        JobStore.from_settings(settings),
         build_gateway(settings),
-        registry,
+        JobRegistry.from_settings(settings),
         default_lease_ms=settings.aijobs_default_lease_seconds * 1000,
     )
     return Worker(runner, JobQueue(settings.jobs_queue_url))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable
 
+from engine.config import Settings
 from engine.definitions.answer_with_citations import ANSWER_WITH_CITATIONS
 from engine.definitions.base import JobDefinition
 from engine.definitions.classify import CLASSIFY
@@ -30,6 +31,13 @@ class JobRegistry:
             return self._definitions[name]
         except KeyError:
             raise UnknownJobTypeError(f"no job type {name!r} is registered") from None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> JobRegistry:
+        """The built-in job types plus those of AIJOBS_JOB_MODULES."""
+        registry = cls()
+        registry.load_modules(settings.aijobs_job_modules)
+        return registry
 
     def names(self) -> list[str]:
         return sorted(self._definitions)

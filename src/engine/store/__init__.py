@@ -1,9 +1,10 @@
 """The only package that talks to DynamoDB."""
 
-from engine.store.jobs import Failed, JobStore, NewJob, Outcome, Released, Succeeded, explain_claim_refusal
+from engine.store.jobs import Cancelled, Failed, JobStore, NewJob, Outcome, Released, Succeeded, explain_claim_refusal
 from engine.store.usage import UsageLedger, UsageRow
 
 __all__ = [
+    "Cancelled",
     "Failed",
     "JobStore",
     "NewJob",

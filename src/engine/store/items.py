@@ -75,6 +75,7 @@ def job_from_item(item: Item) -> Job:
         attempt_count=int(data.get("attempt_count", 0)),
         claim_count=int(data.get("claim_count", 0)),
         schema_version=_int(data.get("schema_version")),
+        deadline_seconds=_int(data.get("deadline_seconds")),
         deadline_at=_int(data.get("deadline_at")),
         request_hash=data.get("request_hash"),
         lease_owner=data.get("lease_owner"),
@@ -99,6 +100,24 @@ def job_from_item(item: Item) -> Job:
     )
 
 
+# Non-terminal jobs carry OPEN_SHARD, the key of the sparse OpenJobs index (sorted by deadline_at);
+# a terminal state removes it. Shards spread the index's writes over partitions.
+OPEN_SHARD = "open_shard"
+OPEN_SHARDS = 8
+
+
+def open_shard(job_id: str) -> str:
+    return open_shard_key(_shard(job_id, OPEN_SHARDS))
+
+
+def open_shard_key(shard: int) -> str:
+    return f"OPEN#{shard}"
+
+
+def _shard(key: str, shards: int) -> int:
+    return int(hashlib.blake2s(key.encode(), digest_size=2).hexdigest(), 16) % shards
+
+
 # Shards of a day in the UsageByDay index; a query of one day reads them all.
 USAGE_DAY_SHARDS = 8
 
@@ -111,15 +130,11 @@ def usage_day_partition(day: str, shard: int) -> str:
     return f"{day}#{shard}"
 
 
-def _usage_shard(job_id: str) -> int:
-    return int(hashlib.blake2s(job_id.encode(), digest_size=2).hexdigest(), 16) % USAGE_DAY_SHARDS
-
-
 def attempt_item(record: AttemptRecord, expires_at: int) -> Item:
     return job_key(record.job_id, attempt_sk(record.attempt)) | to_item(
         {
             # Keys of the usage indexes (template.yaml: UsageByDay, UsageByUser).
-            "usage_day": usage_day_partition(usage_day(record.finished_at), _usage_shard(record.job_id)),
+            "usage_day": usage_day_partition(usage_day(record.finished_at), _shard(record.job_id, USAGE_DAY_SHARDS)),
             "usage_user": record.user_id,
             "usage_at": record.finished_at,
             "job_id": record.job_id,

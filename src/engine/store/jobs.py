@@ -7,6 +7,7 @@ or the input goes with it). A refused condition is explained from the item it me
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -15,18 +16,23 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from engine.config import Settings
 from engine.errors import (
+    CancelRequestedError,
     ClaimRefusal,
     ClaimRefusedError,
     ConditionRefusedError,
     JobConflictError,
     JobNotFoundError,
+    JobStateError,
     LeaseLostError,
 )
 from engine.models import AttemptRecord, Job, JobErrorInfo, JobStatus, can_transition
 from engine.store.expressions import Expression
 from engine.store.items import (
     INPUT_SK,
+    OPEN_SHARD,
+    OPEN_SHARDS,
     Item,
     attempt_item,
     dead_letter_key,
@@ -34,6 +40,8 @@ from engine.store.items import (
     input_item,
     job_from_item,
     job_key,
+    open_shard,
+    open_shard_key,
     to_item,
 )
 
@@ -41,6 +49,9 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 DAY_SECONDS = 86_400
+OPEN_JOBS_INDEX = "OpenJobs"
+# The deadline a retried job gets when it was created before jobs recorded their own.
+DEFAULT_DEADLINE_SECONDS = 86_400
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +85,12 @@ class Released:
     refund_attempt: bool = False
 
 
-Outcome = Succeeded | Failed | Released
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """A cancel was requested while this worker ran the job: its output is discarded."""
+
+
+Outcome = Succeeded | Failed | Released | Cancelled
 
 
 def default_client() -> DynamoDBClient:
@@ -106,6 +122,10 @@ class JobStore:
         self._client = client or default_client()
         self._retention_ms = retention_days * DAY_SECONDS * 1000
 
+    @classmethod
+    def from_settings(cls, settings: Settings) -> JobStore:
+        return cls(settings.jobs_table_name, retention_days=settings.aijobs_retention_days)
+
     # --- the worker's two round trips ---------------------------------------------------------
 
     def claim_job(self, job_id: str, owner: str, lease_ms: int, now_ms: int, new_job: NewJob | None) -> Job:
@@ -125,7 +145,9 @@ class JobStore:
         if new_job is None:
             expr.condition = f"attribute_exists({expr.name('pk')}) AND {claimable}"
         else:
-            self._set_creation_attributes(expr, job_id, new_job, now_ms)
+            for attribute, value in _creation_attributes(job_id, new_job, now_ms).items():
+                expr.set_if_absent(attribute, value)
+            expr.set_if_absent("input_stored", False)
             same_request = f"{expr.name('request_hash')} = {expr.value('request_hash', new_job.request_hash)}"
             expr.condition = f"attribute_not_exists({expr.name('pk')}) OR ({same_request} AND {claimable})"
         try:
@@ -176,13 +198,74 @@ class JobStore:
             f"{expr.name('lease_owner')} = {expr.value('owner', job.lease_owner)}"
             f" AND {expr.name('status')} = {expr.value('running', JobStatus.RUNNING.value)}"
         )
+        if not isinstance(outcome, Cancelled):
+            # A cancel requested meanwhile wins over any other outcome (SPEC section 3).
+            expr.condition += f" AND {expr.name('cancel_requested')} = {expr.value('false', False)}"
         puts = [attempt_item(attempt, self._expiry(now_ms))] if attempt else []
         try:
             self._write(expr, job, puts, store_input, now_ms)
         except ConditionRefusedError as exc:
-            raise LeaseLostError(f"job {job.job_id}: the lease of {job.lease_owner} was lost", exc.job) from exc
+            current = exc.job
+            if current and current.lease_owner == job.lease_owner and current.cancel_requested:
+                raise CancelRequestedError(job.job_id) from exc
+            raise LeaseLostError(f"job {job.job_id}: the lease of {job.lease_owner} was lost", current) from exc
 
     # --- the rarer writes ---------------------------------------------------------------------
+
+    def request_cancel(self, job_id: str, now_ms: int) -> Job:
+        """Cancel a job: a queued one ends at once, a running one at its finishing fence.
+
+        Returns the job after the request; a finished job is returned unchanged.
+        """
+        for _ in range(3):
+            queued = self._transition(JobStatus.CANCELLED, None, now_ms)
+            queued.set("cancel_requested", True)
+            queued.condition = f"{queued.name('status')} = {queued.value('queued', JobStatus.QUEUED.value)}"
+            try:
+                return self._update(queued, job_id)
+            except ConditionRefusedError as exc:
+                if exc.job is None:
+                    raise JobNotFoundError(job_id) from exc
+                if exc.job.status.is_terminal:
+                    return exc.job
+            running = Expression()
+            running.set("cancel_requested", True)
+            running.set("updated_at", now_ms)
+            running.condition = f"{running.name('status')} = {running.value('running', JobStatus.RUNNING.value)}"
+            try:
+                return self._update(running, job_id)
+            except ConditionRefusedError:
+                continue  # it was released or finished meanwhile: look again
+        raise ConditionRefusedError(f"job {job_id} kept changing while it was being cancelled", None)
+
+    def requeue_failed_job(self, job_id: str, now_ms: int) -> Job:
+        """Put a failed job back to `queued` with a fresh attempt budget and deadline (`aijobs retry`).
+
+        Only a job whose input is stored can run again; the caller enqueues its message.
+        """
+        expr = Expression()
+        expr.set("status", JobStatus.QUEUED.value)
+        expr.set("updated_at", now_ms)
+        expr.set("attempt_count", 0)
+        expr.set(OPEN_SHARD, open_shard(job_id))
+        expr.remove("error", "finished_at", "expires_at")
+        expr.condition = (
+            f"{expr.name('status')} = {expr.value('failed', JobStatus.FAILED.value)}"
+            f" AND {expr.name('input_stored')} = {expr.value('true', True)}"
+        )
+        job = self.get_job(job_id)
+        if job is None:
+            raise JobNotFoundError(job_id)
+        expr.set("deadline_at", now_ms + (job.deadline_seconds or DEFAULT_DEADLINE_SECONDS) * 1000)
+        try:
+            return self._update(expr, job_id)
+        except ConditionRefusedError as exc:
+            current = exc.job or job
+            if current.status is not JobStatus.FAILED:
+                raise JobStateError(
+                    f"job {job_id} is {current.status.value}; only a failed job can be retried"
+                ) from exc
+            raise JobStateError(f"job {job_id} has no stored input to run again") from exc
 
     def record_orphan_attempt(self, attempt: AttemptRecord, now_ms: int) -> None:
         """Keep the usage of an attempt whose result was discarded (its lease was lost)."""
@@ -276,20 +359,11 @@ class JobStore:
             if _is_condition_failure(exc):
                 raise JobConflictError(job_id) from exc
             raise
-        attributes = {
-            "job_id": job_id,
-            "job_type": new_job.job_type,
-            "user_id": new_job.user_id,
+        attributes = _creation_attributes(job_id, new_job, now_ms) | {
             "status": JobStatus.QUEUED.value,
-            "schema_version": new_job.schema_version,
-            "max_attempts": new_job.max_attempts,
-            "deadline_at": deadline_at,
-            "request_hash": new_job.request_hash,
             "attempt_count": 0,
             "claim_count": 0,
-            "cancel_requested": False,
             "input_stored": True,
-            "created_at": now_ms,
             "updated_at": now_ms,
         }
         item = job_key(job_id) | to_item(attributes)
@@ -317,7 +391,39 @@ class JobStore:
         )
         self._client.put_item(TableName=self.table_name, Item=item)
 
+    def touch_queued_job(self, job: Job, now_ms: int) -> bool:
+        """Mark a queued job as just re-enqueued; False when it changed since it was read."""
+        expr = Expression()
+        expr.set("updated_at", now_ms)
+        expr.condition = (
+            f"{expr.name('status')} = {expr.value('queued', JobStatus.QUEUED.value)}"
+            f" AND {expr.name('claim_count')} = {expr.value('old_claim_count', job.claim_count)}"
+        )
+        try:
+            self._update(expr, job.job_id)
+        except ConditionRefusedError:
+            return False
+        return True
+
     # --- reads ---------------------------------------------------------------------------------
+
+    def open_jobs(self, limit: int) -> Iterator[Job]:
+        """Non-terminal jobs from the OpenJobs index: up to limit / shards per shard, oldest deadline first."""
+        per_shard = max(1, limit // OPEN_SHARDS)
+        for shard in range(OPEN_SHARDS):
+            remaining = per_shard
+            pages = self._client.get_paginator("query").paginate(
+                TableName=self.table_name,
+                IndexName=OPEN_JOBS_INDEX,
+                KeyConditionExpression="#shard = :shard",
+                ExpressionAttributeNames={"#shard": OPEN_SHARD},
+                ExpressionAttributeValues={":shard": {"S": open_shard_key(shard)}},
+            )
+            for item in (item for page in pages for item in page.get("Items", [])):
+                if remaining == 0:
+                    break
+                remaining -= 1
+                yield job_from_item(item)
 
     def get_job(self, job_id: str) -> Job | None:
         response = self._client.get_item(TableName=self.table_name, Key=job_key(job_id), ConsistentRead=True)
@@ -348,8 +454,24 @@ class JobStore:
         if status.is_terminal:
             expr.set("finished_at", now_ms)
             expr.set("expires_at", self._expiry(now_ms))
+            expr.remove(OPEN_SHARD)
         expr.remove("lease_owner", "lease_expires_at")
         return expr
+
+    def _update(self, expr: Expression, job_id: str) -> Job:
+        """One conditional UpdateItem returning the job as written (ALL_NEW)."""
+        try:
+            response = self._client.update_item(
+                **expr.update_params(self.table_name, job_key(job_id)),
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if not _is_condition_failure(exc):
+                raise
+            old = _refused_item(exc)
+            raise ConditionRefusedError("the job's condition failed", job_from_item(old) if old else None) from exc
+        return job_from_item(response["Attributes"])
 
     def _write(
         self, expr: Expression, job: Job, puts: list[Item], store_input: dict[str, Any] | None, now_ms: int
@@ -385,22 +507,6 @@ class JobStore:
             f" AND {expr.name('attempt_count')} < {expr.name('max_attempts')}"
             f" AND {expr.name('deadline_at')} > {now}"
         )
-
-    @staticmethod
-    def _set_creation_attributes(expr: Expression, job_id: str, new_job: NewJob, now_ms: int) -> None:
-        for attribute, value in (
-            ("job_id", job_id),
-            ("job_type", new_job.job_type),
-            ("user_id", new_job.user_id),
-            ("schema_version", new_job.schema_version),
-            ("max_attempts", new_job.max_attempts),
-            ("deadline_at", now_ms + new_job.deadline_seconds * 1000),
-            ("request_hash", new_job.request_hash),
-            ("created_at", now_ms),
-            ("cancel_requested", False),
-            ("input_stored", False),
-        ):
-            expr.set_if_absent(attribute, value)
 
     @staticmethod
     def _add_usage(expr: Expression, attempt: AttemptRecord) -> None:
@@ -441,8 +547,27 @@ class JobStore:
         return None
 
 
+def _creation_attributes(job_id: str, new_job: NewJob, now_ms: int) -> dict[str, Any]:
+    """What a job is made of when it is created, by a message's claim or by a submission."""
+    return {
+        "job_id": job_id,
+        "job_type": new_job.job_type,
+        "user_id": new_job.user_id,
+        "schema_version": new_job.schema_version,
+        "max_attempts": new_job.max_attempts,
+        "deadline_seconds": new_job.deadline_seconds,
+        "deadline_at": now_ms + new_job.deadline_seconds * 1000,
+        "request_hash": new_job.request_hash,
+        "created_at": now_ms,
+        "cancel_requested": False,
+        OPEN_SHARD: open_shard(job_id),
+    }
+
+
 def _target_status(outcome: Outcome) -> JobStatus:
     match outcome:
+        case Cancelled():
+            return JobStatus.CANCELLED
         case Succeeded():
             return JobStatus.SUCCEEDED
         case Failed():
