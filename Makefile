@@ -10,7 +10,7 @@ SAM := $(SAM_VENV)/bin/sam
 # sam build packages for the Lambda runtime (python3.13); pyenv puts it on the path when present.
 SAM_PYENV ?= 3.11.7:3.13.0
 
-.PHONY: test lint lint-template build clean
+.PHONY: demo test lint lint-template build clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,9 @@ $(SAM):
 	$(PYTHON) -m venv $(SAM_VENV)
 	$(SAM_VENV)/bin/pip install --quiet --upgrade pip
 	$(SAM_VENV)/bin/pip install --quiet 'aws-sam-cli>=1.170'
+
+demo: $(STAMP)
+	$(BIN)/aijobs demo
 
 test: $(STAMP)
 	$(BIN)/pytest

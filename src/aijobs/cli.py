@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
+import sys
+import time
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
@@ -10,26 +13,22 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.live import Live
 
 from aijobs.client import AiJobsClient
+from aijobs.render import job_table, jobs_table, json_line, usage_json, usage_table
 from engine.errors import AiJobsError
 from engine.models import JobStatus, JobView
 
 app = typer.Typer(help="Run AI jobs reliably on SQS, Lambda and DynamoDB.", no_args_is_help=True, add_completion=False)
-out = Console()
+# Piped output is not cut to 80 columns: tables stay readable in logs and CI.
+out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 F = TypeVar("F", bound=Callable[..., Any])
-
-STATUS_STYLES = {
-    JobStatus.QUEUED: "cyan",
-    JobStatus.RUNNING: "yellow",
-    JobStatus.SUCCEEDED: "green",
-    JobStatus.FAILED: "red",
-    JobStatus.CANCELLED: "magenta",
-}
+_DURATION = re.compile(r"^(\d+)([smhdw])$")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
 
 
 def one_line_errors(command: F) -> F:
@@ -58,35 +57,28 @@ def read_input(value: str) -> dict[str, Any]:
     return parsed
 
 
+def parse_duration(value: str) -> int:
+    """`30m`, `12h`, `7d`, `2w` as seconds."""
+    match = _DURATION.match(value.strip())
+    if not match:
+        raise ValueError(f"--since {value!r} is not a duration like 30m, 12h, 7d or 2w")
+    return int(match.group(1)) * _SECONDS[match.group(2)]
+
+
 def print_json(data: Any) -> None:
     # Plain print: rich would wrap long lines, and scripts parse this.
-    print(json.dumps(data, ensure_ascii=False))
+    print(json_line(data))
 
 
-def job_table(view: JobView) -> Table:
-    table = Table(show_header=False, box=None, pad_edge=False)
-    table.add_column(style="bold")
-    table.add_column()
-    status_style = STATUS_STYLES.get(view.status, "")
-    rows: list[tuple[str, str]] = [
-        ("job", view.job_id),
-        ("type", view.job_type or "-"),
-        ("user", view.user_id or "-"),
-        ("status", f"[{status_style}]{view.status.value}[/]"),
-        ("attempts", f"{view.attempt_count} of {view.max_attempts}"),
-        ("created", view.created_at or "-"),
-        ("started", view.started_at or "-"),
-        ("finished", view.finished_at or "-"),
-        ("tokens", f"{view.usage.input_tokens} in / {view.usage.output_tokens} out ({view.usage.attempts} calls)"),
-        ("cost", f"${view.usage.cost_usd:.6f}"),
-    ]
-    if view.error:
-        rows.append(("error", f"[red]{view.error.code.value}[/]: {view.error.message}"))
-    if view.output is not None:
-        rows.append(("output", json.dumps(view.output, ensure_ascii=False)))
-    for name, value in rows:
-        table.add_row(name, value)
-    return table
+def print_view(view: JobView, as_json: bool) -> None:
+    if as_json:
+        print_json(view.model_dump(mode="json"))
+    else:
+        out.print(job_table(view))
+
+
+def client() -> AiJobsClient:
+    return AiJobsClient.from_settings()
 
 
 @app.command()
@@ -98,13 +90,13 @@ def submit(
     job_id: Annotated[str | None, typer.Option("--job-id", help="Your id for the job (idempotent).")] = None,
     max_attempts: Annotated[int | None, typer.Option("--max-attempts", help="1-10.")] = None,
     deadline_seconds: Annotated[int | None, typer.Option("--deadline-seconds", help="60-604800.")] = None,
-    wait: Annotated[bool, typer.Option("--wait", help="Wait until the job ends and print it.")] = False,
+    wait: Annotated[bool, typer.Option("--wait", help="Wait until the job ends; exit 1 unless it succeeded.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds --wait waits at most.")] = 300.0,
     as_json: JsonFlag = False,
 ) -> None:
     """Create a job and enqueue it; prints the job id."""
-    client = AiJobsClient.from_settings()
-    result = client.submit(
+    jobs = client()
+    result = jobs.submit(
         job_type,
         user,
         read_input(job_input),
@@ -113,7 +105,7 @@ def submit(
         deadline_seconds=deadline_seconds,
     )
     if wait:
-        view = client.wait(result.job_id, timeout_seconds=timeout)
+        view = jobs.wait(result.job_id, timeout_seconds=timeout)
         print_view(view, as_json)
         if view.status is not JobStatus.SUCCEEDED:
             raise typer.Exit(1)
@@ -128,14 +120,195 @@ def submit(
 @one_line_errors
 def status(job_id: Annotated[str, typer.Argument(help="The job id.")], as_json: JsonFlag = False) -> None:
     """Show one job."""
-    print_view(AiJobsClient.from_settings().get(job_id), as_json)
+    print_view(client().get(job_id), as_json)
 
 
-def print_view(view: JobView, as_json: bool) -> None:
+@app.command()
+@one_line_errors
+def watch(
+    job_ids: Annotated[list[str], typer.Argument(help="The job ids.")],
+    interval: Annotated[float, typer.Option("--interval", help="Seconds between polls.")] = 1.0,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to watch at most.")] = 3600.0,
+    as_json: JsonFlag = False,
+) -> None:
+    """Live progress until every job is terminal; exit 1 unless all succeeded.
+
+    With --json, one line per job each time its status changes.
+    """
+    jobs = client()
+    deadline = time.monotonic() + timeout
+    seen: dict[str, str] = {}
+
+    def poll() -> list[JobView]:
+        views = [jobs.get(job_id) for job_id in job_ids]
+        if as_json:
+            for view in views:
+                if seen.get(view.job_id) != view.status.value:
+                    seen[view.job_id] = view.status.value
+                    print_json(view.model_dump(mode="json"))
+        return views
+
+    views = poll()
+    with Live(jobs_table(views), console=out, auto_refresh=False, transient=False) if not as_json else _Quiet() as live:
+        while not all(view.status.is_terminal for view in views):
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"jobs still running after {timeout:g}s")
+            time.sleep(interval)
+            views = poll()
+            live.update(jobs_table(views), refresh=True)
+    if not all(view.status is JobStatus.SUCCEEDED for view in views):
+        raise typer.Exit(1)
+
+
+class _Quiet:
+    """Stands in for rich's Live when the output is JSON lines."""
+
+    def __enter__(self) -> _Quiet:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+    def update(self, *_: object, **__: object) -> None:
+        return None
+
+
+@app.command()
+@one_line_errors
+def cancel(job_id: Annotated[str, typer.Argument(help="The job id.")], as_json: JsonFlag = False) -> None:
+    """Cancel a job: a queued one ends at once, a running one at its next fence."""
+    view = client().cancel(job_id)
+    if as_json:
+        print_json(view.model_dump(mode="json"))
+    elif view.status is JobStatus.CANCELLED:
+        out.print(f"job {view.job_id} cancelled", markup=False, highlight=False)
+    elif view.status.is_terminal:
+        out.print(f"job {view.job_id} had already ended {view.status.value}", markup=False, highlight=False)
+    else:
+        out.print(f"job {view.job_id} is running; it ends cancelled at its next fence", markup=False, highlight=False)
+
+
+@app.command()
+@one_line_errors
+def retry(job_id: Annotated[str, typer.Argument(help="The job id.")], as_json: JsonFlag = False) -> None:
+    """Put a failed job back in the queue with a fresh attempt budget."""
+    view = client().retry(job_id)
     if as_json:
         print_json(view.model_dump(mode="json"))
     else:
-        out.print(job_table(view))
+        out.print(f"job {view.job_id} queued again", markup=False, highlight=False)
+
+
+@app.command(name="list")
+@one_line_errors
+def list_jobs(
+    user: Annotated[str | None, typer.Option("--user", help="Only this user's jobs.")] = None,
+    job_status: Annotated[JobStatus | None, typer.Option("--status", help="Only jobs in this status.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most this many.")] = 50,
+    as_json: JsonFlag = False,
+) -> None:
+    """Jobs, newest first (everyone's of the last 30 days, or one user's)."""
+    views = client().list_jobs(user_id=user, status=job_status, limit=limit)
+    if as_json:
+        print_json([view.model_dump(mode="json") for view in views])
+    else:
+        out.print(jobs_table(views))
+
+
+@app.command()
+@one_line_errors
+def usage(
+    user: Annotated[str | None, typer.Option("--user", help="Only this user's usage.")] = None,
+    since: Annotated[str, typer.Option("--since", help="How far back: 30m, 12h, 7d, 2w.")] = "7d",
+    as_json: JsonFlag = False,
+) -> None:
+    """Tokens and cost by user, job type and model."""
+    rows = client().usage(parse_duration(since), user_id=user)
+    if as_json:
+        print_json([usage_json(row) for row in rows])
+    else:
+        out.print(usage_table(rows, title=f"usage over the last {since}"))
+
+
+@app.command()
+@one_line_errors
+def worker(
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, max=64, help="Concurrent pollers.")] = 2,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=10, help="Records per batch.")] = 10,
+    window: Annotated[float, typer.Option("--window", min=0, max=300, help="Batching window, seconds.")] = 1.0,
+) -> None:
+    """A local event source mapping: long-polls the jobs queue and runs the worker handler on batches."""
+    from aijobs.local.poller import EventSourceMapping
+    from aijobs.stack import DEFAULT_TEMPLATE, function_timeout, load_template
+    from engine.config import get_settings
+    from handlers.worker import lambda_handler
+
+    settings = get_settings()
+    mapping = EventSourceMapping(
+        settings.jobs_queue_url,
+        lambda_handler,
+        batch_size=batch_size,
+        batching_window_seconds=window,
+        function_timeout_seconds=function_timeout(load_template(DEFAULT_TEMPLATE), "WorkerFunction"),
+        concurrency=concurrency,
+    )
+    err.print(f"polling {settings.jobs_queue_url} with {concurrency} pollers; Ctrl-C stops", highlight=False)
+    with mapping:
+        _wait_for_interrupt()
+    stats = mapping.stats
+    err.print(f"stopped after {stats.batches} batches, {stats.records} records", highlight=False)
+
+
+@app.command()
+@one_line_errors
+def dev(
+    port: Annotated[int, typer.Option("--port", help="Port of the local AWS endpoint (0: any free one).")] = 5000,
+    provider_port: Annotated[int, typer.Option("--provider-port", help="Port of the local provider.")] = 8700,
+    concurrency: Annotated[int, typer.Option("--concurrency", min=1, max=64, help="Worker pollers.")] = 2,
+    fault_rate: Annotated[float, typer.Option("--fault-rate", min=0, max=1, help="Share of provider faults.")] = 0.0,
+) -> None:
+    """The embedded stack: local AWS endpoint, local provider (unless AI_BASE_URL is set) and the worker."""
+    import shlex
+
+    from aijobs.local.devstack import DevStack, DevStackOptions
+    from engine.config import read_ai_base_url
+
+    options = DevStackOptions(
+        aws_port=port,
+        provider_port=provider_port,
+        ai_base_url=read_ai_base_url(),
+        concurrency=concurrency,
+        fault_rate=fault_rate,
+    )
+    with DevStack(options) as stack:
+        for name, value in sorted(stack.environment.items()):
+            print(f"export {name}={shlex.quote(value)}")
+        print("ready", flush=True)
+        _wait_for_interrupt()
+
+
+@app.command()
+def demo() -> None:
+    """The embedded stack plus sample jobs of every type (some made to fail), live until all end."""
+    from aijobs.demo import run_demo
+
+    if not run_demo(out):
+        err.print("error: some jobs did not end as they were meant to", highlight=False)
+        raise typer.Exit(1)
+
+
+def _wait_for_interrupt() -> None:
+    """Block until Ctrl-C or SIGTERM."""
+    import signal
+    import threading
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
 
 
 def main() -> None:

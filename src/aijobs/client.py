@@ -19,7 +19,7 @@ from engine.errors import InputValidationError, JobNotFoundError
 from engine.intake import BadMessageError, parse_message
 from engine.models import JobStatus, JobView
 from engine.queue import JobQueue
-from engine.store import JobStore
+from engine.store import JobListing, JobStore, UsageLedger, UsageRow
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,11 +31,20 @@ class SubmitResult:
 
 class AiJobsClient:
     def __init__(
-        self, store: JobStore, queue: JobQueue, registry: JobRegistry, clock: Callable[[], float] = time.time
+        self,
+        store: JobStore,
+        queue: JobQueue,
+        registry: JobRegistry,
+        *,
+        listing: JobListing | None = None,
+        ledger: UsageLedger | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
         self._queue = queue
         self._registry = registry
+        self._listing = listing or JobListing(store.table_name)
+        self._ledger = ledger or UsageLedger(store.table_name)
         self._clock = clock
 
     @classmethod
@@ -95,6 +104,16 @@ class AiJobsClient:
         job = self._store.requeue_failed_job(job_id, self._now_ms())
         self._queue.send({"job_id": job.job_id})
         return JobView.from_job(job)
+
+    def list_jobs(self, user_id: str | None = None, status: JobStatus | None = None, limit: int = 50) -> list[JobView]:
+        """Jobs newest first: one user's, or everyone's of the last 30 days."""
+        jobs = self._listing.list_jobs(user_id=user_id, status=status, limit=limit, now_ms=self._now_ms())
+        return [JobView.from_job(job) for job in jobs]
+
+    def usage(self, since_seconds: int, user_id: str | None = None) -> list[UsageRow]:
+        """Tokens and cost of the attempts of the last `since_seconds`, by user, job type and model."""
+        now = self._now_ms()
+        return self._ledger.summarize(now - since_seconds * 1000, now, user_id=user_id)
 
     def wait(self, job_id: str, timeout_seconds: float = 300.0, poll_seconds: float = 1.0) -> JobView:
         """Poll until the job is terminal; TimeoutError after `timeout_seconds`."""

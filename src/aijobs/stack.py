@@ -45,6 +45,13 @@ def load_template(path: Path = DEFAULT_TEMPLATE) -> dict[str, Any]:
     return loaded
 
 
+def function_timeout(template: dict[str, Any], function: str) -> float:
+    """A function's Timeout in seconds, from its properties or the template's Globals."""
+    properties = template["Resources"][function].get("Properties", {})
+    globals_ = template.get("Globals", {}).get("Function", {})
+    return float(properties.get("Timeout", globals_.get("Timeout", 3)))
+
+
 @dataclass(frozen=True, slots=True)
 class StackResources:
     table_name: str

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from decimal import Decimal
 from functools import lru_cache
 from typing import Annotated, Literal
@@ -62,6 +63,11 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
+
+
+def read_ai_base_url() -> str | None:
+    """AI_BASE_URL when the environment sets it: `aijobs dev` then uses that provider, not its own."""
+    return os.environ.get("AI_BASE_URL") or None
 
 
 def load_settings() -> Settings:

@@ -106,6 +106,14 @@ OPEN_SHARD = "open_shard"
 OPEN_SHARDS = 8
 
 
+def listing_keys(user_id: str | None, created_at: int) -> dict[str, str]:
+    """Keys of the JobsByUser and JobsByDay indexes, on job items only."""
+    keys = {"list_day": utc_day(created_at)}
+    if user_id:
+        keys["list_user"] = user_id
+    return keys
+
+
 def open_shard(job_id: str) -> str:
     return open_shard_key(_shard(job_id, OPEN_SHARDS))
 
@@ -122,7 +130,7 @@ def _shard(key: str, shards: int) -> int:
 USAGE_DAY_SHARDS = 8
 
 
-def usage_day(epoch_ms: int) -> str:
+def utc_day(epoch_ms: int) -> str:
     return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).strftime("%Y-%m-%d")
 
 
@@ -134,7 +142,7 @@ def attempt_item(record: AttemptRecord, expires_at: int) -> Item:
     return job_key(record.job_id, attempt_sk(record.attempt)) | to_item(
         {
             # Keys of the usage indexes (template.yaml: UsageByDay, UsageByUser).
-            "usage_day": usage_day_partition(usage_day(record.finished_at), _shard(record.job_id, USAGE_DAY_SHARDS)),
+            "usage_day": usage_day_partition(utc_day(record.finished_at), _shard(record.job_id, USAGE_DAY_SHARDS)),
             "usage_user": record.user_id,
             "usage_at": record.finished_at,
             "job_id": record.job_id,

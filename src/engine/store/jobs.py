@@ -40,6 +40,7 @@ from engine.store.items import (
     input_item,
     job_from_item,
     job_key,
+    listing_keys,
     open_shard,
     open_shard_key,
     to_item,
@@ -333,6 +334,7 @@ class JobStore:
                 "updated_at": now_ms,
                 "finished_at": now_ms,
                 "expires_at": self._expiry(now_ms),
+                **listing_keys(user_id, now_ms),
             }
         )
         return self._put_if_absent(item)
@@ -561,6 +563,7 @@ def _creation_attributes(job_id: str, new_job: NewJob, now_ms: int) -> dict[str,
         "created_at": now_ms,
         "cancel_requested": False,
         OPEN_SHARD: open_shard(job_id),
+        **listing_keys(new_job.user_id, now_ms),
     }
 
 

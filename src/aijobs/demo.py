@@ -1,0 +1,228 @@
+"""`aijobs demo`: the whole pipeline on the embedded stack, with jobs of every type and chosen faults.
+
+Each sample job says how it is meant to end; the demo exits 0 only when every job did.
+Faults are asked of the local provider through a marker in the job's input text.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import statistics
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from aijobs.client import AiJobsClient
+from aijobs.local.devstack import DevStack, DevStackOptions
+from aijobs.render import status_text
+from engine.errors import ErrorCode, JobNotFoundError
+from engine.models import JobStatus, JobView
+from engine.observability import logger as engine_logger
+
+POLL_SECONDS = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class SampleJob:
+    job_id: str
+    job_type: str
+    job_input: dict[str, Any]
+    expected: JobStatus
+    expected_code: ErrorCode | None = None
+    # Sent as a raw SQS message (SPEC section 2) instead of through the client.
+    as_message: bool = False
+    note: str = ""
+
+
+ARTICLE = (
+    "Amazon SQS is a fully managed message queuing service that lets you decouple and scale "
+    "microservices, distributed systems and serverless applications. Messages are stored "
+    "redundantly and delivered at least once, so consumers must be idempotent."
+)
+DOCUMENTS = [
+    {"id": "retention", "text": "SQS keeps messages 4 days by default and up to 14 days."},
+    {"id": "size", "text": "An SQS message can be up to 1 MiB."},
+    {"id": "visibility", "text": "A received message stays hidden for the visibility timeout."},
+]
+TICKETS = [
+    "My invoice shows the wrong amount",
+    "The app crashes when I upload a photo",
+    "How do I change my password?",
+    "Please cancel my subscription",
+    "Win a free cruise, click now!!!",
+]
+LABELS = ["billing", "bug", "account", "spam"]
+
+
+def sample_jobs(run: str) -> list[SampleJob]:
+    """About 20 jobs: most succeed, some meet transient faults and recover, some fail for good."""
+    ok, failed = JobStatus.SUCCEEDED, JobStatus.FAILED
+    jobs = [
+        SampleJob(f"{run}-classify-{n}", "classify", {"text": text, "labels": LABELS}, ok)
+        for n, text in enumerate(TICKETS, 1)
+    ]
+    jobs += [
+        SampleJob(f"{run}-summarize-{n}", "summarize", {"text": f"{ARTICLE} (copy {n})", "max_words": 20}, ok)
+        for n in range(1, 5)
+    ]
+    jobs += [
+        SampleJob(
+            f"{run}-answer-{n}",
+            "answer_with_citations",
+            {"question": question, "documents": DOCUMENTS},
+            ok,
+            as_message=n == 1,
+        )
+        for n, question in enumerate(
+            ["How long are messages kept?", "How big can a message be?", "What hides a message?"], 1
+        )
+    ]
+
+    def faulty(
+        name: str, job_type: str, fault: str, expected: JobStatus, code: ErrorCode | None, note: str
+    ) -> SampleJob:
+        job_id = f"{run}-{name}"
+        marker = f"{job_id} fault:{fault}"
+        if job_type == "classify":
+            job_input: dict[str, Any] = {"text": f"{TICKETS[0]} {marker}", "labels": LABELS}
+        elif job_type == "summarize":
+            job_input = {"text": f"{ARTICLE} {marker}", "max_words": 20}
+        else:
+            job_input = {"question": f"How long are messages kept? {marker}", "documents": DOCUMENTS}
+        return SampleJob(job_id, job_type, job_input, expected, code, note=note)
+
+    jobs += [
+        faulty("rate-limited", "classify", "rate_limited*1", ok, None, "429 + Retry-After, then OK"),
+        faulty("unavailable", "summarize", "unavailable*1", ok, None, "503, backoff, then OK"),
+        faulty("dropped", "answer_with_citations", "drop*1", ok, None, "connection dropped, then OK"),
+        faulty("repairable", "classify", "repairable", ok, None, "invalid answer, repaired by a re-ask"),
+        faulty(
+            "off-label",
+            "classify",
+            "business_invalid",
+            failed,
+            ErrorCode.BUSINESS_VALIDATION_FAILED,
+            "label not offered",
+        ),
+        faulty(
+            "bad-citation",
+            "answer_with_citations",
+            "reference_invalid",
+            failed,
+            ErrorCode.REFERENCE_VALIDATION_FAILED,
+            "cites an unknown document",
+        ),
+        faulty("not-json", "summarize", "non_json", failed, ErrorCode.SCHEMA_VALIDATION_FAILED, "never valid JSON"),
+    ]
+    jobs.append(
+        SampleJob(
+            f"{run}-bad-input",
+            "classify",
+            {"text": "one label is not a choice", "labels": ["only"]},
+            failed,
+            ErrorCode.INPUT_VALIDATION_FAILED,
+            as_message=True,
+            note="input rejected at the edge",
+        )
+    )
+    return jobs
+
+
+def submit(client: AiJobsClient, queue_url: str, jobs: list[SampleJob]) -> None:
+    sqs = boto3.client("sqs")
+    for job in jobs:
+        if job.as_message:
+            body = {"job_id": job.job_id, "job_type": job.job_type, "user_id": "demo", "input": job.job_input}
+            sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps(body))
+        else:
+            client.submit(job.job_type, "demo", job.job_input, job_id=job.job_id)
+
+
+def progress_table(jobs: list[SampleJob], views: dict[str, JobView | None]) -> Table:
+    table = Table(title="aijobs demo: sample jobs on the embedded stack")
+    for column in ("job", "type", "status", "error", "tries", "tokens", "as meant", "what happens"):
+        table.add_column(column, no_wrap=True)
+    for job in jobs:
+        view = views.get(job.job_id)
+        done = view is not None and view.status.is_terminal
+        table.add_row(
+            job.job_id.split("-", 1)[1],
+            job.job_type,
+            status_text(view.status) if view else "-",
+            view.error.code.value if view and view.error else "",
+            f"{view.attempt_count}/{view.max_attempts}" if view else "-",
+            str(view.usage.input_tokens + view.usage.output_tokens) if view else "-",
+            ("[green]yes[/]" if ended_as_meant(job, view) else "[red]no[/]") if done else "",
+            job.note,
+        )
+    return table
+
+
+def ended_as_meant(job: SampleJob, view: JobView | None) -> bool:
+    if view is None or view.status is not job.expected:
+        return False
+    return job.expected_code is None or (view.error is not None and view.error.code is job.expected_code)
+
+
+def run_demo(console: Console, timeout_seconds: float = 90.0) -> bool:
+    """Run the demo; True when every job ended as it was meant to."""
+    # The live table is the demo's output: the functions' own logs and metrics would tear it.
+    os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
+    engine_logger.setLevel(logging.ERROR)
+    with DevStack(DevStackOptions(aws_port=0, provider_port=0, concurrency=2)) as stack:
+        client = AiJobsClient.from_settings()
+        jobs = sample_jobs(f"demo{int(time.time())}")
+        started = time.monotonic()
+        submit(client, stack.environment["JOBS_QUEUE_URL"], jobs)
+        views: dict[str, JobView | None] = {}
+        ended_after: dict[str, float] = {}
+        deadline = started + timeout_seconds
+        with Live(progress_table(jobs, views), console=console, auto_refresh=False) as live:
+            while time.monotonic() < deadline:
+                for job in jobs:
+                    if job.job_id in ended_after:
+                        continue
+                    try:
+                        view: JobView | None = client.get(job.job_id)
+                    except JobNotFoundError:
+                        view = None  # a raw message not yet claimed
+                    views[job.job_id] = view
+                    if view is not None and view.status.is_terminal:
+                        ended_after[job.job_id] = time.monotonic() - started
+                live.update(progress_table(jobs, views), refresh=True)
+                if len(ended_after) == len(jobs):
+                    break
+                time.sleep(POLL_SECONDS)
+        console.print()
+        console.print(summary(jobs, views, ended_after, time.monotonic() - started))
+        return all(ended_as_meant(job, views.get(job.job_id)) for job in jobs)
+
+
+def summary(
+    jobs: list[SampleJob], views: dict[str, JobView | None], ended_after: dict[str, float], elapsed: float
+) -> Table:
+    present = [view for view in views.values() if view is not None]
+    statuses = Counter(view.status.value for view in present)
+    latencies = sorted(ended_after.values())
+    table = Table(title="summary", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("jobs", f"{len(jobs)} ({len(ended_after)} ended in {elapsed:.1f}s)")
+    table.add_row("status", ", ".join(f"{status} {count}" for status, count in sorted(statuses.items())))
+    table.add_row("as meant", f"{sum(ended_as_meant(job, views.get(job.job_id)) for job in jobs)} of {len(jobs)}")
+    table.add_row(
+        "tokens", f"{sum(v.usage.input_tokens for v in present)} in / {sum(v.usage.output_tokens for v in present)} out"
+    )
+    table.add_row("cost", f"${sum(v.usage.cost_usd for v in present):.6f} (list prices of gpt-4o-mini)")
+    if latencies:
+        p95 = latencies[min(len(latencies) - 1, round(0.95 * (len(latencies) - 1)))]
+        table.add_row("latency", f"p50 {statistics.median(latencies):.2f}s, p95 {p95:.2f}s (submit to end)")
+    return table
