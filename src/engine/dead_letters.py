@@ -42,16 +42,22 @@ class DeadLetterRecorder:
         reason = f"reached the dead-letter queue after {receive_count} receives"
         self._store.record_dead_letter(message_id, body, attributes, receive_count, reason, now)
         job_id: str | None
+        request_hash: str | None = None
         try:
             request = parse_message(body, message_id, self._registry)
             job_id, carried_input = request.job_id, request.raw_input
+            request_hash = request.new_job.request_hash if request.new_job else None
         except BadMessageError as bad:
             job_id, carried_input = bad.job_id, None
         job = self._store.get_job(job_id) if job_id else None
         if job is None or job.status.is_terminal:
             return "recorded"
+        if request_hash is not None and request_hash != job.request_hash:
+            return "recorded"  # another request under the same id: the job is not this message's
         if job.lease_remaining_ms(now) > 0:
             return "held"  # a worker still runs it and will finish it
+        if job.cancel_requested:
+            return "cancelled" if self._store.settle_job(job, JobStatus.CANCELLED, None, now) else "recorded"
         error = JobErrorInfo(ErrorCode.DEAD_LETTERED, reason, retryable=False)
         store_input = carried_input if not job.input_stored else None
         if self._store.settle_job(job, JobStatus.FAILED, error, now, store_input):

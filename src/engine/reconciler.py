@@ -57,12 +57,13 @@ class Reconciler:
     def _reconcile(self, job: Job, now_ms: int) -> str | None:
         if job.lease_remaining_ms(now_ms) > 0:
             return None  # a worker holds it and will finish or release it
+        # In the order a refused claim is explained (store.explain_claim_refusal): a cancel wins.
+        if job.cancel_requested:
+            return "cancelled" if self._store.settle_job(job, JobStatus.CANCELLED, None, now_ms) else None
         if job.deadline_at is not None and job.deadline_at <= now_ms:
             error = DeadlineExceededError("the job's deadline passed with no worker on it")
             info = JobErrorInfo(error.code, error.message, retryable=False)
             return "deadline_exceeded" if self._store.settle_job(job, JobStatus.FAILED, info, now_ms) else None
-        if job.cancel_requested:
-            return "cancelled" if self._store.settle_job(job, JobStatus.CANCELLED, None, now_ms) else None
         stale = now_ms - job.updated_at >= self._stale_ms
         if job.status is JobStatus.QUEUED and stale and job.input_stored and self._store.touch_queued_job(job, now_ms):
             self._queue.send({"job_id": job.job_id})

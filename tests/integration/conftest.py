@@ -4,16 +4,19 @@ real SQS deliveries, and a reader that inspects the table without adding to the 
 from __future__ import annotations
 
 import functools
+import json
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import boto3
 import pytest
 
+from aijobs.client import AiJobsClient
 from aijobs.stack import StackResources
+from engine.config import get_settings
 from engine.definitions import JobRegistry
 from engine.gateway import ModelGateway, ModelTiers
 from engine.intake import request_hash
@@ -21,7 +24,8 @@ from engine.models import Job
 from engine.queue import JobQueue
 from engine.runner import JobRunner
 from engine.store import JobStore, NewJob
-from engine.store.items import INPUT_SK, attempt_sk, dead_letter_key, from_item, job_key
+from engine.store.items import INPUT_SK, OPEN_SHARDS, attempt_sk, dead_letter_key, from_item, job_key, open_shard_key
+from engine.store.jobs import OPEN_JOBS_INDEX
 from engine.worker import Worker
 from tests.support.events import sqs_record
 from tests.support.providers import FakeProvider
@@ -202,3 +206,57 @@ def now_ms() -> int:
 @pytest.fixture
 def clock_ms() -> Callable[[], int]:
     return now_ms
+
+
+# --- reliability: cancel, retry, dead letters, reconciler, takeover ------------------------------
+
+
+@pytest.fixture
+def side_store(table: TableReader) -> JobStore:
+    """Another process's store (the CLI, a dead worker) on the reader's client: its requests are not counted."""
+    return JobStore(table.table_name, client=table.client)
+
+
+@pytest.fixture
+def jobs_client(store: JobStore, queue: RecordingQueue, registry: JobRegistry) -> AiJobsClient:
+    """The client API on the fixtures' store (its requests counted) and the moto jobs queue."""
+    return AiJobsClient(store, queue, registry)
+
+
+def open_job_ids(table: TableReader) -> set[str]:
+    """The job ids in the OpenJobs index, read the way the reconciler reads it (every shard)."""
+    ids: set[str] = set()
+    for shard in range(OPEN_SHARDS):
+        response = table.client.query(
+            TableName=table.table_name,
+            IndexName=OPEN_JOBS_INDEX,
+            KeyConditionExpression="open_shard = :shard",
+            ExpressionAttributeValues={":shard": {"S": open_shard_key(shard)}},
+        )
+        ids.update(item["job_id"]["S"] for item in response.get("Items", []))
+    return ids
+
+
+def queued_bodies(sqs: Any, queue_url: str) -> list[Any]:
+    """The bodies of the messages visible on a queue now (received, so they are hidden after)."""
+    bodies: list[Any] = []
+    for _ in range(10):  # bounded: the tests send a handful
+        received = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0)
+        messages = received.get("Messages", [])
+        if not messages:
+            return bodies
+        bodies.extend(json.loads(message["Body"]) for message in messages)
+    raise AssertionError("the queue held more messages than expected")
+
+
+@pytest.fixture
+def lambda_environment(stack: StackResources, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The environment a handler reads its settings from: the stack's table and queues, no tracing."""
+    for name, value in stack.environment().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+    for name in ("AIJOBS_JOB_MODULES", "AIJOBS_MODEL_PRICES"):
+        monkeypatch.delenv(name, raising=False)
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()

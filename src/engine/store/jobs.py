@@ -248,6 +248,7 @@ class JobStore:
         expr.set("status", JobStatus.QUEUED.value)
         expr.set("updated_at", now_ms)
         expr.set("attempt_count", 0)
+        expr.set("cancel_requested", False)
         expr.set(OPEN_SHARD, open_shard(job_id))
         expr.remove("error", "finished_at", "expires_at")
         expr.condition = (

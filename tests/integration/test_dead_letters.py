@@ -1,0 +1,245 @@
+"""The dead-letter queue: every message is kept durably, its job ends `failed` (dead_lettered) unless
+it is finished or held, and a message that could not be kept stays on the queue."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from aijobs.client import AiJobsClient
+from aijobs.stack import StackResources
+from engine.dead_letters import DeadLetterRecorder, get_recorder
+from engine.definitions import JobRegistry
+from engine.errors import ErrorCode, ProviderUnavailableError
+from engine.models import JobStatus
+from engine.store import JobStore, NewJob
+from engine.worker import Worker
+from handlers.dead_letter import lambda_handler
+from tests.conftest import RequestCounter
+from tests.integration.conftest import TableReader, now_ms
+from tests.support.events import FakeLambdaContext, job_message, sqs_event, sqs_record
+from tests.support.providers import FakeProvider
+
+Enqueue = Callable[[Any], dict[str, Any]]
+Handler = Callable[[dict[str, Any]], dict[str, Any]]
+ACKNOWLEDGED: dict[str, Any] = {"batchItemFailures": []}
+# maxReceiveCount was reached: the jobs queue moved the message here after that many receives.
+RECEIVES = 11
+REASON = f"reached the dead-letter queue after {RECEIVES} receives"
+
+
+@pytest.fixture
+def handler(lambda_environment: None) -> Iterator[Handler]:
+    """`handlers.dead_letter.lambda_handler`, configured from the stack's environment."""
+    get_recorder.cache_clear()
+    try:
+        yield lambda event: lambda_handler(event, FakeLambdaContext(function_name="aijobs-dead-letters"))
+    finally:
+        get_recorder.cache_clear()
+
+
+@pytest.fixture
+def recorder(store: JobStore, registry: JobRegistry) -> DeadLetterRecorder:
+    return DeadLetterRecorder(store, registry)
+
+
+def dead_letter(body: Any, message_id: str | None = None) -> dict[str, Any]:
+    return sqs_record(body, message_id=message_id, receive_count=RECEIVES)
+
+
+def test_a_garbage_message_is_kept_whole_and_acknowledged(handler: Handler, table: TableReader) -> None:
+    # Given a message on the dead-letter queue whose body is not even JSON
+    record = dead_letter("not json", message_id="dl-garbage")
+
+    # When the dead-letter function handles it
+    response = handler(sqs_event(record))
+
+    # Then it is acknowledged, and kept with its body, attributes, receive count and reason
+    assert response == ACKNOWLEDGED
+    item = table.dead_letter("dl-garbage")
+    assert item is not None
+    assert (item["message_id"], item["body"], item["receive_count"]) == ("dl-garbage", "not json", RECEIVES)
+    assert item["attributes"] == record["attributes"]
+    assert item["attributes"]["ApproximateReceiveCount"] == str(RECEIVES)
+    assert item["reason"] == REASON
+    assert item["recorded_at"] > 0
+
+
+def test_a_dead_lettered_queued_job_fails_with_its_input_kept_so_that_it_can_be_retried(
+    handler: Handler,
+    worker: Worker,
+    provider: FakeProvider,
+    jobs_client: AiJobsClient,
+    table: TableReader,
+    enqueue: Enqueue,
+) -> None:
+    # Given a message-carried job put back in the queue after a 503 (its input is only in the message)
+    message = job_message("classify", "dl-queued")
+    provider.script = lambda _: ProviderUnavailableError("provider unavailable (HTTP 503)")
+    record = enqueue(message)
+    assert worker.handle(sqs_event(record), FakeLambdaContext()) != ACKNOWLEDGED
+    queued = table.job("dl-queued")
+    assert (queued.status, queued.input_stored) == (JobStatus.QUEUED, False)
+
+    # When that message reaches the dead-letter queue
+    response = handler(sqs_event(dead_letter(message, message_id=record["messageId"])))
+
+    # Then the message is kept and acknowledged, and the job fails with dead_lettered
+    assert response == ACKNOWLEDGED
+    assert table.dead_letter(record["messageId"]) is not None
+    job = table.job("dl-queued")
+    assert job.error is not None
+    assert (job.status, job.error.code, job.error.retryable) == (JobStatus.FAILED, ErrorCode.DEAD_LETTERED, False)
+    assert job.error.message == REASON
+    assert job.finished_at is not None
+    # And the input the message carried is stored now
+    assert job.input_stored
+    stored = table.input_item("dl-queued")
+    assert stored is not None
+    assert stored["input"] == '{"text":"Win a free cruise now!","labels":["spam","ham"]}'
+
+    # So that `aijobs retry` puts it back in the queue
+    assert jobs_client.retry("dl-queued").status is JobStatus.QUEUED
+
+
+def test_a_dead_lettered_job_whose_worker_died_fails_in_three_requests(
+    store: JobStore,
+    registry: JobRegistry,
+    dynamodb_requests: RequestCounter,
+    table: TableReader,
+    new_job: Callable[..., NewJob],
+) -> None:
+    # Given a message-carried job claimed by a worker that died (a 60 s lease), and a recorder 2 min later
+    message = job_message("summarize", "dl-orphan")
+    t0 = now_ms()
+    store.claim_job("dl-orphan", "dead-worker", 60_000, t0, new_job(message))
+    recorder = DeadLetterRecorder(store, registry, clock=lambda: (t0 + 120_000) / 1000)
+    dynamodb_requests.reset()
+
+    # When its message reaches the dead-letter queue
+    outcome = recorder.record("m-orphan", json_body(message), {"ApproximateReceiveCount": "11"}, RECEIVES)
+
+    # Then the job fails with dead_lettered and keeps its input: the record, a read, one write
+    assert outcome == "failed"
+    assert dict(dynamodb_requests.operations) == {"PutItem": 1, "GetItem": 1, "TransactWriteItems": 1}
+    job = table.job("dl-orphan")
+    assert job.error is not None
+    assert (job.status, job.error.code, job.lease_owner) == (JobStatus.FAILED, ErrorCode.DEAD_LETTERED, None)
+    assert table.input_item("dl-orphan") is not None
+    assert table.dead_letter("m-orphan") is not None
+
+
+def test_a_dead_lettered_job_held_with_a_live_lease_is_left_to_its_worker(
+    store: JobStore,
+    recorder: DeadLetterRecorder,
+    table: TableReader,
+    new_job: Callable[..., NewJob],
+) -> None:
+    # Given a job a worker holds for another five minutes
+    message = job_message("classify", "dl-held")
+    store.claim_job("dl-held", "live-worker", 300_000, now_ms(), new_job(message))
+    before = table.job_item("dl-held")
+
+    # When a copy of its message reaches the dead-letter queue
+    outcome = recorder.record("m-held", json_body(message), {}, RECEIVES)
+
+    # Then the message is kept but the job is not failed under its worker
+    assert outcome == "held"
+    assert table.dead_letter("m-held") is not None
+    assert table.job_item("dl-held") == before
+
+
+def test_a_dead_lettered_finished_job_stays_as_it_was(
+    handler: Handler, worker: Worker, table: TableReader, enqueue: Enqueue
+) -> None:
+    # Given a job that succeeded
+    message = job_message("classify", "dl-done")
+    assert worker.handle(sqs_event(enqueue(message)), FakeLambdaContext()) == ACKNOWLEDGED
+    before = table.job_item("dl-done")
+
+    # When a duplicate of its message reaches the dead-letter queue
+    response = handler(sqs_event(dead_letter(message, message_id="m-done")))
+
+    # Then the duplicate is kept and acknowledged, and the job is unchanged
+    assert response == ACKNOWLEDGED
+    assert table.dead_letter("m-done") is not None
+    assert table.job_item("dl-done") == before
+
+
+def test_a_message_that_cannot_be_recorded_stays_on_the_queue(
+    handler: Handler, monkeypatch: pytest.MonkeyPatch, table: TableReader
+) -> None:
+    # Given a dead-letter function whose table does not exist
+    monkeypatch.setenv("JOBS_TABLE_NAME", "aijobs-no-such-table")
+    record = dead_letter("not json", message_id="dl-lost")
+
+    # When it handles a message
+    response = handler(sqs_event(record))
+
+    # Then the message is reported as failed (so it is not deleted), and nothing was written
+    assert response == {"batchItemFailures": [{"itemIdentifier": "dl-lost"}]}
+    assert table.dead_letter("dl-lost") is None
+
+
+class RefusingPuts:
+    """A DynamoDB client whose PutItem fails as a throttled or unreachable table would."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    def put_item(self, **_: Any) -> Any:
+        raise ClientError({"Error": {"Code": "InternalServerError", "Message": "try again"}}, "PutItem")
+
+
+def test_a_job_is_not_failed_when_its_dead_letter_could_not_be_recorded(
+    stack: StackResources,
+    dynamodb: Any,
+    registry: JobRegistry,
+    store: JobStore,
+    table: TableReader,
+    new_job: Callable[..., NewJob],
+) -> None:
+    # Given a queued job, and a recorder whose writes of records fail
+    message = job_message("classify", "dl-unrecorded")
+    store.create_job("dl-unrecorded", new_job(message), message["input"], now_ms())
+    before = table.job_item("dl-unrecorded")
+    recorder = DeadLetterRecorder(JobStore(stack.table_name, client=RefusingPuts(dynamodb)), registry)  # type: ignore[arg-type]
+
+    # When its message reaches the dead-letter queue, Then the recorder raises (the record stays on the queue)
+    with pytest.raises(ClientError, match="InternalServerError"):
+        recorder.record("m-unrecorded", json_body({"job_id": "dl-unrecorded"}), {}, RECEIVES)
+
+    # And the job is left as it was: nothing is ended without its message kept
+    assert table.job_item("dl-unrecorded") == before
+    assert table.dead_letter("m-unrecorded") is None
+
+
+def json_body(message: dict[str, Any]) -> str:
+    return json.dumps(message)
+
+
+def test_a_dead_lettered_message_that_conflicts_with_its_job_neither_fails_it_nor_gives_it_its_input(
+    worker: Worker, provider: FakeProvider, recorder: DeadLetterRecorder, table: TableReader, enqueue: Enqueue
+) -> None:
+    # Given a message-carried job put back in the queue after a 503 (its own message will come back)
+    provider.script = lambda _: ProviderUnavailableError("provider unavailable (HTTP 503)")
+    assert worker.handle(sqs_event(enqueue(job_message("classify", "dl-conflict"))), FakeLambdaContext()) != (
+        ACKNOWLEDGED
+    )
+    before = table.job_item("dl-conflict")
+
+    # When another message with the same job id but a different input reaches the dead-letter queue
+    other = job_message("classify", "dl-conflict", input={"text": "Lunch at noon?", "labels": ["spam", "ham"]})
+    recorder.record("m-conflict", json_body(other), {}, RECEIVES)
+
+    # Then it is kept, but the job it does not belong to is left as it was, without the other input
+    assert table.dead_letter("m-conflict") is not None
+    assert table.input_item("dl-conflict") is None
+    assert table.job_item("dl-conflict") == before
