@@ -236,6 +236,9 @@ def worker(
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, max=64, help="Concurrent pollers.")] = 2,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, max=10, help="Records per batch.")] = 10,
     window: Annotated[float, typer.Option("--window", min=0, max=300, help="Batching window, seconds.")] = 1.0,
+    wait_seconds: Annotated[
+        int, typer.Option("--wait-seconds", min=0, max=20, help="Long-poll wait; Ctrl-C waits one out.")
+    ] = 20,
 ) -> None:
     """A local event source mapping: long-polls the jobs queue and runs the worker handler on batches."""
     from aijobs.local.poller import EventSourceMapping
@@ -249,6 +252,7 @@ def worker(
         lambda_handler,
         batch_size=batch_size,
         batching_window_seconds=window,
+        wait_seconds=wait_seconds,
         function_timeout_seconds=function_timeout(load_template(DEFAULT_TEMPLATE), "WorkerFunction"),
         concurrency=concurrency,
     )

@@ -22,6 +22,7 @@ from aijobs.stack import DEFAULT_TEMPLATE, create_stack_resources, function_time
 # The model id the local provider answers as; priced like the real one, so the demo shows costs.
 LOCAL_MODEL = "gpt-4o-mini"
 LOCAL_API_KEY = "local-key"
+LOCAL_WAIT_SECONDS = 1
 LOCAL_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
@@ -85,6 +86,7 @@ class DevStack:
         for cached in (get_settings, get_worker, get_recorder):
             cached.cache_clear()
         template = load_template(DEFAULT_TEMPLATE)
+        # Short long polls: a local endpoint costs nothing per receive, and stop() waits one out.
         self._mappings = [
             EventSourceMapping(
                 queue_url,
@@ -92,12 +94,14 @@ class DevStack:
                 function_timeout_seconds=function_timeout(template, "WorkerFunction"),
                 concurrency=self.options.concurrency,
                 function_name="aijobs-worker",
+                wait_seconds=LOCAL_WAIT_SECONDS,
             ).start(),
             EventSourceMapping(
                 dlq_url,
                 dead_letter.lambda_handler,
                 function_timeout_seconds=function_timeout(template, "DeadLetterFunction"),
                 function_name="aijobs-dead-letters",
+                wait_seconds=LOCAL_WAIT_SECONDS,
             ).start(),
         ]
 

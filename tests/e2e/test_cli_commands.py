@@ -1,0 +1,561 @@
+"""Every `aijobs` command against the embedded stack (DevStack: local AWS, local provider, in-process worker).
+
+The CLI runs in this process (typer's CliRunner); jobs really run: the DevStack's pollers invoke the
+worker handler, which calls the local provider over HTTP. Faults are asked of the provider through a
+`fault:<kind>[*<count>]` marker in the job's input text; each job's text holds its own id, so counted
+markers never share a prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from itertools import pairwise
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from aijobs.cli import app
+from aijobs.client import AiJobsClient
+from aijobs.local.devstack import DevStack, DevStackOptions
+from aijobs.local.provider import LocalProvider
+from aijobs.stack import StackResources
+from tests.support.contract import VIEW_FIELDS
+
+LABELS = ["billing", "bug", "account", "spam"]
+TERMINAL = {"succeeded", "failed", "cancelled"}
+# Every wait in this module is bounded by this many seconds.
+BOUND = 30.0
+
+
+# --- the stack ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dev_stack() -> Iterator[DevStack]:
+    saved = dict(os.environ)
+    # The worker handler flushes its metrics with print(): into the CliRunner's captured stdout.
+    os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
+    stack = DevStack(DevStackOptions(aws_port=0, provider_port=0, provider_latency_seconds=0, concurrency=2))
+    stack.start()
+    try:
+        from engine.dead_letters import get_recorder
+        from engine.worker import get_worker
+
+        # Built now, while the environment points at the stack: the pollers' threads reuse them.
+        get_worker()
+        get_recorder()
+        yield stack
+    finally:
+        stack.stop()
+        os.environ.clear()
+        os.environ.update(saved)
+        from engine.config import get_settings
+        from engine.dead_letters import get_recorder
+        from engine.worker import get_worker
+
+        for cached in (get_settings, get_worker, get_recorder):
+            cached.cache_clear()
+
+
+@pytest.fixture
+def dev_env(dev_stack: DevStack, aws_environment: None, monkeypatch: pytest.MonkeyPatch) -> DevStack:
+    """Point this test (after the suite's own AWS environment) at the embedded stack."""
+    for name, value in dev_stack.environment.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
+    return dev_stack
+
+
+# --- helpers -----------------------------------------------------------------------------------------
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args))
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def classify_input(job_id: str, fault: str | None = None) -> dict[str, Any]:
+    marker = f" fault:{fault}" if fault else ""
+    return {"text": f"My invoice shows the wrong amount ({job_id}){marker}", "labels": LABELS}
+
+
+def summarize_input(job_id: str) -> dict[str, Any]:
+    return {
+        "text": f"SQS delivers each message at least once, so consumers must be idempotent ({job_id}).",
+        "max_words": 12,
+    }
+
+
+def submit_args(job_id: str, user: str, job_input: dict[str, Any], job_type: str = "classify") -> list[str]:
+    return ["submit", "--type", job_type, "--user", user, "--input", json.dumps(job_input), "--job-id", job_id]
+
+
+def json_out(result: Result) -> Any:
+    return json.loads(result.stdout)
+
+
+def json_lines(result: Result) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+def one_error_line(result: Result) -> str:
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+def eventually(check: Callable[[], Any], timeout: float = BOUND, interval: float = 0.2) -> Any:
+    """Poll `check` until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            pytest.fail(f"not reached within {timeout:g}s")
+        time.sleep(interval)
+
+
+def view_of(job_id: str) -> dict[str, Any]:
+    result = run("status", job_id, "--json")
+    assert result.exit_code == 0, result.output
+    view: dict[str, Any] = json_out(result)
+    return view
+
+
+def wait_terminal(job_id: str) -> dict[str, Any]:
+    final: dict[str, Any] = eventually(lambda: (view := view_of(job_id))["status"] in TERMINAL and view)
+    return final
+
+
+def submit_and_wait(job_id: str, user: str, job_input: dict[str, Any], job_type: str = "classify") -> dict[str, Any]:
+    AiJobsClient.from_settings().submit(job_type, user, job_input, job_id=job_id)
+    return wait_terminal(job_id)
+
+
+# --- submit and status -------------------------------------------------------------------------------
+
+
+def test_submit_wait_prints_the_succeeded_view(dev_env: DevStack) -> None:
+    job_id = unique("sub-ok")
+
+    result = run(*submit_args(job_id, "u-submit", classify_input(job_id)), "--wait", "--timeout", str(BOUND), "--json")
+
+    assert result.exit_code == 0, result.output
+    view = json_out(result)
+    assert list(view) == VIEW_FIELDS
+    assert view["job_id"] == job_id
+    assert view["status"] == "succeeded"
+    assert view["output"]["label"] in LABELS
+    assert view["error"] is None
+    assert view["usage"]["input_tokens"] > 0
+    assert view["usage"]["output_tokens"] > 0
+    assert view["usage"]["attempts"] == 1
+
+
+def test_submit_wait_of_a_failing_job_exits_1_with_the_failed_view(dev_env: DevStack) -> None:
+    job_id = unique("sub-bad")
+    job_input = classify_input(job_id, "business_invalid")
+
+    result = run(*submit_args(job_id, "u-submit", job_input), "--wait", "--timeout", str(BOUND), "--json")
+
+    assert result.exit_code == 1, result.output
+    view = json_out(result)
+    assert view["status"] == "failed"
+    assert view["output"] is None
+    assert view["error"]["code"] == "business_validation_failed"
+    assert view["error"]["retryable"] is False
+
+
+def test_submit_wait_human_output_is_the_job_table(dev_env: DevStack) -> None:
+    job_id = unique("sub-human")
+
+    result = run(*submit_args(job_id, "u-submit", classify_input(job_id)), "--wait", "--timeout", str(BOUND))
+
+    assert result.exit_code == 0, result.output
+    assert job_id in result.stdout
+    assert "succeeded" in result.stdout
+    assert re.search(r"attempts\s+1 of 3", result.stdout)
+
+
+def test_status_of_a_finished_job(dev_env: DevStack) -> None:
+    job_id = unique("status")
+    finished = run(
+        *submit_args(job_id, "u-status", classify_input(job_id)), "--wait", "--timeout", str(BOUND), "--json"
+    )
+    assert finished.exit_code == 0, finished.output
+
+    result = run("status", job_id, "--json")
+
+    assert result.exit_code == 0, result.output
+    view = json_out(result)
+    assert list(view) == VIEW_FIELDS
+    assert view == json_out(finished)
+    assert view["job_type"] == "classify"
+    assert view["user_id"] == "u-status"
+    assert (view["status"], view["attempt_count"], view["max_attempts"]) == ("succeeded", 1, 3)
+    stamp = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+    for field in ("created_at", "updated_at", "started_at", "finished_at"):
+        assert stamp.match(view[field]), (field, view[field])
+    assert view["created_at"] <= view["started_at"] <= view["finished_at"]
+    assert set(view["output"]) == {"label", "confidence"}
+    assert re.fullmatch(r"[0-9a-f]{64}", view["output_hash"])
+    assert view["error"] is None
+    assert view["cancel_requested"] is False
+    assert list(view["usage"]) == ["input_tokens", "output_tokens", "cost_usd", "attempts"]
+    assert view["usage"]["cost_usd"] > 0
+
+    human = run("status", job_id)
+
+    assert human.exit_code == 0, human.output
+    assert job_id in human.stdout
+    assert "succeeded" in human.stdout
+    assert view["output"]["label"] in human.stdout
+
+
+# --- watch ---------------------------------------------------------------------------------------
+
+
+def assert_status_changes(lines: list[dict[str, Any]], job_ids: list[str]) -> dict[str, list[str]]:
+    """One line per status change of each job, ending terminal; returns each job's statuses."""
+    statuses: dict[str, list[str]] = {job_id: [] for job_id in job_ids}
+    for line in lines:
+        assert list(line) == VIEW_FIELDS
+        statuses[line["job_id"]].append(line["status"])
+    for job_id, seen in statuses.items():
+        assert seen, job_id
+        assert all(a != b for a, b in pairwise(seen)), seen
+        assert seen[-1] in TERMINAL, seen
+        assert all(status not in TERMINAL for status in seen[:-1]), seen
+    return statuses
+
+
+def test_watch_json_prints_status_changes_until_all_succeed(dev_env: DevStack) -> None:
+    first, second = unique("watch-a"), unique("watch-b")
+    client = AiJobsClient.from_settings()
+    client.submit("classify", "u-watch", classify_input(first), job_id=first)
+    client.submit("summarize", "u-watch", summarize_input(second), job_id=second)
+
+    result = run("watch", first, second, "--json", "--interval", "0.2", "--timeout", str(BOUND))
+
+    assert result.exit_code == 0, result.output
+    statuses = assert_status_changes(json_lines(result), [first, second])
+    assert statuses[first][-1] == statuses[second][-1] == "succeeded"
+
+
+def test_watch_exits_1_when_a_job_fails(dev_env: DevStack) -> None:
+    good, bad = unique("watch-ok"), unique("watch-bad")
+    client = AiJobsClient.from_settings()
+    client.submit("classify", "u-watch", classify_input(good), job_id=good)
+    client.submit("classify", "u-watch", classify_input(bad, "business_invalid"), job_id=bad)
+
+    result = run("watch", good, bad, "--json", "--interval", "0.2", "--timeout", str(BOUND))
+
+    assert result.exit_code == 1, result.output
+    statuses = assert_status_changes(json_lines(result), [good, bad])
+    assert (statuses[good][-1], statuses[bad][-1]) == ("succeeded", "failed")
+
+    human = run("watch", good, bad, "--interval", "0.2", "--timeout", str(BOUND))
+
+    assert human.exit_code == 1
+    for header in ("job", "type", "status", "attempts"):
+        assert header in human.stdout
+    assert good in human.stdout
+    assert bad in human.stdout
+    assert "business_validation_failed" in human.stdout
+
+
+def test_watch_human_shows_a_table_of_the_jobs(dev_env: DevStack) -> None:
+    first, second = unique("watch-h1"), unique("watch-h2")
+    client = AiJobsClient.from_settings()
+    client.submit("classify", "u-watch", classify_input(first), job_id=first)
+    client.submit("classify", "u-watch", classify_input(second), job_id=second)
+
+    result = run("watch", first, second, "--interval", "0.2", "--timeout", str(BOUND))
+
+    assert result.exit_code == 0, result.output
+    assert first in result.stdout
+    assert second in result.stdout
+    assert "succeeded" in result.stdout
+
+
+def test_watch_of_an_unknown_job_is_one_line(dev_env: DevStack) -> None:
+    line = one_error_line(run("watch", "no-such-job-watch", "--json"))
+
+    assert "no-such-job-watch" in line
+
+
+# --- cancel --------------------------------------------------------------------------------------
+
+
+def test_cancel_ends_an_unfinished_job_cancelled(dev_env: DevStack) -> None:
+    # The provider answers 503 to this prompt far more often than the attempt budget: the job cannot
+    # succeed, and it keeps going back to the queue (backoff) until the cancel lands.
+    job_id = unique("cancel")
+    AiJobsClient.from_settings().submit(
+        "classify", "u-cancel", classify_input(job_id, "unavailable*100"), job_id=job_id, max_attempts=10
+    )
+
+    result = run("cancel", job_id, "--json")
+
+    assert result.exit_code == 0, result.output
+    view = json_out(result)
+    assert list(view) == VIEW_FIELDS
+    assert view["cancel_requested"] is True
+    # Queued: cancelled at once; running: cancelled at its next fence.
+    assert view["status"] in {"cancelled", "running"}
+    final = eventually(lambda: (current := view_of(job_id))["status"] == "cancelled" and current)
+    assert final["cancel_requested"] is True
+    assert final["output"] is None
+    assert final["finished_at"] is not None
+
+    again = run("cancel", job_id)
+
+    assert again.exit_code == 0, again.output
+    assert again.stdout.strip() == f"job {job_id} cancelled"
+    assert view_of(job_id)["status"] == "cancelled"
+
+
+def test_cancel_of_a_succeeded_job_says_it_had_ended_and_changes_nothing(dev_env: DevStack) -> None:
+    job_id = unique("cancel-done")
+    done = submit_and_wait(job_id, "u-cancel", classify_input(job_id))
+    assert done["status"] == "succeeded"
+
+    human = run("cancel", job_id)
+
+    assert human.exit_code == 0, human.output
+    assert human.stdout.strip() == f"job {job_id} had already ended succeeded"
+    as_json = run("cancel", job_id, "--json")
+    assert as_json.exit_code == 0, as_json.output
+    assert json_out(as_json)["status"] == "succeeded"
+    after = view_of(job_id)
+    assert after["status"] == "succeeded"
+    assert after["cancel_requested"] is False
+    assert after["output"] == done["output"]
+
+
+def test_cancel_of_an_unknown_job_is_one_line(dev_env: DevStack) -> None:
+    line = one_error_line(run("cancel", "no-such-job-cancel"))
+
+    assert "no-such-job-cancel" in line
+
+
+# --- retry ---------------------------------------------------------------------------------------
+
+
+def test_retry_requeues_a_failed_job_which_then_succeeds(dev_env: DevStack) -> None:
+    # One 503, one attempt allowed: the job fails; retried, the provider's fault is used up.
+    job_id = unique("retry")
+    job_input = classify_input(job_id, "unavailable*1")
+    failed = run(
+        *submit_args(job_id, "u-retry", job_input),
+        "--max-attempts",
+        "1",
+        "--wait",
+        "--timeout",
+        str(BOUND),
+        "--json",
+    )
+    assert failed.exit_code == 1, failed.output
+    failed_view = json_out(failed)
+    assert failed_view["status"] == "failed"
+    assert failed_view["error"]["code"] == "max_attempts_exceeded"
+    assert (failed_view["attempt_count"], failed_view["max_attempts"]) == (1, 1)
+
+    result = run("retry", job_id, "--json")
+
+    assert result.exit_code == 0, result.output
+    requeued = json_out(result)
+    assert list(requeued) == VIEW_FIELDS
+    assert requeued["status"] == "queued"
+    assert requeued["attempt_count"] == 0
+    assert requeued["error"] is None
+    assert requeued["finished_at"] is None
+    watched = run("watch", job_id, "--json", "--interval", "0.2", "--timeout", str(BOUND))
+    assert watched.exit_code == 0, watched.output
+    final = json_lines(watched)[-1]
+    assert final["status"] == "succeeded"
+    assert final["output"]["label"] in LABELS
+    assert final["error"] is None
+
+
+def test_retry_human_output_is_one_line(dev_env: DevStack) -> None:
+    job_id = unique("retry-human")
+    failed = submit_and_wait(job_id, "u-retry", classify_input(job_id, "business_invalid"))
+    assert failed["status"] == "failed"
+
+    result = run("retry", job_id)
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == f"job {job_id} queued again"
+    # The marker asks for a bad answer every time: the retried job fails again, the same way.
+    again = eventually(lambda: (view := view_of(job_id))["status"] == "failed" and view["finished_at"] and view)
+    assert again["error"]["code"] == "business_validation_failed"
+
+
+def test_retry_of_a_succeeded_job_is_refused_in_one_line(dev_env: DevStack) -> None:
+    job_id = unique("retry-done")
+    assert submit_and_wait(job_id, "u-retry", classify_input(job_id))["status"] == "succeeded"
+
+    line = one_error_line(run("retry", job_id))
+
+    assert line == f"error: job {job_id} is succeeded; only a failed job can be retried"
+    assert view_of(job_id)["status"] == "succeeded"
+
+
+# --- list ----------------------------------------------------------------------------------------
+
+
+def test_list_newest_first_by_user_and_by_status(dev_env: DevStack) -> None:
+    user, other = unique("u-list"), unique("u-list-other")
+    ids = [unique("list-1"), unique("list-2"), unique("list-3")]
+    other_id = unique("list-other")
+    client = AiJobsClient.from_settings()
+    client.submit("classify", user, classify_input(ids[0]), job_id=ids[0])
+    client.submit("classify", user, classify_input(ids[1], "business_invalid"), job_id=ids[1])
+    client.submit("summarize", user, summarize_input(ids[2]), job_id=ids[2])
+    client.submit("classify", other, classify_input(other_id), job_id=other_id)
+    for job_id in [*ids, other_id]:
+        wait_terminal(job_id)
+    newest_first = [*reversed(ids)]
+
+    everyone = run("list", "--json", "--limit", "1000")
+    mine = run("list", "--user", user, "--json")
+    failed = run("list", "--status", "failed", "--json", "--limit", "1000")
+    mine_succeeded = run("list", "--user", user, "--status", "succeeded", "--json")
+
+    for result in (everyone, mine, failed, mine_succeeded):
+        assert result.exit_code == 0, result.output
+    everyone_ids = [view["job_id"] for view in json_out(everyone)]
+    assert [job_id for job_id in everyone_ids if job_id in {*ids, other_id}] == [other_id, *newest_first]
+    created = [view["created_at"] for view in json_out(everyone)]
+    assert created == sorted(created, reverse=True)
+    assert all(list(view) == VIEW_FIELDS for view in json_out(everyone))
+    assert [view["job_id"] for view in json_out(mine)] == newest_first
+    assert {view["user_id"] for view in json_out(mine)} == {user}
+    failed_views = json_out(failed)
+    assert {view["status"] for view in failed_views} == {"failed"}
+    failed_ids = {view["job_id"] for view in failed_views}
+    assert ids[1] in failed_ids
+    assert failed_ids.isdisjoint({ids[0], ids[2], other_id})
+    assert [view["job_id"] for view in json_out(mine_succeeded)] == [ids[2], ids[0]]
+
+    human = run("list", "--user", user)
+
+    assert human.exit_code == 0, human.output
+    for header in ("job", "type", "user", "status", "attempts", "tokens", "cost", "created", "error"):
+        assert header in human.stdout
+    positions = [human.stdout.index(job_id) for job_id in newest_first]
+    assert positions == sorted(positions)
+    assert "business_validation_failed" in human.stdout
+    assert other_id not in human.stdout
+
+
+def test_list_of_a_user_without_jobs_is_empty(dev_env: DevStack) -> None:
+    result = run("list", "--user", unique("u-nobody"), "--json")
+
+    assert result.exit_code == 0, result.output
+    assert json_out(result) == []
+
+
+# --- usage ---------------------------------------------------------------------------------------
+
+
+def test_usage_by_user_job_type_and_model(dev_env: DevStack) -> None:
+    user = unique("u-usage")
+    classify_id, summarize_id = unique("usage-c"), unique("usage-s")
+    assert submit_and_wait(classify_id, user, classify_input(classify_id))["status"] == "succeeded"
+    assert submit_and_wait(summarize_id, user, summarize_input(summarize_id), "summarize")["status"] == "succeeded"
+
+    everyone = run("usage", "--json", "--since", "1h")
+    mine = run("usage", "--user", user, "--json", "--since", "1h")
+
+    assert everyone.exit_code == 0, everyone.output
+    assert mine.exit_code == 0, mine.output
+    rows = json_out(mine)
+    assert {row["user_id"] for row in rows} == {user}
+    assert {row["job_type"] for row in rows} == {"classify", "summarize"}
+    for row in rows:
+        assert list(row) == ["user_id", "job_type", "model", "attempts", "input_tokens", "output_tokens", "cost_usd"]
+        assert row["model"] == "gpt-4o-mini"
+        assert row["attempts"] == 1
+        assert row["input_tokens"] > 0
+        assert row["output_tokens"] > 0
+        assert row["cost_usd"] > 0
+    assert all(row in json_out(everyone) for row in rows)
+    assert len({row["user_id"] for row in json_out(everyone)}) > 1
+
+    human = run("usage", "--user", user, "--since", "1h")
+
+    assert human.exit_code == 0, human.output
+    assert "usage over the last 1h" in human.stdout
+    for text in (user, "classify", "summarize", "gpt-4o-mini", "total"):
+        assert text in human.stdout
+
+
+def test_usage_refuses_a_bad_duration_in_one_line(dev_env: DevStack) -> None:
+    line = one_error_line(run("usage", "--since", "7x", "--json"))
+
+    assert line == "error: --since '7x' is not a duration like 30m, 12h, 7d or 2w"
+
+
+# --- worker --------------------------------------------------------------------------------------
+
+
+def test_worker_runs_jobs_and_stops_on_interrupt(endpoint_env: StackResources, tmp_path: Any) -> None:
+    # A plain moto server (no in-process pollers): only the `aijobs worker` process runs the jobs. The
+    # provider answers after 1.5 s, so the interrupt can land while a batch is in hand.
+    with LocalProvider(port=0, api_key="e2e-key", latency_seconds=1.5) as provider:
+        env = dict(os.environ) | {
+            "AI_PROVIDER": "openai",
+            "AI_BASE_URL": provider.url,
+            "AI_API_KEY": "e2e-key",
+            "AI_MODEL_PRIMARY": "gpt-4o-mini",
+            "POWERTOOLS_METRICS_DISABLED": "true",
+        }
+        env.pop("AI_MODEL_FALLBACK", None)
+        stdout, stderr = tmp_path / "worker.out", tmp_path / "worker.err"
+        with stdout.open("w") as out, stderr.open("w") as err:
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "aijobs", "worker", "--concurrency", "1"], stdout=out, stderr=err, env=env
+            )
+        try:
+            first, second = unique("worker-1"), unique("worker-2")
+            submitted = run(*submit_args(first, "u-worker", classify_input(first)))
+            assert submitted.exit_code == 0, submitted.output
+            view = wait_terminal(first)
+            assert view["status"] == "succeeded", view
+            assert view["usage"]["input_tokens"] > 0
+
+            # Ctrl-C while the worker runs the second job: it finishes that batch, then stops.
+            submitted = run(*submit_args(second, "u-worker", classify_input(second)))
+            assert submitted.exit_code == 0, submitted.output
+            eventually(lambda: view_of(second)["status"] == "running", interval=0.05)
+            worker.send_signal(signal.SIGINT)
+            returncode = worker.wait(timeout=BOUND)
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait(10)
+        served = len(provider.log)
+
+    messages = stderr.read_text()
+    assert returncode == 0, messages
+    assert f"polling {endpoint_env.queue_url} with 1 pollers" in messages
+    assert "stopped after 2 batches, 2 records" in messages, messages
+    assert view_of(second)["status"] == "succeeded"
+    assert served == 2

@@ -1,0 +1,167 @@
+"""`aijobs dev` and `aijobs demo` as a user runs them: separate processes, every wait bounded.
+
+The demo runs in the background from the start of this module, while the `dev` test runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+AIJOBS = [sys.executable, "-m", "aijobs"]
+READY_SECONDS = 60.0
+DEMO_SECONDS = 120.0
+# `aijobs dev` stops its pollers one after the other, each after its SQS long poll (up to 20 s):
+# see test_cli_commands.py::test_a_stopping_poller_does_not_wait_out_its_long_poll.
+STOP_SECONDS = 60.0
+EXPORTED = {
+    "AWS_ENDPOINT_URL",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_DEFAULT_REGION",
+    "JOBS_TABLE_NAME",
+    "JOBS_QUEUE_URL",
+    "JOBS_DLQ_URL",
+    "AI_BASE_URL",
+}
+
+
+def clean_environment() -> dict[str, str]:
+    """This environment without anything that points at a stack or a provider."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("JOBS_", "AI_", "AIJOBS_")) and name not in {"AWS_ENDPOINT_URL", "AWS_PROFILE"}
+    }
+    env["POWERTOOLS_METRICS_DISABLED"] = "true"
+    return env
+
+
+def stop(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.kill()
+        process.wait(10)
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[subprocess.Popen[str], Path, float]]:
+    output = tmp_path_factory.mktemp("demo") / "demo.out"
+    with output.open("w") as out:
+        process = subprocess.Popen(
+            [*AIJOBS, "demo"], stdout=out, stderr=subprocess.STDOUT, env=clean_environment(), text=True
+        )
+    started = time.monotonic()
+    try:
+        yield process, output, started
+    finally:
+        stop(process)
+
+
+@pytest.fixture(autouse=True)
+def _demo_in_background(demo_run: tuple[subprocess.Popen[str], Path, float]) -> None:
+    """Start the demo with the module's first test, so that it runs alongside the others."""
+
+
+def read_lines(stream: IO[str], lines: queue.Queue[str | None]) -> None:
+    for line in stream:
+        lines.put(line.rstrip("\n"))
+    lines.put(None)
+
+
+def test_dev_prints_its_environment_then_ready_and_runs_jobs(tmp_path: Path) -> None:
+    errors = (tmp_path / "dev.err").open("w")
+    dev = subprocess.Popen(
+        [*AIJOBS, "dev", "--port", "0", "--provider-port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=errors,
+        env=clean_environment(),
+        text=True,
+    )
+    try:
+        assert dev.stdout is not None
+        lines: queue.Queue[str | None] = queue.Queue()
+        # Drained to the end, so the stack's logs never fill the pipe.
+        threading.Thread(target=read_lines, args=(dev.stdout, lines), daemon=True).start()
+        exported: dict[str, str] = {}
+        deadline = time.monotonic() + READY_SECONDS
+        while True:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                pytest.fail(f"no `ready` within {READY_SECONDS:g}s; exports so far: {sorted(exported)}")
+            assert line is not None, f"`aijobs dev` ended before `ready`: {(tmp_path / 'dev.err').read_text()}"
+            if line == "ready":
+                break
+            words = shlex.split(line)
+            assert len(words) == 2, line
+            assert words[0] == "export", line
+            name, _, value = words[1].partition("=")
+            exported[name] = value
+
+        assert exported.keys() >= EXPORTED
+        assert exported["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:")
+        assert exported["AI_BASE_URL"].startswith("http://127.0.0.1:")
+
+        # Another shell, with those exports: a job submitted there runs on the dev stack.
+        submitted = subprocess.run(
+            [
+                *AIJOBS,
+                "submit",
+                "--type",
+                "classify",
+                "--user",
+                "u-dev",
+                "--input",
+                json.dumps({"text": "Please cancel my subscription", "labels": ["billing", "account", "spam"]}),
+                "--job-id",
+                "dev-e2e-1",
+                "--wait",
+                "--timeout",
+                "30",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            env=clean_environment() | exported,
+            timeout=60,
+            check=False,
+        )
+        assert submitted.returncode == 0, submitted.stderr
+        view = json.loads(submitted.stdout)
+        assert view["job_id"] == "dev-e2e-1"
+        assert view["status"] == "succeeded"
+        assert view["output"]["label"] in {"billing", "account", "spam"}
+        assert view["usage"]["input_tokens"] > 0
+
+        dev.send_signal(signal.SIGTERM)
+        returncode = dev.wait(timeout=STOP_SECONDS)
+        assert returncode == 0, (tmp_path / "dev.err").read_text()
+    finally:
+        stop(dev)
+        errors.close()
+
+
+def test_demo_ends_every_job_as_meant(demo_run: tuple[subprocess.Popen[str], Path, float]) -> None:
+    process, output, started = demo_run
+
+    try:
+        returncode = process.wait(timeout=max(0.0, DEMO_SECONDS - (time.monotonic() - started)))
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`aijobs demo` still running after {DEMO_SECONDS:g}s:\n{output.read_text()[-3000:]}")
+
+    text = output.read_text()
+    assert returncode == 0, text[-3000:]
+    assert "20 of 20" in text
+    assert "summary" in text
