@@ -65,6 +65,12 @@ class Settings(BaseSettings):
         return value
 
 
+def tracing_enabled() -> bool:
+    """Whether X-Ray tracing is on: in Lambda, unless POWERTOOLS_TRACE_DISABLED says otherwise."""
+    disabled = os.environ.get("POWERTOOLS_TRACE_DISABLED", "false").lower() in {"1", "true", "yes", "on"}
+    return bool(os.environ.get("LAMBDA_TASK_ROOT")) and not disabled
+
+
 def read_ai_base_url() -> str | None:
     """AI_BASE_URL when the environment sets it: `aijobs dev` then uses that provider, not its own."""
     return os.environ.get("AI_BASE_URL") or None

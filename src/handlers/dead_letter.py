@@ -6,10 +6,10 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from engine.dead_letters import get_recorder
-from engine.observability import logger, metrics, tracer
+from engine.observability import logger, metrics, traced
 
 
-@tracer.capture_lambda_handler
+@traced
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext | None) -> dict[str, Any]:
     logger.append_keys(function_request_id=getattr(context, "aws_request_id", None))

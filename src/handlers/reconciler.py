@@ -5,11 +5,11 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from engine.observability import logger, metrics, tracer
+from engine.observability import logger, metrics, traced
 from engine.reconciler import get_reconciler
 
 
-@tracer.capture_lambda_handler
+@traced
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext | None) -> dict[str, int]:
     logger.append_keys(function_request_id=getattr(context, "aws_request_id", None))

@@ -4,11 +4,11 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from engine.observability import logger, metrics, tracer
+from engine.observability import logger, metrics, traced
 from engine.worker import get_worker
 
 
-@tracer.capture_lambda_handler
+@traced
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext | None) -> dict[str, Any]:
     # Like logger.inject_lambda_context, but also for callers that pass no context (scripts, harnesses).
