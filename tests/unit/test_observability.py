@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
 
 from engine.observability import traced
@@ -27,7 +29,7 @@ def test_in_lambda_with_tracing_disabled_the_handler_is_not_wrapped(monkeypatch:
 class RecordingTracer:
     """Stands in for Powertools' Tracer, which would patch botocore and httplib for the whole test run."""
 
-    built: list[str] = []
+    built: ClassVar[list[str]] = []
 
     def __init__(self, service: str) -> None:
         self.built.append(service)
