@@ -233,7 +233,7 @@ def open_job_ids(table: TableReader) -> set[str]:
             KeyConditionExpression="open_shard = :shard",
             ExpressionAttributeValues={":shard": {"S": open_shard_key(shard)}},
         )
-        ids.update(item["job_id"]["S"] for item in response.get("Items", []))
+        ids.update(item["pk"]["S"].removeprefix("JOB#") for item in response.get("Items", []))
     return ids
 
 

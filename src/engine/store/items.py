@@ -106,12 +106,9 @@ OPEN_SHARD = "open_shard"
 OPEN_SHARDS = 8
 
 
-def listing_keys(user_id: str | None, created_at: int) -> dict[str, str]:
-    """Keys of the JobsByUser and JobsByDay indexes, on job items only."""
-    keys = {"list_day": utc_day(created_at)}
-    if user_id:
-        keys["list_user"] = user_id
-    return keys
+def listing_keys(created_at: int) -> dict[str, str]:
+    """The key of the JobsByDay index, on job items only."""
+    return {"list_day": utc_day(created_at)}
 
 
 def open_shard(job_id: str) -> str:
@@ -141,9 +138,8 @@ def usage_day_partition(day: str, shard: int) -> str:
 def attempt_item(record: AttemptRecord, expires_at: int) -> Item:
     return job_key(record.job_id, attempt_sk(record.attempt)) | to_item(
         {
-            # Keys of the usage indexes (template.yaml: UsageByDay, UsageByUser).
+            # Keys of the UsageByDay index (template.yaml).
             "usage_day": usage_day_partition(utc_day(record.finished_at), _shard(record.job_id, USAGE_DAY_SHARDS)),
-            "usage_user": record.user_id,
             "usage_at": record.finished_at,
             "job_id": record.job_id,
             "attempt": record.attempt,

@@ -335,7 +335,7 @@ class JobStore:
                 "updated_at": now_ms,
                 "finished_at": now_ms,
                 "expires_at": self._expiry(now_ms),
-                **listing_keys(user_id, now_ms),
+                **listing_keys(now_ms),
             }
         )
         return self._put_if_absent(item)
@@ -414,7 +414,6 @@ class JobStore:
         """Non-terminal jobs from the OpenJobs index: up to limit / shards per shard, oldest deadline first."""
         per_shard = max(1, limit // OPEN_SHARDS)
         for shard in range(OPEN_SHARDS):
-            remaining = per_shard
             pages = self._client.get_paginator("query").paginate(
                 TableName=self.table_name,
                 IndexName=OPEN_JOBS_INDEX,
@@ -422,11 +421,10 @@ class JobStore:
                 ExpressionAttributeNames={"#shard": OPEN_SHARD},
                 ExpressionAttributeValues={":shard": {"S": open_shard_key(shard)}},
             )
-            for item in (item for page in pages for item in page.get("Items", [])):
-                if remaining == 0:
-                    break
-                remaining -= 1
-                yield job_from_item(item)
+            keys = [{"pk": item["pk"], "sk": item["sk"]} for page in pages for item in page.get("Items", [])]
+            for start in range(0, min(len(keys), per_shard), 100):
+                batch = keys[start : min(start + 100, per_shard)]
+                yield from (job for job in batch_get_jobs(self._client, self.table_name, batch) if job is not None)
 
     def get_job(self, job_id: str) -> Job | None:
         response = self._client.get_item(TableName=self.table_name, Key=job_key(job_id), ConsistentRead=True)
@@ -550,6 +548,18 @@ class JobStore:
         return None
 
 
+def batch_get_jobs(client: DynamoDBClient, table_name: str, keys: list[Item]) -> list[Job | None]:
+    """The jobs of up to 100 `keys`, in their order (None where a job is gone)."""
+    found: dict[str, Job] = {}
+    request: dict[str, Any] = {table_name: {"Keys": keys}}
+    while request:
+        response = client.batch_get_item(RequestItems=request)
+        for item in response.get("Responses", {}).get(table_name, []):
+            found[item["pk"]["S"]] = job_from_item(item)
+        request = dict(response.get("UnprocessedKeys") or {})
+    return [found.get(key["pk"]["S"]) for key in keys]
+
+
 def _creation_attributes(job_id: str, new_job: NewJob, now_ms: int) -> dict[str, Any]:
     """What a job is made of when it is created, by a message's claim or by a submission."""
     return {
@@ -564,7 +574,7 @@ def _creation_attributes(job_id: str, new_job: NewJob, now_ms: int) -> dict[str,
         "created_at": now_ms,
         "cancel_requested": False,
         OPEN_SHARD: open_shard(job_id),
-        **listing_keys(new_job.user_id, now_ms),
+        **listing_keys(now_ms),
     }
 
 

@@ -1,4 +1,4 @@
-"""Job listings, newest first, from the JobsByUser and JobsByDay indexes (keys only) + BatchGetItem."""
+"""Job listings, newest first, from the JobsByDay index and BatchGetItem."""
 
 from __future__ import annotations
 
@@ -7,13 +7,12 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from engine.models import Job, JobStatus
-from engine.store.items import Item, job_from_item, utc_day
-from engine.store.jobs import default_client
+from engine.store.items import Item, utc_day
+from engine.store.jobs import batch_get_jobs, default_client
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-BY_USER_INDEX = "JobsByUser"
 BY_DAY_INDEX = "JobsByDay"
 # BatchGetItem reads at most 100 items a request.
 _BATCH = 100
@@ -34,46 +33,40 @@ class JobListing:
         days: int = 30,
         now_ms: int,
     ) -> list[Job]:
-        """Up to `limit` jobs, newest first: one user's, or everyone's created in the last `days` days."""
+        """Up to `limit` jobs created in the last `days` days, newest first; one user's, or everyone's."""
         jobs: list[Job] = []
-        keys = self._keys_by_user(user_id) if user_id else self._keys_by_day(now_ms, days)
+        keys = self._keys(now_ms, days, user_id)
         while len(jobs) < limit:
             # Unfiltered, read just what is missing; filtered, full batches until enough match.
             wanted = _BATCH if status else min(_BATCH, limit - len(jobs))
             batch = list(islice(keys, wanted))
             if not batch:
                 break
-            jobs.extend(self._read(batch, status))
+            found = batch_get_jobs(self._client, self.table_name, batch)
+            jobs.extend(job for job in found if job is not None and (status is None or job.status is status))
         return jobs[:limit]
 
-    def _keys_by_user(self, user_id: str) -> Iterator[Item]:
-        yield from self._query(BY_USER_INDEX, "list_user", user_id)
-
-    def _keys_by_day(self, now_ms: int, days: int) -> Iterator[Item]:
+    def _keys(self, now_ms: int, days: int, user_id: str | None) -> Iterator[Item]:
         for offset in range(days):
-            yield from self._query(BY_DAY_INDEX, "list_day", utc_day(now_ms - offset * DAY_MS))
+            yield from self._query(utc_day(now_ms - offset * DAY_MS), user_id)
 
-    def _query(self, index: str, key: str, value: str) -> Iterator[Item]:
+    def _query(self, day: str, user_id: str | None) -> Iterator[Item]:
+        names = {"#day": "list_day"}
+        values: dict[str, Any] = {":day": {"S": day}}
+        filtering: dict[str, Any] = {}
+        if user_id is not None:
+            names["#user"] = "user_id"
+            values[":user"] = {"S": user_id}
+            filtering["FilterExpression"] = "#user = :user"
         pages = self._client.get_paginator("query").paginate(
             TableName=self.table_name,
-            IndexName=index,
-            KeyConditionExpression="#key = :value",
-            ExpressionAttributeNames={"#key": key},
-            ExpressionAttributeValues={":value": {"S": value}},
+            IndexName=BY_DAY_INDEX,
+            KeyConditionExpression="#day = :day",
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
             ScanIndexForward=False,
+            **filtering,
         )
         for page in pages:
             for item in page.get("Items", []):
                 yield {"pk": item["pk"], "sk": item["sk"]}
-
-    def _read(self, keys: list[Item], status: JobStatus | None) -> list[Job]:
-        """The jobs of `keys`, in the order of `keys`, keeping those of `status`."""
-        found: dict[str, Job] = {}
-        request: dict[str, Any] = {self.table_name: {"Keys": keys}}
-        while request:
-            response = self._client.batch_get_item(RequestItems=request)
-            for item in response.get("Responses", {}).get(self.table_name, []):
-                found[item["pk"]["S"]] = job_from_item(item)
-            request = dict(response.get("UnprocessedKeys") or {})
-        ordered = (found.get(key["pk"]["S"]) for key in keys)
-        return [job for job in ordered if job is not None and (status is None or job.status is status)]

@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 BY_DAY_INDEX = "UsageByDay"
-BY_USER_INDEX = "UsageByUser"
 # A range of more days than this is refused rather than fanned out into thousands of queries.
 MAX_RANGE_DAYS = 400
 
@@ -52,25 +51,29 @@ class UsageLedger:
         return sorted(rows, key=lambda row: (-row.cost_usd, -row.input_tokens, str(row.user_id), str(row.job_type)))
 
     def _records(self, since_ms: int, until_ms: int, user_id: str | None) -> Iterator[dict[str, Any]]:
-        if user_id is not None:
-            yield from self._query(BY_USER_INDEX, "usage_user", user_id, since_ms, until_ms)
-            return
         for day in _days(since_ms, until_ms):
             for shard in range(USAGE_DAY_SHARDS):
-                yield from self._query(BY_DAY_INDEX, "usage_day", usage_day_partition(day, shard), since_ms, until_ms)
+                yield from self._query(usage_day_partition(day, shard), since_ms, until_ms, user_id)
 
-    def _query(self, index: str, key: str, value: str, since_ms: int, until_ms: int) -> Iterator[dict[str, Any]]:
-        paginator = self._client.get_paginator("query")
-        pages = paginator.paginate(
+    def _query(self, partition: str, since_ms: int, until_ms: int, user_id: str | None) -> Iterator[dict[str, Any]]:
+        names = {"#key": "usage_day", "#at": "usage_at"}
+        values: dict[str, Any] = {
+            ":value": {"S": partition},
+            ":since": {"N": str(since_ms)},
+            ":until": {"N": str(until_ms)},
+        }
+        filtering: dict[str, Any] = {}
+        if user_id is not None:
+            names["#user"] = "user_id"
+            values[":user"] = {"S": user_id}
+            filtering["FilterExpression"] = "#user = :user"
+        pages = self._client.get_paginator("query").paginate(
             TableName=self.table_name,
-            IndexName=index,
+            IndexName=BY_DAY_INDEX,
             KeyConditionExpression="#key = :value AND #at BETWEEN :since AND :until",
-            ExpressionAttributeNames={"#key": key, "#at": "usage_at"},
-            ExpressionAttributeValues={
-                ":value": {"S": value},
-                ":since": {"N": str(since_ms)},
-                ":until": {"N": str(until_ms)},
-            },
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+            **filtering,
         )
         for page in pages:
             for item in page.get("Items", []):

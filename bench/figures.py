@@ -1,0 +1,514 @@
+"""`make bench`: the engine's figures of SPEC section 10, each a ratio measured side by side in one run.
+
+Everything runs on this machine: DynamoDB and SQS are moto (in-process, or its server on
+127.0.0.1 where another process needs it), the model is the local OpenAI-compatible provider
+over real HTTP. Each figure prints its method beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from moto import mock_aws
+from rich.console import Console
+from rich.table import Table
+
+from aijobs.client import AiJobsClient
+from aijobs.local.aws import LocalAws
+from aijobs.local.provider import LocalProvider
+from aijobs.stack import StackResources, create_stack_resources
+from bench.capacity import Index, WriteMeter, item_size, units
+from engine.definitions import JobRegistry
+from engine.errors import ProviderRejectedError, ProviderUnavailableError
+from engine.gateway import (
+    Completion,
+    CompletionRequest,
+    ModelGateway,
+    ModelTiers,
+    OpenAICompatibleProvider,
+)
+from engine.intake import parse_message
+from engine.queue import JobQueue
+from engine.runner import Delivery, JobRunner
+from engine.store import JobStore
+from engine.observability import logger as engine_logger
+from engine.worker import Worker
+
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
+LAMBDA_MEMORY_GB = 0.5  # the template's MemorySize 512
+CLASSIFY_INPUT = {"text": "My invoice shows the wrong amount", "labels": ["billing", "bug", "account", "spam"]}
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    name: str
+    value: str
+    target: str
+    met: bool | None
+    method: str
+
+
+class RequestCounter:
+    """Counts the requests a boto3 client sends, by operation (a botocore event hook)."""
+
+    def __init__(self, client: Any) -> None:
+        self.operations: Counter[str] = Counter()
+        client.meta.events.register("before-call.dynamodb.*", self._count)
+
+    def _count(self, event_name: str, **_: Any) -> None:
+        self.operations[event_name.rsplit(".", 1)[-1]] += 1
+
+    def take(self) -> Counter[str]:
+        taken, self.operations = self.operations, Counter()
+        return taken
+
+
+class InstantProvider:
+    """Answers at once, in process: isolates the engine's own overhead."""
+
+    name = "instant"
+
+    def __init__(self, fail_with: Exception | None = None) -> None:
+        self.fail_with = fail_with
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        if self.fail_with is not None:
+            raise self.fail_with
+        answer = {"label": "billing", "confidence": 0.9}
+        return Completion(json.dumps(answer), request.model, 120, 12, latency_ms=0)
+
+
+def message(job_id: str) -> str:
+    return json.dumps({"job_id": job_id, "job_type": "classify", "user_id": "bench", "input": CLASSIFY_INPUT})
+
+
+def sqs_event(bodies: list[str]) -> dict[str, Any]:
+    now = str(int(time.time() * 1000))
+    return {
+        "Records": [
+            {
+                "messageId": str(uuid.uuid4()),
+                "receiptHandle": f"bench-{n}",
+                "body": body,
+                "attributes": {
+                    "ApproximateReceiveCount": "1",
+                    "SentTimestamp": now,
+                    "SenderId": "BENCH",
+                    "ApproximateFirstReceiveTimestamp": now,
+                },
+                "messageAttributes": {},
+                "md5OfBody": "",
+                "eventSource": "aws:sqs",
+                "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:aijobs-jobs",
+                "awsRegion": "us-east-1",
+            }
+            for n, body in enumerate(bodies)
+        ]
+    }
+
+
+class LambdaContext:
+    def __init__(self, timeout_seconds: float = 300.0) -> None:
+        self._deadline = time.monotonic() + timeout_seconds
+        self.function_name = "aijobs-worker"
+        self.memory_limit_in_mb = 512
+        self.invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:aijobs-worker"
+        self.aws_request_id = str(uuid.uuid4())
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int((self._deadline - time.monotonic()) * 1000)
+
+
+@contextmanager
+def moto_stack() -> Iterator[StackResources]:
+    os.environ.update(CREDENTIALS)
+    os.environ.pop("AWS_ENDPOINT_URL", None)
+    with mock_aws():
+        yield create_stack_resources(f"bench-{uuid.uuid4().hex[:6]}")
+
+
+def runner_for(stack: StackResources, provider: Any, client: Any) -> JobRunner:
+    store = JobStore(stack.table_name, client=client)
+    return JobRunner(store, ModelGateway(provider, ModelTiers("gpt-4o-mini")), JobRegistry(), rng=random.Random(1))
+
+
+# --- 1. requests per path ------------------------------------------------------------------------
+
+
+def requests_per_path() -> list[Figure]:
+    with moto_stack() as stack:
+        client = boto3.client("dynamodb")
+        counter = RequestCounter(client)
+        ok = runner_for(stack, InstantProvider(), client)
+        paths: dict[str, Counter[str]] = {}
+
+        ok.process(Delivery("m-ok", message("ok")))
+        paths["success"] = counter.take()
+        runner_for(stack, InstantProvider(ProviderUnavailableError("503")), client).process(
+            Delivery("m-retry", message("retry"))
+        )
+        paths["retryable failure"] = counter.take()
+        runner_for(stack, InstantProvider(ProviderRejectedError("401", 401)), client).process(
+            Delivery("m-perm", message("permanent"))
+        )
+        paths["permanent failure"] = counter.take()
+        ok.process(Delivery("m-ok", message("ok")))
+        paths["duplicate of a finished job"] = counter.take()
+        # A job another worker holds: claimed first under another owner, by an uncounted client.
+        new_job = parse_message(message("held"), "m-held", JobRegistry()).new_job
+        other = JobStore(stack.table_name, client=boto3.client("dynamodb"))
+        other.claim_job("held", "another-worker", 60_000, int(time.time() * 1000), new_job)
+        ok.process(Delivery("m-held", message("held")))
+        paths["duplicate of a held job"] = counter.take()
+
+    targets = {"success": 2, "retryable failure": 2, "permanent failure": 2}
+    figures = []
+    for path, operations in paths.items():
+        total = sum(operations.values())
+        detail = " + ".join(f"{count} {operation}" for operation, count in sorted(operations.items()))
+        target = targets.get(path)
+        figures.append(
+            Figure(
+                f"DynamoDB requests, {path}",
+                f"{total} ({detail})",
+                f"= {target}" if target else "-",
+                total == target if target else None,
+                "botocore before-call hook on the engine's client; moto",
+            )
+        )
+    return figures
+
+
+# --- 2. a batch of 10 against a batch of 1 ----------------------------------------------------------
+
+
+def timed_batch(worker: Worker, size: int) -> float:
+    event = sqs_event([message(f"batch-{size}-{uuid.uuid4().hex[:8]}") for _ in range(size)])
+    started = time.perf_counter()
+    response = worker.handle(event, LambdaContext())
+    elapsed = time.perf_counter() - started
+    if response["batchItemFailures"]:
+        raise RuntimeError(f"a bench batch failed: {response}")
+    return elapsed
+
+
+def http_worker(environment: dict[str, str]) -> Worker:
+    provider = OpenAICompatibleProvider(environment["AI_BASE_URL"], lambda: None)
+    gateway = ModelGateway(provider, ModelTiers("gpt-4o-mini"))
+    runner = JobRunner(JobStore(environment["JOBS_TABLE_NAME"]), gateway, JobRegistry(), rng=random.Random(1))
+    return Worker(runner, JobQueue(environment["JOBS_QUEUE_URL"]))
+
+
+def batch_ratio(latency_seconds: float, rounds: int = 3) -> tuple[float, float]:
+    """Median wall time of a batch of 10 and of a batch of 1, over a real-HTTP provider."""
+    with served_stack(latency_seconds) as environment:
+        worker = http_worker(environment)
+        timed_batch(worker, 1)  # warm the pools
+        ones, tens = [], []
+        for _ in range(rounds):
+            ones.append(timed_batch(worker, 1))
+            tens.append(timed_batch(worker, 10))
+        return statistics.median(tens), statistics.median(ones)
+
+
+# --- 3. engine time against its bare DynamoDB requests ---------------------------------------------
+
+
+class Recorder:
+    """Keeps the parameters of every DynamoDB request a client sends, to replay them bare."""
+
+    def __init__(self, client: Any) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        client.meta.events.register("provide-client-params.dynamodb.*", self._keep)
+
+    def _keep(self, event_name: str, params: dict[str, Any], **_: Any) -> None:
+        self.calls.append((event_name.rsplit(".", 1)[-1], json.loads(json.dumps(params))))
+
+
+def engine_overhead(jobs: int = 60) -> tuple[float, float]:
+    """(engine seconds per job, bare seconds per job) with an instant provider, on moto in process."""
+    with moto_stack() as stack:
+        client = boto3.client("dynamodb")
+        recorder = Recorder(client)
+        runner = runner_for(stack, InstantProvider(), client)
+        for n in range(5):  # warm up
+            runner.process(Delivery(f"warm-{n}", message(f"warm-{n}")))
+        recorder.calls.clear()
+        started = time.perf_counter()
+        for n in range(jobs):
+            runner.process(Delivery(f"m-{n}", message(f"job-{n}")))
+        engine = (time.perf_counter() - started) / jobs
+        calls = list(recorder.calls)
+        # The same requests, issued directly with boto3 against a fresh copy of the table.
+        bare_stack = create_stack_resources(f"bare-{uuid.uuid4().hex[:6]}")
+        bare = boto3.client("dynamodb")
+        replay = [
+            (operation, _retarget(params, stack.table_name, bare_stack.table_name)) for operation, params in calls
+        ]
+        methods = {"UpdateItem": bare.update_item, "TransactWriteItems": bare.transact_write_items}
+        started = time.perf_counter()
+        for operation, params in replay:
+            methods[operation](**params)
+        return engine, (time.perf_counter() - started) / jobs
+
+
+def _retarget(params: Any, old: str, new: str) -> Any:
+    if isinstance(params, dict):
+        return {key: _retarget(value, old, new) for key, value in params.items()}
+    if isinstance(params, list):
+        return [_retarget(value, old, new) for value in params]
+    return new if params == old else params
+
+
+# --- 4. cold start: import time ------------------------------------------------------------------
+
+
+def import_seconds(module: str, runs: int = 7) -> float:
+    """Median cumulative import time of `module` in fresh processes (python -X importtime)."""
+    times = []
+    env = {**os.environ, "PYTHONPATH": "src"}
+    for _ in range(runs):
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", f"import {module}"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        )
+        last = done.stderr.strip().splitlines()[-1]
+        times.append(int(last.split("|")[1]) / 1_000_000)
+    return statistics.median(times)
+
+
+# --- 5 and 6. a worker process: peak memory, Lambda time at 2 s provider latency -------------------
+
+WORKER_PROCESS = """
+import json, resource, sys, time
+sys.path.insert(0, "src"); sys.path.insert(0, ".")
+from bench.figures import LambdaContext, message, sqs_event
+from handlers.worker import lambda_handler
+size = int(sys.argv[1])
+event = sqs_event([message(f"p{size}-{n}-{time.time_ns()}") for n in range(size)])
+started = time.perf_counter()
+response = lambda_handler(event, LambdaContext())
+elapsed = time.perf_counter() - started
+print(json.dumps({"seconds": elapsed, "failures": len(response["batchItemFailures"]),
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def worker_process(size: int, environment: dict[str, str]) -> dict[str, float]:
+    """Run the real handler on one batch in a fresh process (as a cold Lambda would)."""
+    done = subprocess.run(
+        [sys.executable, "-c", WORKER_PROCESS, str(size)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **environment, "POWERTOOLS_METRICS_DISABLED": "true"},
+        check=True,
+    )
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    if result["failures"]:
+        raise RuntimeError(f"the worker process reported failures: {result}")
+    return result
+
+
+@contextmanager
+def served_stack(latency_seconds: float) -> Iterator[dict[str, str]]:
+    """A moto server (serialized DynamoDB) and a local provider, as environment for a worker process."""
+    with LocalAws() as aws, LocalProvider(latency_seconds=latency_seconds) as provider:
+        saved = dict(os.environ)
+        os.environ.update(CREDENTIALS | {"AWS_ENDPOINT_URL": aws.endpoint_url})
+        try:
+            resources = create_stack_resources(f"proc-{uuid.uuid4().hex[:6]}", session=boto3.Session())
+            yield (
+                CREDENTIALS
+                | resources.environment()
+                | {
+                    "AWS_ENDPOINT_URL": aws.endpoint_url,
+                    "AI_BASE_URL": provider.url,
+                    "AI_MODEL_PRIMARY": "gpt-4o-mini",
+                    "POWERTOOLS_LOG_LEVEL": "ERROR",
+                }
+            )
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+# --- 7. write units of a job with a 50 KB input -----------------------------------------------------
+
+
+def write_units_of_large_input(input_kb: int = 50) -> tuple[int, int, int, int]:
+    """(units of a submitted job's whole life, units of storing the input once, same for a
+    message-carried job, requests of the submitted job)."""
+    from aijobs.stack import load_template
+
+    template = load_template()
+    indexes = [
+        Index.from_template(spec) for spec in template["Resources"]["JobsTable"]["Properties"]["GlobalSecondaryIndexes"]
+    ]
+    text = ("lorem ipsum dolor sit amet " * (input_kb * 1024 // 27 + 1))[: input_kb * 1024]
+    job_input = {"text": text, "max_words": 50}
+    with moto_stack() as stack:
+        client, reader = boto3.client("dynamodb"), boto3.client("dynamodb")
+        meter = WriteMeter(client, reader, stack.table_name, indexes)
+        store = JobStore(stack.table_name, client=client)
+        jobs = AiJobsClient(store, JobQueue(stack.queue_url), JobRegistry())
+        jobs.submit("summarize", "bench", job_input, job_id="large-submitted")
+        summary = InstantSummary()
+        runner = JobRunner(store, ModelGateway(summary, ModelTiers("gpt-4o-mini")), JobRegistry())
+        runner.process(Delivery("m-large-1", json.dumps({"job_id": "large-submitted"})))
+        submitted_units, submitted_requests = meter.total, meter.requests
+        input_item = reader.get_item(
+            TableName=stack.table_name, Key={"pk": {"S": "JOB#large-submitted"}, "sk": {"S": "INPUT"}}
+        )["Item"]
+        once = units(item_size(input_item))
+        meter.table_units = meter.index_units = 0
+        body = json.dumps({"job_id": "large-message", "job_type": "summarize", "user_id": "bench", "input": job_input})
+        runner.process(Delivery("m-large-2", body))
+        return submitted_units, once, meter.total, submitted_requests
+
+
+class InstantSummary:
+    name = "instant"
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        return Completion(json.dumps({"summary": "A short summary of the text."}), request.model, 12_000, 10, 0)
+
+
+# --- the table --------------------------------------------------------------------------------------
+
+
+def ratio_figure(name: str, numerator: float, denominator: float, limit: float, method: str, unit: str = "s") -> Figure:
+    ratio = numerator / denominator
+    return Figure(
+        name, f"{ratio:.2f}  ({numerator:.3f}{unit} / {denominator:.3f}{unit})", f"<= {limit}", ratio <= limit, method
+    )
+
+
+def measure(console: Console) -> list[Figure]:
+    # The figures are the output: the engine's own logs and metrics would bury them.
+    os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
+    engine_logger.setLevel(logging.CRITICAL)
+    figures: list[Figure] = []
+    console.print("requests per path ...")
+    figures += requests_per_path()
+
+    console.print("batch of 10 / batch of 1, provider 500 ms ...")
+    ten, one = batch_ratio(0.5)
+    figures.append(
+        ratio_figure(
+            "wall time, batch of 10 / batch of 1 (provider 500 ms)",
+            ten,
+            one,
+            1.5,
+            "Worker.handle on SQS events; local provider over HTTP; moto server (DynamoDB serialized); median of 3",
+        )
+    )
+
+    console.print("engine overhead ...")
+    engine, bare = engine_overhead()
+    figures.append(
+        ratio_figure(
+            "engine time per job / its bare DynamoDB requests (instant provider)",
+            engine * 1000,
+            bare * 1000,
+            1.5,
+            "60 jobs through JobRunner, then the same recorded requests replayed with boto3 on a fresh table; moto in process",
+            "ms",
+        )
+    )
+
+    console.print("import time ...")
+    worker_import, boto3_import = import_seconds("handlers.worker"), import_seconds("boto3")
+    figures.append(
+        ratio_figure(
+            "cold start: import handlers.worker / import boto3",
+            worker_import,
+            boto3_import,
+            1.5,
+            "python -X importtime in fresh processes, median of 7 each",
+        )
+    )
+
+    console.print("worker processes ...")
+    with served_stack(0.0) as environment:
+        peak = worker_process(10, environment)["peak_rss_mb"]
+    figures.append(
+        Figure(
+            "peak memory, batch of 10",
+            f"{peak:.0f} MB",
+            "<= 160 MB",
+            peak <= 160,
+            "ru_maxrss of a fresh process running the handler on 10 records (moto and provider in another process)",
+        )
+    )
+    with served_stack(2.0) as environment:
+        batch = worker_process(10, environment)["seconds"]
+        single = worker_process(1, environment)["seconds"]
+    engine_gbs = 100 * batch * LAMBDA_MEMORY_GB
+    single_gbs = 1000 * single * LAMBDA_MEMORY_GB
+    figures.append(
+        Figure(
+            "Lambda GB-s per 1000 jobs, provider 2 s: batches of 10 / one job per invocation",
+            f"{engine_gbs / single_gbs:.2f}  ({engine_gbs:.0f} / {single_gbs:.0f} GB-s)",
+            "-",
+            None,
+            f"handler durations in fresh processes ({batch:.2f}s per batch of 10, {single:.2f}s per job alone) x 512 MB",
+        )
+    )
+
+    console.print("write units ...")
+    submitted, once, carried, requests = write_units_of_large_input()
+    figures.append(
+        Figure(
+            "write units of a successful 50 KB-input job / storing the input once",
+            f"{submitted / once:.2f}  ({submitted} / {once} WCU)",
+            "<= 1.2",
+            submitted / once <= 1.2,
+            f"submitted job (input stored once, {requests} write requests), units computed from item images incl. indexes; "
+            f"the same job as a full SQS message: {carried} WCU",
+        )
+    )
+    return figures
+
+
+def render(figures: list[Figure]) -> Table:
+    table = Table(
+        title=f"aijobs bench — {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    )
+    for column in ("figure", "measured", "target", "met", "method"):
+        table.add_column(column, overflow="fold")
+    for figure in figures:
+        met = "-" if figure.met is None else ("[green]yes[/]" if figure.met else "[red]no[/]")
+        table.add_row(figure.name, figure.value, figure.target, met, figure.method)
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.parse_args(argv)
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    figures = measure(console)
+    console.print(render(figures))
+    return 0 if all(figure.met is not False for figure in figures) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
