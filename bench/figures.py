@@ -462,7 +462,8 @@ def measure(console: Console) -> list[Figure]:
             ", ".join(f"{name} {seconds:.3f}s" for name, seconds in heaviest),
             "-",
             None,
-            "own import time of each top-level package's modules, one fresh process (dev venv: rich comes in with httpx's CLI)",
+            "own import time of each top-level package's modules, one fresh process "
+            "(dev venv: rich comes in with httpx's CLI)",
         )
     )
 
