@@ -50,6 +50,7 @@ from rich.table import Table
 
 from aijobs.local import LocalProvider, ServedRequest, prompt_hash
 from aijobs.local.poller import EventSourceMapping
+from aijobs.local.serial import SerializedClient
 from aijobs.stack import StackResources, create_stack_resources
 from engine.config import Settings, load_settings
 from engine.definitions import BUILTIN_DEFINITIONS, JobRegistry
@@ -194,26 +195,6 @@ def plan_jobs(count: int, fault_share: float, rng: random.Random, registry: JobR
 
 
 # --- the harness around the engine ----------------------------------------------------------------
-
-
-class SerializedClient:
-    """A boto3 client whose calls take one lock: moto's conditional writes are not linearizable."""
-
-    def __init__(self, client: Any, lock: threading.Lock) -> None:
-        self._client = client
-        self._lock = lock
-
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._client, name)
-        if not callable(attribute):
-            return attribute
-
-        @functools.wraps(attribute)
-        def call(*args: Any, **kwargs: Any) -> Any:
-            with self._lock:
-                return attribute(*args, **kwargs)
-
-        return call
 
 
 def patch_moto_transaction_rollback() -> bool:

@@ -3,10 +3,8 @@ real SQS deliveries, and a reader that inspects the table without adding to the 
 
 from __future__ import annotations
 
-import functools
 import json
 import random
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -15,6 +13,7 @@ import boto3
 import pytest
 
 from aijobs.client import AiJobsClient
+from aijobs.local.serial import SerializedClient
 from aijobs.stack import StackResources
 from engine.config import get_settings
 from engine.definitions import JobRegistry
@@ -31,30 +30,6 @@ from tests.support.events import sqs_record
 from tests.support.providers import FakeProvider
 
 MODEL = "gpt-4o-mini"
-
-
-class SerializedClient:
-    """A boto3 client whose calls take one lock.
-
-    moto is not linearizable: two threads' conditional writes can both pass. Serializing the
-    requests makes a race test check the engine's conditions, not moto's.
-    """
-
-    def __init__(self, client: Any, lock: threading.Lock | None = None) -> None:
-        self._client = client
-        self._lock = lock or threading.Lock()
-
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._client, name)
-        if not callable(attribute):
-            return attribute
-
-        @functools.wraps(attribute)
-        def call(*args: Any, **kwargs: Any) -> Any:
-            with self._lock:
-                return attribute(*args, **kwargs)
-
-        return call
 
 
 class RecordingQueue(JobQueue):

@@ -12,13 +12,14 @@ from typing import Any
 import pytest
 
 import engine.store.jobs as store_module
+from aijobs.local.serial import SerializedClient
 from aijobs.stack import StackResources
 from engine.config import get_settings
 from engine.errors import ErrorCode
 from engine.models import JobStatus
 from engine.worker import get_worker
 from handlers.worker import lambda_handler
-from tests.integration.conftest import SerializedClient, TableReader
+from tests.integration.conftest import TableReader
 from tests.support.events import FakeLambdaContext, load_event
 from tests.support.http_provider import LocalProvider, expected_output
 

@@ -76,3 +76,28 @@ class Expression:
         if self._values:
             params["ExpressionAttributeValues"] = self._values
         return params
+
+
+def index_query(
+    table_name: str,
+    index_name: str,
+    key_condition: str,
+    names: dict[str, str],
+    values: dict[str, Any],
+    user_id: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """The parameters of a Query on an index, filtered to one user's items when `user_id` is set."""
+    params: dict[str, Any] = {
+        "TableName": table_name,
+        "IndexName": index_name,
+        "KeyConditionExpression": key_condition,
+        "ExpressionAttributeNames": dict(names),
+        "ExpressionAttributeValues": dict(values),
+        **extra,
+    }
+    if user_id is not None:
+        params["ExpressionAttributeNames"]["#user"] = "user_id"
+        params["ExpressionAttributeValues"][":user"] = {"S": user_id}
+        params["FilterExpression"] = "#user = :user"
+    return params

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from engine.models import Job, JobStatus
+from engine.store.expressions import index_query
 from engine.store.items import Item, utc_day
 from engine.store.jobs import batch_get_jobs, default_client
 
@@ -51,22 +52,16 @@ class JobListing:
             yield from self._query(utc_day(now_ms - offset * DAY_MS), user_id)
 
     def _query(self, day: str, user_id: str | None) -> Iterator[Item]:
-        names = {"#day": "list_day"}
-        values: dict[str, Any] = {":day": {"S": day}}
-        filtering: dict[str, Any] = {}
-        if user_id is not None:
-            names["#user"] = "user_id"
-            values[":user"] = {"S": user_id}
-            filtering["FilterExpression"] = "#user = :user"
-        pages = self._client.get_paginator("query").paginate(
-            TableName=self.table_name,
-            IndexName=BY_DAY_INDEX,
-            KeyConditionExpression="#day = :day",
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=values,
+        params = index_query(
+            self.table_name,
+            BY_DAY_INDEX,
+            "#day = :day",
+            {"#day": "list_day"},
+            {":day": {"S": day}},
+            user_id,
             ScanIndexForward=False,
-            **filtering,
         )
+        pages = self._client.get_paginator("query").paginate(**params)
         for page in pages:
             for item in page.get("Items", []):
                 yield {"pk": item["pk"], "sk": item["sk"]}

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from engine.store.expressions import index_query
 from engine.store.items import USAGE_DAY_SHARDS, from_item, usage_day_partition
 from engine.store.jobs import default_client
 
@@ -56,25 +57,15 @@ class UsageLedger:
                 yield from self._query(usage_day_partition(day, shard), since_ms, until_ms, user_id)
 
     def _query(self, partition: str, since_ms: int, until_ms: int, user_id: str | None) -> Iterator[dict[str, Any]]:
-        names = {"#key": "usage_day", "#at": "usage_at"}
-        values: dict[str, Any] = {
-            ":value": {"S": partition},
-            ":since": {"N": str(since_ms)},
-            ":until": {"N": str(until_ms)},
-        }
-        filtering: dict[str, Any] = {}
-        if user_id is not None:
-            names["#user"] = "user_id"
-            values[":user"] = {"S": user_id}
-            filtering["FilterExpression"] = "#user = :user"
-        pages = self._client.get_paginator("query").paginate(
-            TableName=self.table_name,
-            IndexName=BY_DAY_INDEX,
-            KeyConditionExpression="#key = :value AND #at BETWEEN :since AND :until",
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=values,
-            **filtering,
+        params = index_query(
+            self.table_name,
+            BY_DAY_INDEX,
+            "#key = :value AND #at BETWEEN :since AND :until",
+            {"#key": "usage_day", "#at": "usage_at"},
+            {":value": {"S": partition}, ":since": {"N": str(since_ms)}, ":until": {"N": str(until_ms)}},
+            user_id,
         )
+        pages = self._client.get_paginator("query").paginate(**params)
         for page in pages:
             for item in page.get("Items", []):
                 yield from_item(item)
