@@ -58,3 +58,31 @@ def openai_completion(
 ) -> dict[str, Any]:
     """A Chat Completions response body, as the local provider serves it."""
     return completion_body(content, model, prompt_tokens, completion_tokens, number=0)
+
+
+# The classify output model's JSON schema, as pydantic generates it.
+CLASSIFY_SCHEMA: dict[str, Any] = {
+    "title": "ClassifyOutput",
+    "type": "object",
+    "properties": {
+        "label": {"title": "Label", "type": "string", "minLength": 1},
+        "confidence": {"title": "Confidence", "type": "number", "minimum": 0.0, "maximum": 1.0},
+    },
+    "required": ["label", "confidence"],
+    "additionalProperties": False,
+}
+
+
+def completion_request(model: str = "gpt-4o-mini", **overrides: Any) -> CompletionRequest:
+    """A provider request for the classify job type; any field can be overridden."""
+    fields: dict[str, Any] = {
+        "model": model,
+        "system": "You classify texts.",
+        "user": "Text: win a cruise",
+        "schema_name": "classify",
+        "output_schema": CLASSIFY_SCHEMA,
+        "max_tokens": 256,
+        "timeout_seconds": 30.0,
+    }
+    fields.update(overrides)
+    return CompletionRequest(**fields)

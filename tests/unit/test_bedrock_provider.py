@@ -29,34 +29,15 @@ from engine.errors import (
 )
 from engine.gateway import ChatTurn, CompletionRequest, ModelGateway, ModelTiers
 from engine.gateway.bedrock import BedrockConverseProvider, ConverseClient, default_client_factory
+from tests.support.providers import CLASSIFY_SCHEMA
+from tests.support.providers import completion_request as support_request
 
 MODEL = "amazon.nova-lite-v1:0"
 ENDPOINT = "https://bedrock-runtime.us-east-1.amazonaws.com"
 
-CLASSIFY_SCHEMA: dict[str, Any] = {
-    "title": "ClassifyOutput",
-    "type": "object",
-    "properties": {
-        "label": {"title": "Label", "type": "string", "minLength": 1},
-        "confidence": {"title": "Confidence", "type": "number", "minimum": 0.0, "maximum": 1.0},
-    },
-    "required": ["label", "confidence"],
-    "additionalProperties": False,
-}
-
 
 def completion_request(**overrides: Any) -> CompletionRequest:
-    fields: dict[str, Any] = {
-        "model": MODEL,
-        "system": "You classify texts.",
-        "user": "Text: win a cruise",
-        "schema_name": "classify",
-        "output_schema": CLASSIFY_SCHEMA,
-        "max_tokens": 256,
-        "timeout_seconds": 30.0,
-    }
-    fields.update(overrides)
-    return CompletionRequest(**fields)
+    return support_request(MODEL, **overrides)
 
 
 def converse_response(

@@ -19,36 +19,11 @@ from engine.errors import (
     ProviderTimeoutError,
     ProviderUnavailableError,
 )
-from engine.gateway import ChatTurn, CompletionRequest, OpenAICompatibleProvider
+from engine.gateway import ChatTurn, OpenAICompatibleProvider
 from engine.gateway.openai import parse_retry_after
-from tests.support.providers import openai_completion
+from tests.support.providers import completion_request, openai_completion
 
 Handler = Callable[[httpx.Request], httpx.Response]
-
-CLASSIFY_SCHEMA: dict[str, Any] = {
-    "title": "ClassifyOutput",
-    "type": "object",
-    "properties": {
-        "label": {"title": "Label", "type": "string", "minLength": 1},
-        "confidence": {"title": "Confidence", "type": "number", "minimum": 0.0, "maximum": 1.0},
-    },
-    "required": ["label", "confidence"],
-    "additionalProperties": False,
-}
-
-
-def completion_request(**overrides: Any) -> CompletionRequest:
-    fields: dict[str, Any] = {
-        "model": "gpt-4o-mini",
-        "system": "You classify texts.",
-        "user": "Text: win a cruise",
-        "schema_name": "classify",
-        "output_schema": CLASSIFY_SCHEMA,
-        "max_tokens": 256,
-        "timeout_seconds": 30.0,
-    }
-    fields.update(overrides)
-    return CompletionRequest(**fields)
 
 
 class Recorder:
