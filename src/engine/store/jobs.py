@@ -152,21 +152,12 @@ class JobStore:
             same_request = f"{expr.name('request_hash')} = {expr.value('request_hash', new_job.request_hash)}"
             expr.condition = f"attribute_not_exists({expr.name('pk')}) OR ({same_request} AND {claimable})"
         try:
-            response = self._client.update_item(
-                **expr.update_params(self.table_name, job_key(job_id)),
-                ReturnValues="ALL_NEW",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
-        except ClientError as exc:
-            old = _refused_item(exc)
-            if old is None and _is_condition_failure(exc):
+            return self._update(expr, job_id)
+        except ConditionRefusedError as exc:
+            if exc.job is None:
                 raise JobNotFoundError(job_id) from exc
-            if old is None:
-                raise
-            job = job_from_item(old)
             request_hash = new_job.request_hash if new_job else None
-            raise ClaimRefusedError(job, explain_claim_refusal(job, now_ms, request_hash)) from exc
-        return job_from_item(response["Attributes"])
+            raise ClaimRefusedError(exc.job, explain_claim_refusal(exc.job, now_ms, request_hash)) from exc
 
     def finish_job(
         self,
@@ -485,17 +476,10 @@ class JobStore:
         if store_input is not None:
             expr.set("input_stored", True)
             puts = [*puts, input_item(job.job_id, store_input, job.request_hash, self._expiry(now_ms))]
-        update = expr.update_params(self.table_name, job_key(job.job_id))
         if puts:
-            self._transact(update, puts)
-            return
-        try:
-            self._client.update_item(**update, ReturnValuesOnConditionCheckFailure="ALL_OLD")
-        except ClientError as exc:
-            if not _is_condition_failure(exc):
-                raise
-            old = _refused_item(exc)
-            raise ConditionRefusedError("the job's condition failed", job_from_item(old) if old else None) from exc
+            self._transact(expr.update_params(self.table_name, job_key(job.job_id)), puts)
+        else:
+            self._update(expr, job.job_id)
 
     @staticmethod
     def _claimable(expr: Expression, now_ms: int) -> str:
