@@ -186,8 +186,7 @@ class JobRunner:
             case ClaimRefusal.FINISHED:
                 return Ack("duplicate")
             case ClaimRefusal.HELD:
-                seconds = min(max(1, math.ceil(job.lease_remaining_ms(self._now_ms()) / 1000)), MAX_DELAY_SECONDS)
-                return Retry("held", seconds, f"job {job.job_id} is held by another worker")
+                return Retry("held", self._until_lease_ends(job, 1), f"job {job.job_id} is held by another worker")
             case ClaimRefusal.RACED:
                 return Retry("raced", RETRY_SOON_SECONDS, f"job {job.job_id} changed while it was being claimed")
             case ClaimRefusal.CONFLICT:
@@ -294,9 +293,8 @@ class JobRunner:
         current = lost.job
         if current is None or current.status.is_terminal:
             return Ack("lease_lost")
-        remaining = current.lease_remaining_ms(self._now_ms())
-        seconds = max(RETRY_SOON_SECONDS, math.ceil(remaining / 1000))
-        return Retry("lease_lost", min(seconds, MAX_DELAY_SECONDS), f"job {job.job_id} is held by another worker")
+        seconds = self._until_lease_ends(current, RETRY_SOON_SECONDS)
+        return Retry("lease_lost", seconds, f"job {job.job_id} is held by another worker")
 
     def _attempt_record(self, job: Job, execution: Execution, started: int) -> AttemptRecord:
         error = execution.error
@@ -335,6 +333,11 @@ class JobRunner:
                 "output_tokens": attempt.output_tokens if attempt else 0,
             },
         )
+
+    def _until_lease_ends(self, job: Job, at_least: int) -> int:
+        """Seconds to hide a message until `job`'s current lease ends (within SQS's bounds)."""
+        seconds = math.ceil(job.lease_remaining_ms(self._now_ms()) / 1000)
+        return min(max(at_least, seconds), MAX_DELAY_SECONDS)
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
