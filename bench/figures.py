@@ -19,10 +19,10 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import boto3
 from moto import mock_aws
@@ -30,6 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from aijobs.client import AiJobsClient
+from aijobs.local.devstack import LOCAL_CREDENTIALS
 from aijobs.local.provider import LocalProvider
 from aijobs.stack import StackResources, create_stack_resources
 from bench.capacity import Index, WriteMeter, item_size, units
@@ -50,7 +51,7 @@ from engine.runner import Delivery, JobRunner
 from engine.store import JobStore
 from engine.worker import Worker
 
-CREDENTIALS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
+CREDENTIALS = LOCAL_CREDENTIALS
 LAMBDA_MEMORY_GB = 0.5  # the template's MemorySize 512
 
 
@@ -159,7 +160,7 @@ def requests_per_path() -> list[Figure]:
 def timed_batch(worker: Worker, size: int) -> float:
     event = sqs_event([message(f"batch-{size}-{uuid.uuid4().hex[:8]}") for _ in range(size)])
     started = time.perf_counter()
-    response = worker.handle(event, LambdaContext())
+    response = worker.handle(event, cast(Any, LambdaContext()))
     elapsed = time.perf_counter() - started
     if response["batchItemFailures"]:
         raise RuntimeError(f"a bench batch failed: {response}")
@@ -220,7 +221,10 @@ def engine_overhead(jobs: int = 40) -> tuple[float, float]:
         runner = runner_for(stack, InstantProvider(), client)
         bare_stack = create_stack_resources(f"bare-{uuid.uuid4().hex[:6]}")
         bare = boto3.client("dynamodb")
-        methods = {"UpdateItem": bare.update_item, "TransactWriteItems": bare.transact_write_items}
+        methods: dict[str, Callable[..., Any]] = {
+            "UpdateItem": bare.update_item,
+            "TransactWriteItems": bare.transact_write_items,
+        }
         engine_times, bare_times = [], []
         for n in range(jobs + 5):
             recorder.calls.clear()
@@ -259,11 +263,11 @@ def import_profile(module: str) -> dict[str, float]:
         check=True,
     )
     lines = done.stderr.strip().splitlines()[1:]  # after the header
-    packages: Counter[str] = Counter()
+    profile: dict[str, float] = {}
     for line in lines:
         own, _, name = line.removeprefix("import time:").split("|")
-        packages[name.strip().split(".")[0]] += int(own) / 1_000_000
-    profile = dict(packages)
+        package = name.strip().split(".")[0]
+        profile[package] = profile.get(package, 0.0) + int(own) / 1_000_000
     profile["total"] = int(lines[-1].split("|")[1]) / 1_000_000
     return profile
 

@@ -49,6 +49,7 @@ from rich.console import Console
 from rich.table import Table
 
 from aijobs.local import LocalProvider, ServedRequest, prompt_hash
+from aijobs.local.devstack import LOCAL_CREDENTIALS
 from aijobs.local.poller import EventSourceMapping
 from aijobs.local.serial import SerializedClient
 from aijobs.stack import StackResources, create_stack_resources
@@ -342,9 +343,7 @@ def local_environment(endpoint: str) -> None:
     os.environ.update(
         {
             "AWS_ENDPOINT_URL": endpoint,
-            "AWS_ACCESS_KEY_ID": "soak",
-            "AWS_SECRET_ACCESS_KEY": "soak",
-            "AWS_DEFAULT_REGION": REGION,
+            **LOCAL_CREDENTIALS,
             "AWS_REGION": REGION,
             "NO_PROXY": "127.0.0.1,localhost",
             "no_proxy": "127.0.0.1,localhost",
