@@ -43,6 +43,7 @@ from engine.gateway import (
     ModelGateway,
     ModelTiers,
     OpenAICompatibleProvider,
+    static_api_key,
 )
 from engine.intake import parse_message
 from engine.observability import logger as engine_logger
@@ -168,7 +169,7 @@ def timed_batch(worker: Worker, size: int) -> float:
 
 
 def http_worker(environment: dict[str, str], table_name: str) -> Worker:
-    provider = OpenAICompatibleProvider(environment["AI_BASE_URL"], lambda: None)
+    provider = OpenAICompatibleProvider(environment["AI_BASE_URL"], static_api_key(None))
     gateway = ModelGateway(provider, ModelTiers("gpt-4o-mini"))
     runner = JobRunner(JobStore(table_name), gateway, JobRegistry(), rng=random.Random(1))
     return Worker(runner, JobQueue(environment["JOBS_QUEUE_URL"]))

@@ -17,6 +17,7 @@ from engine.gateway import ModelGateway, ModelTiers
 from engine.queue import JobQueue
 from engine.runner import JobRunner
 from engine.store import JobStore
+from engine.store.payloads import PayloadStore
 from engine.worker import Worker
 from tests.support.providers import FakeProvider
 
@@ -72,8 +73,13 @@ def dynamodb_requests(dynamodb: Any) -> RequestCounter:
 
 
 @pytest.fixture
-def store(stack: StackResources, dynamodb: Any) -> JobStore:
-    return JobStore(stack.table_name, client=dynamodb)
+def payloads(stack: StackResources) -> PayloadStore:
+    return PayloadStore(stack.payload_bucket, client=boto3.client("s3"))
+
+
+@pytest.fixture
+def store(stack: StackResources, dynamodb: Any, payloads: PayloadStore) -> JobStore:
+    return JobStore(stack.table_name, client=dynamodb, payloads=payloads)
 
 
 @pytest.fixture

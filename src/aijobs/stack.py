@@ -57,16 +57,39 @@ class StackResources:
     table_name: str
     queue_url: str
     dlq_url: str
+    payload_bucket: str
 
     def environment(self) -> dict[str, str]:
-        return {"JOBS_TABLE_NAME": self.table_name, "JOBS_QUEUE_URL": self.queue_url, "JOBS_DLQ_URL": self.dlq_url}
+        return {
+            "JOBS_TABLE_NAME": self.table_name,
+            "JOBS_QUEUE_URL": self.queue_url,
+            "JOBS_DLQ_URL": self.dlq_url,
+            "JOBS_PAYLOAD_BUCKET": self.payload_bucket,
+        }
 
 
-class _Resolver:
-    """Resolves the intrinsic functions the template's table and queues use."""
+# Resolves to "leave this property out" (AWS::NoValue), removed from the resolved properties.
+_NO_VALUE = object()
 
-    def __init__(self, template: dict[str, Any], stack_name: str, region: str, account: str) -> None:
+
+class TemplateResolver:
+    """Resolves the intrinsic functions the template uses (Ref, GetAtt of an Arn, Sub, If, conditions).
+
+    Parameters take their defaults unless `parameters` overrides them; a resource resolves once its
+    physical id and ARN are registered (`physical`, `arns`).
+    """
+
+    def __init__(
+        self,
+        template: dict[str, Any],
+        stack_name: str,
+        region: str,
+        account: str,
+        parameters: dict[str, Any] | None = None,
+    ) -> None:
         self.parameters = {name: spec.get("Default") for name, spec in template.get("Parameters", {}).items()}
+        self.parameters.update(parameters or {})
+        self.conditions: dict[str, Any] = template.get("Conditions", {})
         self.pseudo = {
             "AWS::StackName": stack_name,
             "AWS::Region": region,
@@ -78,23 +101,50 @@ class _Resolver:
 
     def resolve(self, value: Any) -> Any:
         if isinstance(value, list):
-            return [self.resolve(item) for item in value]
+            return [item for item in (self.resolve(item) for item in value) if item is not _NO_VALUE]
         if not isinstance(value, dict):
             return value
+        if set(value) == {"Fn::If"}:
+            condition, if_true, if_false = value["Fn::If"]
+            return self.resolve(if_true if self.condition(condition) else if_false)
         if set(value) == {"Ref"}:
             ref = value["Ref"]
+            if ref == "AWS::NoValue":
+                return _NO_VALUE
             for table in (self.pseudo, self.parameters, self.physical):
                 if ref in table:
                     return table[ref]
             raise KeyError(f"template: cannot resolve Ref {ref}")
         if set(value) == {"Fn::GetAtt"}:
             resource, attribute = value["Fn::GetAtt"]
-            if attribute != "Arn":
-                raise KeyError(f"template: cannot resolve GetAtt {resource}.{attribute}")
-            return self.arns[resource]
+            if attribute == "Arn":
+                return self.arns[resource]
+            if attribute == "QueueName":
+                return self.physical[resource].rsplit("/", 1)[-1]
+            raise KeyError(f"template: cannot resolve GetAtt {resource}.{attribute}")
         if set(value) == {"Fn::Sub"}:
-            return re.sub(r"\$\{([^}]+)\}", lambda m: str(self.resolve({"Ref": m.group(1)})), value["Fn::Sub"])
-        return {key: self.resolve(item) for key, item in value.items()}
+            return re.sub(r"\$\{([^}]+)\}", lambda m: str(self._substitute(m.group(1))), value["Fn::Sub"])
+        resolved = {key: self.resolve(item) for key, item in value.items()}
+        return {key: item for key, item in resolved.items() if item is not _NO_VALUE}
+
+    def _substitute(self, name: str) -> Any:
+        if "." in name:  # ${Resource.Attribute}
+            return self.resolve({"Fn::GetAtt": name.split(".", 1)})
+        return self.resolve({"Ref": name})
+
+    def condition(self, name: str) -> bool:
+        return self._truth(self.conditions[name])
+
+    def _truth(self, expression: Any) -> bool:
+        (function, arguments), *_ = expression.items()
+        if function == "Fn::Equals":
+            left, right = (self.resolve(argument) for argument in arguments)
+            return bool(str(left) == str(right))
+        if function == "Fn::Not":
+            return not self._truth(arguments[0])
+        if function == "Condition":
+            return self.condition(arguments)
+        raise KeyError(f"template: cannot evaluate condition {function}")
 
 
 def create_stack_resources(
@@ -104,7 +154,7 @@ def create_stack_resources(
     template = load_template(template_path)
     session = session or boto3.Session()
     region = session.region_name or REGION_ACCOUNT[0]
-    resolver = _Resolver(template, stack_name, region, REGION_ACCOUNT[1])
+    resolver = TemplateResolver(template, stack_name, region, REGION_ACCOUNT[1])
     resources = template["Resources"]
     sqs = session.client("sqs")
     dynamodb = session.client("dynamodb")
@@ -124,10 +174,19 @@ def create_stack_resources(
         table_name = properties.get("TableName", f"{stack_name}-jobs")
         _create_table(dynamodb, table_name, properties)
         table_names[name] = table_name
+    buckets = {name: spec for name, spec in resources.items() if spec["Type"] == "AWS::S3::Bucket"}
+    bucket_names = {}
+    s3 = session.client("s3")
+    for name, spec in buckets.items():
+        properties = resolver.resolve(spec["Properties"])
+        bucket_name = properties.get("BucketName", f"{stack_name}-payloads")
+        _create_bucket(s3, bucket_name, properties)
+        bucket_names[name] = bucket_name
     return StackResources(
         table_name=table_names["JobsTable"],
         queue_url=resolver.physical["JobsQueue"],
         dlq_url=resolver.physical["JobsDeadLetterQueue"],
+        payload_bucket=bucket_names["PayloadBucket"],
     )
 
 
@@ -146,9 +205,49 @@ def _create_table(dynamodb: Any, table_name: str, properties: dict[str, Any]) ->
     }
     if "GlobalSecondaryIndexes" in properties:
         params["GlobalSecondaryIndexes"] = properties["GlobalSecondaryIndexes"]
-    if "SSESpecification" in properties:
-        params["SSESpecification"] = {"Enabled": properties["SSESpecification"]["SSEEnabled"]}
+    sse = properties.get("SSESpecification")
+    if sse:
+        params["SSESpecification"] = {"Enabled": sse["SSEEnabled"], "SSEType": sse.get("SSEType", "KMS")} | (
+            {"KMSMasterKeyId": sse["KMSMasterKeyId"]} if "KMSMasterKeyId" in sse else {}
+        )
     dynamodb.create_table(**params)
     ttl = properties.get("TimeToLiveSpecification")
     if ttl:
         dynamodb.update_time_to_live(TableName=table_name, TimeToLiveSpecification=ttl)
+    recovery = properties.get("PointInTimeRecoverySpecification")
+    if recovery:
+        dynamodb.update_continuous_backups(TableName=table_name, PointInTimeRecoverySpecification=recovery)
+
+
+def _create_bucket(s3: Any, bucket_name: str, properties: dict[str, Any]) -> None:
+    """The bucket with the template's encryption, public access block and lifecycle.
+
+    The bucket policy (TLS only) is left out: the local endpoint speaks plain http on loopback.
+    """
+    s3.create_bucket(Bucket=bucket_name)
+    encryption = properties.get("BucketEncryption")
+    if encryption:
+        rules = [
+            {
+                "ApplyServerSideEncryptionByDefault": rule["ServerSideEncryptionByDefault"],
+                "BucketKeyEnabled": bool(rule.get("BucketKeyEnabled", False)),
+            }
+            for rule in encryption["ServerSideEncryptionConfiguration"]
+        ]
+        s3.put_bucket_encryption(Bucket=bucket_name, ServerSideEncryptionConfiguration={"Rules": rules})
+    if "PublicAccessBlockConfiguration" in properties:
+        s3.put_public_access_block(
+            Bucket=bucket_name, PublicAccessBlockConfiguration=properties["PublicAccessBlockConfiguration"]
+        )
+    lifecycle = properties.get("LifecycleConfiguration")
+    if lifecycle:
+        rules = [
+            {
+                "ID": rule["Id"],
+                "Status": rule["Status"],
+                "Filter": {"Prefix": rule.get("Prefix", "")},
+                "Expiration": {"Days": int(rule["ExpirationInDays"])},
+            }
+            for rule in lifecycle["Rules"]
+        ]
+        s3.put_bucket_lifecycle_configuration(Bucket=bucket_name, LifecycleConfiguration={"Rules": rules})

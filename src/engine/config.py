@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from decimal import Decimal
 from functools import lru_cache
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -20,6 +22,8 @@ class Settings(BaseSettings):
     jobs_table_name: Annotated[str, Field(min_length=3, max_length=255)]
     jobs_queue_url: Annotated[str, Field(pattern=r"^https?://\S+$")]
     jobs_dlq_url: Annotated[str | None, Field(pattern=r"^https?://\S+$")] = None
+    # Inputs and dead-letter bodies too large for a DynamoDB item are kept here (S3).
+    jobs_payload_bucket: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")]
 
     ai_provider: Literal["openai", "bedrock"] = "openai"
     ai_base_url: Annotated[str, Field(pattern=r"^https?://\S+$")] = "https://api.openai.com/v1"
@@ -46,6 +50,15 @@ class Settings(BaseSettings):
         # CloudFormation cannot omit a variable, so an empty string means "not configured".
         return None if value == "" else value
 
+    @field_validator("ai_base_url")
+    @classmethod
+    def _tls_unless_local(cls, value: str) -> str:
+        # The API key travels in a header: plain http only to this machine (a local model, sam local).
+        parts = urlsplit(value)
+        if parts.scheme == "http" and not _is_local_host(parts.hostname or ""):
+            raise ValueError(f"plain http sends the API key in clear; use https for {parts.hostname or 'that host'}")
+        return value
+
     @field_validator("aijobs_model_prices", mode="before")
     @classmethod
     def _parse_json(cls, value: object) -> object:
@@ -63,6 +76,15 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
+
+
+def _is_local_host(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost") or host == "host.docker.internal":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def tracing_enabled() -> bool:

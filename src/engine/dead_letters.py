@@ -1,7 +1,14 @@
-"""Dead letters: what reached the dead-letter queue is kept, and its job ends `failed`.
+"""Dead letters: a message the engine gives up on is kept, and the job it names ends `failed`.
 
-Every message is first stored durably (body, attributes, receive count) — also garbage that
-names no job. A message that cannot be stored raises, so that it stays on the queue.
+Used by the dead-letter function (every message that reached the dead-letter queue) and by the
+worker (a message that named no usable job, or one that kept failing in an unexpected way).
+Every message is first stored durably (body, attributes, receive count), also garbage that names
+no job; then
+- a job that exists, is not finished and no worker holds ends `failed` with the given code;
+- a full job request whose job was never created is created `failed`, its input stored, so that
+  `aijobs status` shows it and `aijobs retry` runs it;
+- a bad message that names a job id fails that job with the message's own error.
+A message that cannot be stored raises, so that it stays on its queue.
 """
 
 from __future__ import annotations
@@ -16,9 +23,9 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from engine.config import get_settings
 from engine.definitions import JobRegistry
 from engine.errors import ErrorCode
-from engine.intake import BadMessageError, parse_message
-from engine.models import JobErrorInfo, JobStatus
-from engine.observability import logger, metrics
+from engine.intake import BadMessageError, JobRequest, parse_message, sha256_hex
+from engine.models import Job, JobErrorInfo, JobStatus
+from engine.observability import log_unexpected, logger, metrics
 from engine.store import JobStore
 
 
@@ -31,37 +38,100 @@ class DeadLetterRecorder:
     def handle_record(self, record: SQSRecord) -> str:
         """The record handler of the dead-letter queue's batch processor."""
         receive_count = int(record.attributes.approximate_receive_count or 0)
-        outcome = self.record(
-            record.message_id, record.body, dict(record.raw_event.get("attributes") or {}), receive_count
-        )
+        attributes = dict(record.raw_event.get("attributes") or {})
+        outcome = self.record(record.message_id, record.body, attributes, receive_count)
         metrics.add_metric(name="Jobs_dead_lettered", unit=MetricUnit.Count, value=1)
         return outcome
 
-    def record(self, message_id: str, body: str, attributes: dict[str, str], receive_count: int) -> str:
+    def record(
+        self,
+        message_id: str,
+        body: str,
+        attributes: dict[str, str],
+        receive_count: int,
+        reason: str | None = None,
+        code: ErrorCode = ErrorCode.DEAD_LETTERED,
+    ) -> str:
+        """Keep the message, then end the job it names with `code`; returns what became of the job."""
+        reason = reason or f"reached the dead-letter queue after {receive_count} receives"
         now = self._now_ms()
-        reason = f"reached the dead-letter queue after {receive_count} receives"
         self._store.record_dead_letter(message_id, body, attributes, receive_count, reason, now)
-        job_id: str | None
-        request_hash: str | None = None
-        try:
-            request = parse_message(body, message_id, self._registry)
-            job_id, carried_input = request.job_id, request.raw_input
-            request_hash = request.new_job.request_hash if request.new_job else None
-        except BadMessageError as bad:
-            job_id, carried_input = bad.job_id, None
-        job = self._store.get_job(job_id) if job_id else None
-        if job is None or job.status.is_terminal:
+        error = JobErrorInfo(code, reason, retryable=False)
+        request, bad = self._parse(body, message_id)
+        job_id = request.job_id if request else bad.job_id if bad else None
+        if job_id is None:
             return "recorded"
-        if request_hash is not None and request_hash != job.request_hash:
+        job = self._store.get_job(job_id)
+        if job is None:
+            return self._create(job_id, body, request, bad, error, now)
+        return self._settle(job, request, error, now, message_id)
+
+    def fail_bad_message(self, bad: BadMessageError, body: str, now_ms: int) -> Job | None:
+        """Record the job a bad message names as `failed` with the message's error.
+
+        Returns None when recorded, or the job that exists already under that id (whose
+        `request_hash` is the body's hash when it was recorded from this same message).
+        """
+        if bad.job_id is None:
+            raise ValueError("a bad message without a job id names no job to fail")
+        error = bad.error
+        return self._store.create_failed_job(
+            bad.job_id,
+            JobErrorInfo(error.code, error.message, error.retryable),
+            now_ms,
+            job_type=bad.known("job_type"),
+            user_id=bad.known("user_id"),
+            max_attempts=bad.known("max_attempts") or 0,
+            message_hash=sha256_hex(body),
+        )
+
+    def _parse(self, body: str, message_id: str) -> tuple[JobRequest | None, BadMessageError | None]:
+        try:
+            return parse_message(body, message_id, self._registry), None
+        except BadMessageError as bad:
+            return None, bad
+        except Exception as exc:
+            # The message may be given up on because parsing it fails: it is kept, naming no job.
+            log_unexpected("a dead letter could not be parsed", exc, message_id=message_id)
+            return None, None
+
+    def _create(
+        self,
+        job_id: str,
+        body: str,
+        request: JobRequest | None,
+        bad: BadMessageError | None,
+        error: JobErrorInfo,
+        now: int,
+    ) -> str:
+        if request is not None and request.new_job is not None and request.raw_input is not None:
+            existing = self._store.create_dead_lettered_job(job_id, request.new_job, request.raw_input, error, now)
+        elif bad is not None:
+            existing = self.fail_bad_message(bad, body, now)
+        else:
+            return "recorded"  # a reference to a job that does not exist
+        if existing is None:
+            logger.warning("job recorded as failed from a dead letter", extra={"job_id": job_id})
+            return "failed"
+        return "recorded"
+
+    def _settle(self, job: Job, request: JobRequest | None, error: JobErrorInfo, now: int, message_id: str) -> str:
+        if job.status.is_terminal:
+            return "recorded"
+        new_job = request.new_job if request else None
+        if new_job is not None and new_job.request_hash != job.request_hash:
             return "recorded"  # another request under the same id: the job is not this message's
         if job.lease_remaining_ms(now) > 0:
             return "held"  # a worker still runs it and will finish it
         if job.cancel_requested:
             return "cancelled" if self._store.settle_job(job, JobStatus.CANCELLED, None, now) else "recorded"
-        error = JobErrorInfo(ErrorCode.DEAD_LETTERED, reason, retryable=False)
+        carried_input = request.raw_input if request else None
         store_input = carried_input if not job.input_stored else None
         if self._store.settle_job(job, JobStatus.FAILED, error, now, store_input):
-            logger.warning("job failed as dead-lettered", extra={"job_id": job.job_id, "message_id": message_id})
+            logger.warning(
+                "job failed from a dead letter",
+                extra={"job_id": job.job_id, "message_id": message_id, "code": error.code.value},
+            )
             return "failed"
         return "recorded"
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from engine.text import one_line
+
 if TYPE_CHECKING:
     from engine.models import Job
 
@@ -27,6 +29,7 @@ class ErrorCode(StrEnum):
     MAX_ATTEMPTS_EXCEEDED = "max_attempts_exceeded"
     DEADLINE_EXCEEDED = "deadline_exceeded"
     DEAD_LETTERED = "dead_lettered"
+    OUTPUT_TOO_LARGE = "output_too_large"
     INTERNAL_ERROR = "internal_error"
 
 
@@ -48,8 +51,8 @@ class JobError(AiJobsError):
     retryable: bool = False
 
     def __init__(self, message: str) -> None:
-        # Reasons are recorded and printed as one line, whatever text (keys, answers) they quote.
-        message = message.replace("\r", "\\r").replace("\n", "\\n")
+        # Reasons are recorded and printed as one bounded line, whatever text (keys, answers) they quote.
+        message = one_line(message)
         super().__init__(message)
         self.message = message
 
@@ -123,6 +126,12 @@ class MaxAttemptsExceededError(PermanentError):
 
 class DeadlineExceededError(PermanentError):
     code = ErrorCode.DEADLINE_EXCEEDED
+
+
+class OutputTooLargeError(PermanentError):
+    """The model's answer is larger than a job can store; its tokens and cost are still recorded."""
+
+    code = ErrorCode.OUTPUT_TOO_LARGE
 
 
 # --- Store errors: a conditional write was refused, explained by the item it met ------------

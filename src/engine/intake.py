@@ -12,10 +12,18 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from engine.definitions import JobDefinition, JobRegistry
 from engine.definitions.base import one_line_error
 from engine.errors import AiJobsError, InputValidationError, JobError, SchemaVersionMismatchError
-from engine.models import JobId, JobMessage
+from engine.models import JobId, JobMessage, JobTypeName, MaxAttempts, UserId
 from engine.store import NewJob
+from engine.text import json_value_problem
 
 _job_id_adapter: TypeAdapter[str] = TypeAdapter(JobId)
+# The fields of a bad message worth keeping on its failed job, each kept only when valid: a value
+# that breaks its own rule (a 600 KB job_type, a max_attempts of 10**200) is not stored.
+_KEPT_FIELDS: dict[str, TypeAdapter[Any]] = {
+    "job_type": TypeAdapter(JobTypeName),
+    "user_id": TypeAdapter(UserId),
+    "max_attempts": TypeAdapter(MaxAttempts),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +46,14 @@ class BadMessageError(AiJobsError):
         self.job_id = job_id
         self.fields = fields or {}
 
-    def known(self, name: str, kind: type) -> Any:
-        """A field of the message worth keeping on the failed job, if it has the right type."""
-        value = self.fields.get(name)
-        return value if isinstance(value, kind) and not isinstance(value, bool) else None
+    def known(self, name: str) -> Any:
+        """A field of the message worth keeping on the failed job, when it is valid; else None."""
+        if name not in self.fields:
+            return None
+        try:
+            return _KEPT_FIELDS[name].validate_python(self.fields[name], strict=True)
+        except ValidationError:
+            return None
 
 
 def canonical_json(value: Any) -> str:
@@ -49,7 +61,8 @@ def canonical_json(value: Any) -> str:
 
 
 def sha256_hex(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+    # surrogatepass: a hash needs the same bytes for the same text, not valid UTF-8.
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def request_hash(job_type: str, user_id: str, job_input: dict[str, Any]) -> str:
@@ -57,14 +70,21 @@ def request_hash(job_type: str, user_id: str, job_input: dict[str, Any]) -> str:
     return sha256_hex(canonical_json({"job_type": job_type, "user_id": user_id, "input": job_input}))
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def parse_message(body: str, message_id: str, registry: JobRegistry) -> JobRequest:
     try:
-        raw = json.loads(body)
+        # Strict JSON: NaN and Infinity are JavaScript, not JSON, and no store can hold them.
+        raw = json.loads(body, parse_constant=_refuse_constant)
     except (ValueError, RecursionError) as exc:
         raise BadMessageError(InputValidationError(f"message body is not JSON: {exc}")) from exc
     if not isinstance(raw, dict):
         raise BadMessageError(InputValidationError(f"message body is a JSON {type(raw).__name__}, not an object"))
     job_id = _job_id(raw, message_id)
+    if problem := json_value_problem(raw, "message"):
+        raise BadMessageError(InputValidationError(problem), job_id, raw)
     try:
         message = JobMessage.model_validate(raw)
     except ValidationError as exc:

@@ -19,6 +19,10 @@ JobId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r
 UserId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@-]+$")]
 JobTypeName = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_]*$")]
 
+MaxAttempts = Annotated[int, Field(ge=1, le=10)]
+# Bounded so that every number a message carries fits a DynamoDB number.
+SchemaVersion = Annotated[int, Field(ge=1, le=1_000_000)]
+
 MIN_DEADLINE_SECONDS = 60
 MAX_DEADLINE_SECONDS = 604_800
 
@@ -62,8 +66,8 @@ class JobMessage(BaseModel):
     job_type: JobTypeName | None = None
     user_id: UserId | None = None
     input: dict[str, Any] | None = None
-    schema_version: Annotated[int, Field(ge=1)] | None = None
-    max_attempts: Annotated[int, Field(ge=1, le=10)] | None = None
+    schema_version: SchemaVersion | None = None
+    max_attempts: MaxAttempts | None = None
     deadline_seconds: Annotated[int, Field(ge=MIN_DEADLINE_SECONDS, le=MAX_DEADLINE_SECONDS)] | None = None
 
     @property

@@ -1,5 +1,6 @@
 """The one Logger, Metrics and Tracer of the engine (Powertools). Prompts, inputs and outputs are never logged."""
 
+import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -11,6 +12,19 @@ logger = Logger(service="aijobs")
 metrics = Metrics(namespace="aijobs", service="aijobs")
 
 Handler = TypeVar("Handler", bound=Callable[..., Any])
+
+# Frames of an unexpected exception's stack that are logged (the innermost ones).
+STACK_FRAMES = 8
+
+
+def log_unexpected(message: str, exc: BaseException, **keys: Any) -> None:
+    """An unexpected exception, by its type and stack only.
+
+    Its message may quote an input, a prompt or an answer (a ValidationError's input_value, a
+    UnicodeEncodeError's text), and none of those is ever logged; the stack is code.
+    """
+    stack = [line.rstrip() for line in traceback.format_tb(exc.__traceback__)[-STACK_FRAMES:]]
+    logger.error(message, extra={**keys, "error_type": type(exc).__name__, "stack": stack})
 
 
 def traced(handler: Handler) -> Handler:

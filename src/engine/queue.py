@@ -9,6 +9,9 @@ import boto3
 
 from engine.retry import MAX_DELAY_SECONDS
 
+# The jobs queue's VisibilityTimeout in template.yaml (6 x the worker's timeout); a test ties them.
+QUEUE_VISIBILITY_SECONDS = 1800
+
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 

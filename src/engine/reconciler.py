@@ -1,10 +1,14 @@
 """The reconciler: ends or re-enqueues jobs that no message will move on any more.
 
-Run on a schedule. It reads the OpenJobs index (never a scan) and
-- fails jobs past their deadline with `deadline_exceeded` (unless a worker holds a live lease);
-- cancels jobs whose cancel was requested while no worker holds them;
-- re-enqueues jobs `queued` for longer than any visibility timeout can hide a message (so their
-  message is gone), when their input is stored; the others end at their deadline.
+Run on a schedule. It reads the OpenJobs index (never a scan), then each job as it is now, and
+- skips jobs that ended since the index was written, or that a worker holds with a live lease;
+- cancels jobs whose cancel was requested;
+- fails jobs past their deadline with `deadline_exceeded`;
+- re-enqueues `queued` jobs, and `running` jobs whose worker died, untouched for longer than any
+  visibility timeout can hide a message (so their message is gone), when their input is stored;
+  the others end at their deadline.
+One job that cannot be reconciled is logged and counted, and the pass goes on; the pass stops
+before the function's own timeout.
 """
 
 from __future__ import annotations
@@ -17,14 +21,18 @@ from functools import lru_cache
 from engine.config import get_settings
 from engine.errors import DeadlineExceededError
 from engine.models import Job, JobErrorInfo, JobStatus
-from engine.observability import logger
+from engine.observability import log_unexpected, logger
 from engine.queue import JobQueue
 from engine.retry import MAX_DELAY_SECONDS
 from engine.store import JobStore
 
-# A queued job untouched for longer than the longest visibility timeout has no message in flight.
+# A job untouched for longer than the longest visibility timeout has no message in flight.
 DEFAULT_STALE_SECONDS = MAX_DELAY_SECONDS + 3600
 DEFAULT_MAX_JOBS = 1000
+# A pass stops when its invocation has less than this left.
+STOP_MARGIN_MS = 15_000
+
+RemainingMs = Callable[[], int]
 
 
 class Reconciler:
@@ -43,18 +51,28 @@ class Reconciler:
         self._max_jobs = max_jobs
         self._clock = clock
 
-    def run(self) -> Counter[str]:
-        """One pass; returns how many jobs met each fate (examined, deadline_exceeded, ...)."""
+    def run(self, remaining_ms: RemainingMs | None = None) -> Counter[str]:
+        """One pass; returns how many jobs met each fate (examined, deadline_exceeded, errors, ...)."""
         report: Counter[str] = Counter()
         for job in self._store.open_jobs(self._max_jobs):
+            if remaining_ms is not None and remaining_ms() < STOP_MARGIN_MS:
+                report["stopped_early"] += 1
+                break
             report["examined"] += 1
-            fate = self._reconcile(job, self._now_ms())
+            try:
+                fate = self._reconcile(job, self._now_ms())
+            except Exception as exc:
+                log_unexpected("a job could not be reconciled", exc, job_id=job.job_id)
+                report["errors"] += 1
+                continue
             if fate:
                 report[fate] += 1
         logger.info("reconciled open jobs", extra=dict(report))
         return report
 
     def _reconcile(self, job: Job, now_ms: int) -> str | None:
+        if job.status.is_terminal:
+            return "already_finished"  # it ended after the index entry was read
         if job.lease_remaining_ms(now_ms) > 0:
             return None  # a worker holds it and will finish or release it
         # In the order a refused claim is explained (store.explain_claim_refusal): a cancel wins.
@@ -65,7 +83,7 @@ class Reconciler:
             info = JobErrorInfo(error.code, error.message, retryable=False)
             return "deadline_exceeded" if self._store.settle_job(job, JobStatus.FAILED, info, now_ms) else None
         stale = now_ms - job.updated_at >= self._stale_ms
-        if job.status is JobStatus.QUEUED and stale and job.input_stored and self._store.touch_queued_job(job, now_ms):
+        if stale and job.input_stored and self._store.touch_job(job, now_ms):
             self._queue.send({"job_id": job.job_id})
             return "requeued"
         return None

@@ -11,17 +11,20 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import BaseModel
 
+from engine.aws_errors import is_transient
+from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobDefinition, JobRegistry
 from engine.errors import (
     CancelRequestedError,
     ClaimRefusal,
     ClaimRefusedError,
     DeadlineExceededError,
+    ErrorCode,
     InputValidationError,
     InternalError,
     JobError,
@@ -35,7 +38,7 @@ from engine.errors import (
 from engine.gateway import Execution, ModelGateway
 from engine.intake import BadMessageError, JobRequest, canonical_json, parse_message, sha256_hex
 from engine.models import AttemptRecord, Job, JobErrorInfo, JobStatus
-from engine.observability import logger
+from engine.observability import log_unexpected, logger
 from engine.retry import MAX_DELAY_SECONDS, backoff_seconds, retry_delay_seconds
 from engine.store import Cancelled, Failed, JobStore, Outcome, Released, Succeeded
 
@@ -43,6 +46,10 @@ from engine.store import Cancelled, Failed, JobStore, Outcome, Released, Succeed
 FINISH_MARGIN_MS = 5_000
 # How soon a message comes back when it was put back for a reason that passes quickly.
 RETRY_SOON_SECONDS = 2
+# A message that meets an unexpected error that is not transient (a bug, a request AWS refuses)
+# on its third receive or later is given up on: kept as a dead letter, its job failed with
+# internal_error. Transient errors (throttling, outages) are retried until the redrive.
+GIVE_UP_RECEIVES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,16 +124,40 @@ class JobRunner:
         self._default_lease_ms = default_lease_ms
         self._clock = clock
         self._rng = rng or random.Random()
+        self._recorder = DeadLetterRecorder(store, registry, clock)
 
     def process(self, delivery: Delivery, remaining_ms: RemainingMs | None = None) -> Disposition:
         try:
             return self._process(delivery, remaining_ms)
-        except Exception:
-            # Nothing was recorded: the message comes back after a backoff and is tried again.
-            logger.exception(
-                "delivery failed before its outcome was recorded", extra={"message_id": delivery.message_id}
+        except Exception as exc:
+            log_unexpected(
+                "delivery failed before its outcome was recorded",
+                exc,
+                message_id=delivery.message_id,
+                receive_count=delivery.receive_count,
             )
+            if not is_transient(exc) and delivery.receive_count >= GIVE_UP_RECEIVES:
+                return self._give_up(delivery, exc)
+            # Nothing was recorded: the message comes back after a backoff and is tried again.
             return Retry("error", backoff_seconds(delivery.receive_count, self._rng), "internal error")
+
+    def _give_up(self, delivery: Delivery, exc: Exception) -> Disposition:
+        """Keep a message that fails the same unexpected way on every receive, and end its job."""
+        reason = f"internal error ({type(exc).__name__}) on receive {delivery.receive_count}; given up"
+        try:
+            fate = self._recorder.record(
+                delivery.message_id,
+                delivery.body,
+                dict(delivery.attributes),
+                delivery.receive_count,
+                reason,
+                ErrorCode.INTERNAL_ERROR,
+            )
+        except Exception as again:
+            log_unexpected("a message given up on could not be recorded", again, message_id=delivery.message_id)
+            return Retry("error", backoff_seconds(delivery.receive_count, self._rng), "internal error")
+        logger.warning("message given up on", extra={"message_id": delivery.message_id, "job_fate": fate})
+        return Ack("dead_lettered")  # a dead letter like any other: DeadLetterAlarm sees it
 
     # --- before the claim ---------------------------------------------------------------------
 
@@ -150,18 +181,9 @@ class JobRunner:
     def _reject(self, delivery: Delivery, bad: BadMessageError) -> Disposition:
         if bad.job_id is None:
             return self._dead_letter(delivery, bad.error.message)
-        message_hash = sha256_hex(canonical_json(bad.fields))
-        existing = self._store.create_failed_job(
-            bad.job_id,
-            _error_info(bad.error),
-            self._now_ms(),
-            job_type=bad.known("job_type", str),
-            user_id=bad.known("user_id", str),
-            max_attempts=bad.known("max_attempts", int) or 0,
-            message_hash=message_hash,
-        )
+        existing = self._recorder.fail_bad_message(bad, delivery.body, self._now_ms())
         if existing is not None:
-            if existing.request_hash == message_hash:
+            if existing.request_hash == sha256_hex(delivery.body):
                 return Ack("duplicate")
             # The job exists from another message; this one must not overwrite it.
             return self._dead_letter(delivery, f"job {bad.job_id} exists; this message is invalid: {bad.error.message}")
@@ -177,7 +199,8 @@ class JobRunner:
             reason,
             self._now_ms(),
         )
-        logger.warning("message kept as a dead letter", extra={"message_id": delivery.message_id, "reason": reason})
+        # The reason may quote the message (a field's name); it is stored, never logged.
+        logger.warning("message kept as a dead letter", extra={"message_id": delivery.message_id})
         return Ack("dead_lettered")
 
     def _on_refusal(self, delivery: Delivery, request: JobRequest, refused: ClaimRefusedError) -> Disposition:
@@ -210,34 +233,37 @@ class JobRunner:
     # --- after the claim ----------------------------------------------------------------------
 
     def _run_claimed(self, job: Job, request: JobRequest, remaining_ms: RemainingMs | None) -> Disposition:
+        attempt: AttemptRecord | None = None
         try:
-            definition, job_input = self._resolve(job, request)
-        except PermanentError as exc:
-            return self._finish(job, request, Failed(_error_info(exc)))
-        except Exception as exc:
-            logger.exception("job could not be resolved", extra={"job_id": job.job_id})
-            return self._retry(job, request, InternalError(f"internal error: {type(exc).__name__}"), None)
-        timeout_ms = int(definition.timeout_seconds * 1000)
-        if remaining_ms and remaining_ms() < timeout_ms + FINISH_MARGIN_MS:
-            # Too little time left in this invocation: hand the job back without spending an attempt.
-            released = self._finish(job, request, Released(None, refund_attempt=True))
-            return _then_retry(
-                released, Retry("deferred", RETRY_SOON_SECONDS, "not enough time left in this invocation")
-            )
-        started = self._now_ms()
-        try:
+            try:
+                definition, job_input = self._resolve(job, request)
+            except PermanentError as exc:
+                return self._finish(job, request, Failed(_error_info(exc)))
+            timeout_ms = int(definition.timeout_seconds * 1000)
+            if remaining_ms and remaining_ms() < timeout_ms + FINISH_MARGIN_MS:
+                # Too little time left in this invocation: hand the job back without spending an attempt.
+                released = self._finish(job, request, Released(None, refund_attempt=True))
+                return _then_retry(
+                    released, Retry("deferred", RETRY_SOON_SECONDS, "not enough time left in this invocation")
+                )
+            started = self._now_ms()
             execution = self._gateway.execute(definition, job_input, _time_left(remaining_ms))
+            attempt = self._attempt_record(job, execution, started)
+            if execution.output is not None:
+                try:
+                    output = definition.stored_output(execution.output)
+                except PermanentError as exc:
+                    refused = replace(attempt, outcome="failed", error_code=exc.code)
+                    return self._finish(job, request, Failed(_error_info(exc)), refused)
+                return self._finish(job, request, Succeeded(output, output_hash(output)), attempt)
+            error = execution.error or InternalError("the gateway returned neither output nor error")
+            if isinstance(error, RetryableError):
+                return self._retry(job, request, error, attempt)
+            return self._finish(job, request, Failed(_error_info(error)), attempt)
         except Exception as exc:
-            logger.exception("job execution failed", extra={"job_id": job.job_id})
-            return self._retry(job, request, InternalError(f"internal error: {type(exc).__name__}"), None)
-        attempt = self._attempt_record(job, execution, started)
-        if execution.output is not None:
-            output = definition.project(execution.output)
-            return self._finish(job, request, Succeeded(output, output_hash(output)), attempt)
-        error = execution.error or InternalError("the gateway returned neither output nor error")
-        if isinstance(error, RetryableError):
-            return self._retry(job, request, error, attempt)
-        return self._finish(job, request, Failed(_error_info(error)), attempt)
+            # The job is still this worker's: hand it back (its usage kept) rather than wait for the lease.
+            log_unexpected("job attempt failed unexpectedly", exc, job_id=job.job_id)
+            return self._retry(job, request, InternalError(f"internal error: {type(exc).__name__}"), attempt)
 
     def _resolve(self, job: Job, request: JobRequest) -> tuple[JobDefinition, BaseModel]:
         if request.definition is not None and request.job_input is not None:

@@ -7,6 +7,8 @@ Powertools' batch processing reporting the ones to retry as `batchItemFailures`.
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import Any
@@ -19,13 +21,29 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from engine.config import Settings, get_settings
 from engine.definitions import JobRegistry
 from engine.gateway import build_gateway
-from engine.observability import logger, metrics
-from engine.queue import JobQueue
+from engine.observability import log_unexpected, metrics
+from engine.queue import QUEUE_VISIBILITY_SECONDS, JobQueue
+from engine.retry import MAX_DELAY_SECONDS
 from engine.runner import Delivery, JobRunner, Retry
 from engine.store import JobStore
 
 # A batch holds at most 10 SQS records; each gets a thread of its own.
 BATCH_CONCURRENCY = 10
+# Kept back from what SQS would still accept, for the time between this reckoning and the call.
+VISIBILITY_MARGIN_SECONDS = 10
+
+
+def visibility_limit_seconds(record: SQSRecord, invoked_at: float, now: float) -> int:
+    """The longest visibility SQS accepts for this receipt: 12 hours from when it was received.
+
+    The receive itself is not in the record. It happened after the message's first receive, and
+    no earlier than the queue's visibility timeout before this invocation (an older receipt has
+    expired anyway), so the later of the two bounds it from below; on a first receive it is exact.
+    """
+    first_received = int(record.attributes.approximate_first_receive_timestamp or 0) / 1000
+    received_after = max(first_received, invoked_at - QUEUE_VISIBILITY_SECONDS)
+    elapsed = max(now - received_after, 0.0)
+    return max(MAX_DELAY_SECONDS - math.ceil(elapsed) - VISIBILITY_MARGIN_SECONDS, 0)
 
 
 class RecordRetryError(Exception):
@@ -39,6 +57,7 @@ class Worker:
         self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="aijobs-record")
 
     def handle(self, event: dict[str, Any], context: LambdaContext | None) -> dict[str, Any]:
+        invoked_at = time.time()
         remaining_ms = getattr(context, "get_remaining_time_in_millis", None)
         # A processor per call: it holds the batch's state, and local workers call concurrently.
         processor = AsyncBatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
@@ -54,7 +73,9 @@ class Worker:
             disposition = await loop.run_in_executor(self._executor, self._runner.process, delivery, remaining_ms)
             metrics.add_metric(name=f"Jobs_{disposition.event}", unit=MetricUnit.Count, value=1)
             if isinstance(disposition, Retry):
-                await loop.run_in_executor(self._executor, self._hide, record, disposition.visibility_seconds)
+                limit = visibility_limit_seconds(record, invoked_at, time.time())
+                seconds = min(disposition.visibility_seconds, limit)
+                await loop.run_in_executor(self._executor, self._hide, record, seconds)
                 raise RecordRetryError(disposition.reason)
             return disposition.event
 
@@ -64,9 +85,9 @@ class Worker:
     def _hide(self, record: SQSRecord, seconds: int) -> None:
         try:
             self._queue.change_visibility(record.receipt_handle, seconds)
-        except Exception:
+        except Exception as exc:
             # The record still comes back, after the queue's own visibility timeout.
-            logger.exception("could not set the message's visibility", extra={"message_id": record.message_id})
+            log_unexpected("could not set the message's visibility", exc, message_id=record.message_id)
 
 
 def build_worker(settings: Settings) -> Worker:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from itertools import pairwise
 from typing import Any
 
+import boto3
 import pytest
 from typer.testing import CliRunner, Result
 
@@ -148,6 +149,31 @@ def submit_and_wait(job_id: str, user: str, job_input: dict[str, Any], job_type:
 
 
 # --- submit and status -------------------------------------------------------------------------------
+
+
+def test_submit_of_a_600_kb_input_file_keeps_it_in_the_payload_bucket_and_runs_it(
+    dev_env: DevStack, tmp_path: Any
+) -> None:
+    # Given an input file past what a DynamoDB item holds (seven documents of 100,000 characters)
+    job_id = unique("sub-large")
+    documents = [{"id": f"d{index}", "text": f"{job_id} " + "lorem " * 16_640} for index in range(7)]
+    path = tmp_path / "large.json"
+    path.write_text(json.dumps({"question": "What is in d0?", "documents": documents}))
+    assert path.stat().st_size > 600_000
+
+    # When it is submitted from the file
+    result = run(
+        "submit", "--type", "answer_with_citations", "--user", "u-large", "--input", f"@{path}",
+        "--job-id", job_id, "--wait", "--timeout", str(BOUND), "--json",
+    )  # fmt: skip
+
+    # Then the worker read it back from the bucket and the job succeeded, citing a document
+    assert result.exit_code == 0, result.output
+    view = json_out(result)
+    assert view["status"] == "succeeded"
+    assert view["output"]["citations"] == ["d0"]
+    key = boto3.client("s3").list_objects_v2(Bucket=dev_env.environment["JOBS_PAYLOAD_BUCKET"], Prefix="inputs/")
+    assert f"inputs/{job_id}.json" in {entry["Key"] for entry in key.get("Contents", [])}
 
 
 def test_submit_wait_prints_the_succeeded_view(dev_env: DevStack) -> None:

@@ -25,6 +25,7 @@ from engine.runner import JobRunner
 from engine.store import JobStore, NewJob
 from engine.store.items import INPUT_SK, OPEN_SHARDS, attempt_sk, dead_letter_key, from_item, job_key, open_shard_key
 from engine.store.jobs import OPEN_JOBS_INDEX
+from engine.store.payloads import PayloadStore
 from engine.worker import Worker
 from tests.support.events import sqs_record
 from tests.support.providers import FakeProvider
@@ -100,8 +101,8 @@ def serialized_dynamodb(dynamodb: Any) -> SerializedClient:
 
 
 @pytest.fixture
-def store(stack: StackResources, serialized_dynamodb: SerializedClient) -> JobStore:
-    return JobStore(stack.table_name, client=serialized_dynamodb)  # type: ignore[arg-type]
+def store(stack: StackResources, serialized_dynamodb: SerializedClient, payloads: PayloadStore) -> JobStore:
+    return JobStore(stack.table_name, client=serialized_dynamodb, payloads=payloads)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -129,11 +130,12 @@ def make_worker(
     provider: FakeProvider,
     registry: JobRegistry,
     queue: RecordingQueue,
+    payloads: PayloadStore,
 ) -> WorkerFactory:
     """A worker of its own: its own JobStore on the shared serialized client, a clock, a provider."""
 
     def build(clock: Callable[[], float] = time.time, fake: FakeProvider | None = None) -> Worker:
-        store = JobStore(stack.table_name, client=serialized_dynamodb)  # type: ignore[arg-type]
+        store = JobStore(stack.table_name, client=serialized_dynamodb, payloads=payloads)  # type: ignore[arg-type]
         gateway = ModelGateway(fake or provider, ModelTiers(MODEL))
         runner = JobRunner(store, gateway, registry, clock=clock, rng=random.Random(7))
         return Worker(runner, queue)
@@ -187,9 +189,9 @@ def clock_ms() -> Callable[[], int]:
 
 
 @pytest.fixture
-def side_store(table: TableReader) -> JobStore:
+def side_store(table: TableReader, payloads: PayloadStore) -> JobStore:
     """Another process's store (the CLI, a dead worker) on the reader's client: its requests are not counted."""
-    return JobStore(table.table_name, client=table.client)
+    return JobStore(table.table_name, client=table.client, payloads=payloads)
 
 
 @pytest.fixture

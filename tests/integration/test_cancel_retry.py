@@ -255,13 +255,17 @@ def test_retrying_a_failed_job_runs_it_again_with_a_fresh_budget_and_adds_up_the
     view = client.retry("retry-1")
 
     # Then it is queued again with a fresh attempt budget and deadline, and its error cleared
-    assert dict(dynamodb_requests.operations) == {"GetItem": 1, "UpdateItem": 1}
+    # (the job read, its update, and its input's expiry moved past the new deadline)
+    assert dict(dynamodb_requests.operations) == {"GetItem": 1, "UpdateItem": 2}
     assert (view.status, view.attempt_count, view.error) == (JobStatus.QUEUED, 0, None)
     job = table.job("retry-1")
     assert (job.status, job.attempt_count, job.error, job.finished_at) == (JobStatus.QUEUED, 0, None, None)
     assert job.deadline_at is not None
     assert job.deadline_at >= failed.deadline_at + 3_600_000
     assert "retry-1" in open_job_ids(table)
+    stored_input = table.input_item("retry-1")
+    assert stored_input is not None
+    assert stored_input["expires_at"] * 1000 > job.deadline_at
     # And a reference message is on the queue
     (body,) = queued_bodies(sqs, stack.queue_url)
     assert body == {"job_id": "retry-1"}

@@ -20,7 +20,7 @@ from engine.store import JobStore, NewJob
 from engine.worker import Worker
 from handlers.dead_letter import lambda_handler
 from tests.conftest import RequestCounter
-from tests.integration.conftest import TableReader, now_ms
+from tests.integration.conftest import TableReader, now_ms, open_job_ids, queued_bodies
 from tests.support.events import FakeLambdaContext, job_message, sqs_event, sqs_record
 from tests.support.providers import FakeProvider
 
@@ -243,3 +243,81 @@ def test_a_dead_lettered_message_that_conflicts_with_its_job_neither_fails_it_no
     assert table.dead_letter("m-conflict") is not None
     assert table.input_item("dl-conflict") is None
     assert table.job_item("dl-conflict") == before
+
+
+# --- jobs that reached the dead-letter queue before any worker created them ----------------------
+
+
+def test_a_dead_lettered_request_whose_job_was_never_created_becomes_a_failed_job_that_can_be_retried(
+    handler: Handler,
+    worker: Worker,
+    provider: FakeProvider,
+    jobs_client: AiJobsClient,
+    table: TableReader,
+    sqs: Any,
+    stack: StackResources,
+) -> None:
+    # Given a full job request that reached the dead-letter queue with no worker ever claiming it
+    # (a deployment whose worker crashed on import, say)
+    message = job_message("classify", "dl-unclaimed")
+    assert table.job_item("dl-unclaimed") is None
+
+    # When the dead-letter function handles it
+    response = handler(sqs_event(dead_letter(message, message_id="m-unclaimed")))
+
+    # Then the message is kept, and its job exists: failed with dead_lettered, its input stored
+    assert response == ACKNOWLEDGED
+    assert table.dead_letter("m-unclaimed") is not None
+    view = jobs_client.get("dl-unclaimed")
+    assert view.error is not None
+    assert (view.status, view.job_type, view.user_id) == (JobStatus.FAILED, "classify", "user-1")
+    assert (view.error.code, view.error.message) == (ErrorCode.DEAD_LETTERED, REASON)
+    assert "dl-unclaimed" not in open_job_ids(table)
+    stored = table.input_item("dl-unclaimed")
+    assert stored is not None
+    assert json.loads(stored["input"]) == message["input"]
+
+    # And `aijobs retry` runs it
+    assert jobs_client.retry("dl-unclaimed").status is JobStatus.QUEUED
+    (body,) = queued_bodies(sqs, stack.queue_url)
+    assert worker.handle(sqs_event(sqs_record(body)), FakeLambdaContext()) == ACKNOWLEDGED
+    assert table.job("dl-unclaimed").status is JobStatus.SUCCEEDED
+    assert provider.calls == 1
+
+
+def test_a_duplicate_dead_letter_of_an_unclaimed_request_leaves_the_job_as_it_is(
+    recorder: DeadLetterRecorder, table: TableReader
+) -> None:
+    message = job_message("classify", "dl-twice")
+
+    first = recorder.record("m-1", json_body(message), {}, RECEIVES)
+    second = recorder.record("m-2", json_body(message), {}, RECEIVES)
+
+    assert (first, second) == ("failed", "recorded")
+    assert table.job("dl-twice").status is JobStatus.FAILED
+
+
+def test_a_dead_lettered_bad_message_with_a_job_id_fails_that_job_with_its_own_error(
+    recorder: DeadLetterRecorder, table: TableReader
+) -> None:
+    message = job_message("classify", "dl-bad") | {"job_type": "no_such_type"}
+
+    outcome = recorder.record("m-bad", json_body(message), {}, RECEIVES)
+
+    assert outcome == "failed"
+    job = table.job("dl-bad")
+    assert job.error is not None
+    assert (job.status, job.error.code, job.job_type) == (JobStatus.FAILED, ErrorCode.UNKNOWN_JOB_TYPE, "no_such_type")
+
+
+def test_a_600_kb_dead_letter_is_kept_whole_in_the_payload_bucket(
+    handler: Handler, table: TableReader, payloads: Any
+) -> None:
+    body = "z" * 600_000
+
+    response = handler(sqs_event(dead_letter(body, message_id="dl-huge")))
+
+    assert response == ACKNOWLEDGED
+    item = table.dead_letter("dl-huge")
+    assert item is not None
+    assert payloads.get(item["body_key"]).decode() == body

@@ -19,9 +19,10 @@ from engine.errors import (
 )
 from engine.gateway import CompletionRequest, ModelGateway, ModelTiers
 from engine.models import JobStatus
+from engine.queue import QUEUE_VISIBILITY_SECONDS
 from engine.runner import JobRunner
 from engine.store import JobStore, NewJob
-from engine.worker import Worker
+from engine.worker import VISIBILITY_MARGIN_SECONDS, Worker
 from tests.conftest import RequestCounter
 from tests.integration.conftest import RecordingQueue, TableReader, WorkerFactory, now_ms
 from tests.support.events import FakeLambdaContext, job_message, sqs_event, sqs_record
@@ -139,6 +140,43 @@ def test_a_rate_limited_attempt_is_refunded_and_honours_retry_after(
     assert job.error is not None
     assert job.error.code is ErrorCode.PROVIDER_RATE_LIMITED
     assert (job.attempt_count, job.usage.attempts) == (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("receive_count", "first_received_ago", "expected_limit"),
+    [
+        # A first receive 2 minutes ago (this receive): SQS accepts 12 h from it
+        (1, 120, 43_200 - 120 - VISIBILITY_MARGIN_SECONDS),
+        # A redelivery first received 2 days ago: this receive is at most a visibility timeout old
+        (4, 2 * 86_400, 43_200 - QUEUE_VISIBILITY_SECONDS - VISIBILITY_MARGIN_SECONDS),
+    ],
+)
+def test_a_retry_after_past_what_sqs_accepts_is_clamped_to_it(
+    receive_count: int,
+    first_received_ago: int,
+    expected_limit: int,
+    worker: Worker,
+    provider: FakeProvider,
+    queue: RecordingQueue,
+    enqueue: Enqueue,
+) -> None:
+    # Given a provider asking to wait 20 hours, for a job with a 7-day deadline
+    provider.script = lambda _: ProviderRateLimitedError("provider rate limit (HTTP 429)", retry_after_seconds=72_000)
+    record = enqueue(job_message("classify", f"clamped-{receive_count}", deadline_seconds=604_800))
+    first_received = int((time.time() - first_received_ago) * 1000)
+    record["attributes"] |= {
+        "ApproximateReceiveCount": str(receive_count),
+        "ApproximateFirstReceiveTimestamp": str(first_received),
+    }
+
+    # When the worker handles it
+    response = worker.handle(sqs_event(record), FakeLambdaContext())
+
+    # Then the message is hidden for the longest time SQS accepts for this receipt (not refused)
+    assert response == failed_record(record)
+    ((_, seconds),) = queue.visibility_changes
+    assert expected_limit - 5 <= seconds <= expected_limit
+    assert queue.refused == []
 
 
 # --- permanent ----------------------------------------------------------------------------------

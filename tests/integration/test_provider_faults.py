@@ -19,7 +19,7 @@ from aijobs.local import FaultKind, LocalProvider
 from engine.definitions import BUILTIN_DEFINITIONS, JobRegistry
 from engine.definitions.classify import CLASSIFY
 from engine.errors import ErrorCode
-from engine.gateway import ModelGateway, ModelTiers, OpenAICompatibleProvider
+from engine.gateway import ModelGateway, ModelTiers, OpenAICompatibleProvider, static_api_key
 from engine.models import JobStatus
 from engine.runner import JobRunner
 from engine.store import JobStore
@@ -52,7 +52,7 @@ def http_worker(store: JobStore, queue: RecordingQueue, model_server: LocalProvi
     client = httpx.Client(trust_env=False)
 
     def build(api_key: str = API_KEY) -> Worker:
-        provider = OpenAICompatibleProvider(model_server.url, lambda: api_key, client=client)
+        provider = OpenAICompatibleProvider(model_server.url, static_api_key(api_key), client=client)
         registry = JobRegistry([*BUILTIN_DEFINITIONS, QUICK_CLASSIFY])
         runner = JobRunner(store, ModelGateway(provider, ModelTiers(MODEL)), registry, rng=random.Random(7))
         return Worker(runner, queue)

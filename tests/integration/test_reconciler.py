@@ -11,7 +11,7 @@ import pytest
 from aijobs.stack import StackResources
 from engine.errors import ErrorCode
 from engine.models import JobErrorInfo, JobStatus
-from engine.reconciler import Reconciler, get_reconciler
+from engine.reconciler import STOP_MARGIN_MS, Reconciler, get_reconciler
 from engine.store import JobStore, NewJob, Released, Succeeded
 from engine.store.items import OPEN_SHARDS
 from engine.store.jobs import OPEN_JOBS_INDEX
@@ -236,3 +236,133 @@ def test_the_scheduled_function_fails_a_job_past_its_deadline(
     assert job.error is not None
     assert (job.status, job.error.code) == (JobStatus.FAILED, ErrorCode.DEADLINE_EXCEEDED)
     assert open_job_ids(table) == set()
+
+
+# --- a pass that meets ended jobs, broken jobs, many jobs and its own timeout --------------------
+
+
+def test_a_job_that_ended_after_the_index_was_read_is_skipped_and_the_pass_goes_on(
+    store: JobStore,
+    reconciler_at: Callable[[int], Reconciler],
+    table: TableReader,
+    new_job: Callable[..., NewJob],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given an index that still lists a job cancelled meanwhile (it is eventually consistent), next
+    # to a job past its deadline
+    t0 = now_ms()
+    message = job_message("classify")
+    store.create_job("ended-meanwhile", new_job(message), message["input"], t0)
+    store.create_job("late", new_job(message, deadline_seconds=60), message["input"], t0)
+    stale_keys = [{"pk": {"S": f"JOB#{job_id}"}, "sk": {"S": "JOB"}} for job_id in ("ended-meanwhile", "late")]
+    store.request_cancel("ended-meanwhile", t0)
+    monkeypatch.setattr(store, "_open_keys", lambda shard, wanted: stale_keys if shard == 0 else [])
+
+    # When the reconciler runs after the deadline
+    report = reconciler_at(t0 + 120_000).run()
+
+    # Then the ended job is seen as it is now and left alone, and the next one is still handled
+    assert report == {"examined": 2, "already_finished": 1, "deadline_exceeded": 1}
+    assert table.job("ended-meanwhile").status is JobStatus.CANCELLED
+    assert table.job("late").status is JobStatus.FAILED
+
+
+def test_one_job_that_cannot_be_reconciled_is_counted_and_the_others_are_handled(
+    store: JobStore,
+    reconciler_at: Callable[[int], Reconciler],
+    table: TableReader,
+    new_job: Callable[..., NewJob],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    t0 = now_ms()
+    message = job_message("classify")
+    for job_id in ("late-1", "late-2", "late-3"):
+        store.create_job(job_id, new_job(message, deadline_seconds=60), message["input"], t0)
+    settle = store.settle_job
+
+    def settle_or_break(job: Any, *args: Any, **kwargs: Any) -> bool:
+        if job.job_id == "late-2":
+            raise RuntimeError("a fault on this one job")
+        return settle(job, *args, **kwargs)
+
+    monkeypatch.setattr(store, "settle_job", settle_or_break)
+
+    report = reconciler_at(t0 + 120_000).run()
+
+    assert report == {"examined": 3, "deadline_exceeded": 2, "errors": 1}
+    assert [table.job(job_id).status for job_id in ("late-1", "late-2", "late-3")] == [
+        JobStatus.FAILED,
+        JobStatus.QUEUED,
+        JobStatus.FAILED,
+    ]
+
+
+def test_a_pass_reads_no_more_jobs_than_it_handles(
+    store: JobStore,
+    queue: RecordingQueue,
+    dynamodb: Any,
+    queries: QueryRecorder,
+    new_job: Callable[..., NewJob],
+) -> None:
+    # Given 40 open jobs and a reconciler that handles 16 a pass (2 per shard)
+    t0 = now_ms()
+    message = job_message("classify")
+    for index in range(40):
+        store.create_job(f"open-{index}", new_job(message), message["input"], t0)
+    read_keys: list[int] = []
+    dynamodb.meta.events.register(
+        "before-parameter-build.dynamodb.BatchGetItem",
+        lambda params, **_: read_keys.append(sum(len(table["Keys"]) for table in params["RequestItems"].values())),
+    )
+
+    report = Reconciler(store, queue, max_jobs=16, clock=lambda: t0 / 1000).run()
+
+    # Then each shard's query asks for its share only, and no more than 16 jobs are read
+    assert report["examined"] <= 16
+    assert all(query["Limit"] <= 2 for query in queries.queries)
+    assert sum(read_keys) == report["examined"]
+
+
+def test_a_pass_stops_before_its_invocation_runs_out_of_time(
+    store: JobStore,
+    reconciler_at: Callable[[int], Reconciler],
+    dynamodb_requests: RequestCounter,
+    new_job: Callable[..., NewJob],
+) -> None:
+    t0 = now_ms()
+    message = job_message("classify")
+    store.create_job("late", new_job(message, deadline_seconds=60), message["input"], t0)
+    dynamodb_requests.reset()
+
+    report = reconciler_at(t0 + 120_000).run(remaining_ms=lambda: STOP_MARGIN_MS - 1)
+
+    assert report == {"stopped_early": 1}
+    assert "UpdateItem" not in dynamodb_requests.operations
+
+
+def test_a_running_job_whose_worker_died_long_ago_is_re_enqueued_and_taken_over(
+    stack: StackResources,
+    sqs: Any,
+    store: JobStore,
+    reconciler_at: Callable[[int], Reconciler],
+    table: TableReader,
+    new_job: Callable[..., NewJob],
+) -> None:
+    # Given a submitted job claimed by a worker that died (its 60 s lease long expired), whose
+    # message is gone (it reached the dead-letter queue while the lease was live, say)
+    t0 = now_ms()
+    message = job_message("classify")
+    store.create_job("orphaned", new_job(message), message["input"], t0)
+    store.claim_job("orphaned", "dead-worker", 60_000, t0, None)
+
+    # When the reconciler runs past the stale time
+    at = t0 + (STALE_SECONDS + 100) * 1000
+    report = reconciler_at(at).run()
+
+    # Then a reference message is enqueued, once, and the job is left to the next claim
+    assert report == {"examined": 1, "requeued": 1}
+    assert queued_bodies(sqs, stack.queue_url) == [{"job_id": "orphaned"}]
+    assert table.job("orphaned").status is JobStatus.RUNNING
+    assert reconciler_at(at).run() == {"examined": 1}
+    taken = store.claim_job("orphaned", "next-worker", 60_000, at + 1, None)
+    assert (taken.lease_owner, taken.attempt_count) == ("next-worker", 2)

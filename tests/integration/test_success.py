@@ -64,7 +64,7 @@ def test_a_message_carried_job_succeeds_with_two_requests(
     attempt = table.attempt(job_id, 1)
     assert attempt is not None
     assert attempt["prompt_key"] == job_type
-    assert attempt["prompt_version"] == "1"
+    assert attempt["prompt_version"] == "2"
     assert attempt["model"] == MODEL
     assert (attempt["input_tokens"], attempt["output_tokens"]) == (100, 20)
     assert attempt["outcome"] == "succeeded"

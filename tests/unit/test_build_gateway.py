@@ -10,7 +10,7 @@ from moto import mock_aws
 from engine.config import Settings
 from engine.gateway import BedrockConverseProvider, ModelTiers, OpenAICompatibleProvider, api_key_source, build_gateway
 
-BASE = {"jobs_table_name": "jobs", "jobs_queue_url": "http://127.0.0.1:1/q"}
+BASE = {"jobs_table_name": "jobs", "jobs_queue_url": "http://127.0.0.1:1/q", "jobs_payload_bucket": "payloads"}
 
 
 def settings(**values: object) -> Settings:
@@ -55,4 +55,21 @@ def test_the_key_comes_from_secrets_manager_when_an_arn_is_set(secret: str) -> N
 
         # Then the worker's key is read from it, and a plain variable is ignored
         assert api_key_source(settings(ai_api_key_secret_arn=arn, ai_api_key="ignored"))() == "sk-from-secret"
+    parameters.clear_caches()
+
+
+def test_a_refresh_reads_a_rotated_secret_that_the_cache_still_hides() -> None:
+    # Given a key read once (cached for 5 minutes), then rotated in Secrets Manager
+    with mock_aws():
+        secrets = boto3.client("secretsmanager")
+        arn = secrets.create_secret(Name="aijobs-key", SecretString="sk-old")["ARN"]
+        parameters.clear_caches()
+        source = api_key_source(settings(ai_api_key_secret_arn=arn))
+        assert source() == "sk-old"
+        secrets.put_secret_value(SecretId=arn, SecretString="sk-new")
+
+        # Then the cache still answers the old key, and a refresh reads the new one
+        assert source() == "sk-old"
+        assert source(refresh=True) == "sk-new"
+        assert source() == "sk-new"
     parameters.clear_caches()

@@ -18,6 +18,7 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
     monkeypatch.setenv("JOBS_TABLE_NAME", "aijobs-jobs")
     monkeypatch.setenv("JOBS_QUEUE_URL", "https://sqs.us-east-1.amazonaws.com/123456789012/aijobs-jobs")
+    monkeypatch.setenv("JOBS_PAYLOAD_BUCKET", "aijobs-payloads")
 
 
 def configuration_error() -> str:
@@ -28,10 +29,11 @@ def configuration_error() -> str:
     return message
 
 
-def test_the_defaults_need_only_the_table_and_the_queue() -> None:
+def test_the_defaults_need_only_the_table_the_queue_and_the_bucket() -> None:
     settings = load_settings()
 
     assert settings.jobs_table_name == "aijobs-jobs"
+    assert settings.jobs_payload_bucket == "aijobs-payloads"
     assert settings.jobs_dlq_url is None
     assert settings.ai_provider == "openai"
     assert settings.ai_base_url == "https://api.openai.com/v1"
@@ -55,6 +57,48 @@ def test_a_missing_queue_url_names_the_variable(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.delenv("JOBS_QUEUE_URL")
 
     assert configuration_error().startswith("JOBS_QUEUE_URL")
+
+
+@pytest.mark.parametrize("value", [None, "", "Not_A_Bucket", "s3://aijobs-payloads"])
+def test_a_missing_or_malformed_payload_bucket_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, value: str | None
+) -> None:
+    if value is None:
+        monkeypatch.delenv("JOBS_PAYLOAD_BUCKET")
+    else:
+        monkeypatch.setenv("JOBS_PAYLOAD_BUCKET", value)
+
+    assert configuration_error().startswith("JOBS_PAYLOAD_BUCKET")
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://api.example.com/v1", "http://10.0.0.5:8000/v1", "http://llm.internal/v1", "http://127.0.0.1.nip.io/v1"],
+)
+def test_plain_http_to_a_remote_provider_is_refused(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+    # The key travels in a header: in clear over plain http.
+    monkeypatch.setenv("AI_BASE_URL", url)
+
+    message = configuration_error()
+
+    assert message.startswith("AI_BASE_URL")
+    assert "https" in message
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8700/v1",
+        "http://localhost:11434/v1",
+        "http://[::1]:8000/v1",
+        "http://host.docker.internal:8700/v1",
+        "https://api.example.com/v1",
+    ],
+)
+def test_https_or_plain_http_to_this_machine_is_accepted(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
+    monkeypatch.setenv("AI_BASE_URL", url)
+
+    assert load_settings().ai_base_url == url
 
 
 @pytest.mark.parametrize("value", ["ninety", "0", "3651", "1.5", ""])

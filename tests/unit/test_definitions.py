@@ -264,8 +264,8 @@ def test_the_schema_is_checked_before_the_business_rule(summarize: JobDefinition
 def test_summarize_prompt_carries_the_text_and_word_budget(summarize: JobDefinition) -> None:
     prompt = summarize.render_prompt(summarize.parse_input({"text": "The {curly} text.", "max_words": 42}))
 
-    assert (prompt.key, prompt.version) == ("summarize", "1")
-    assert "The {curly} text." in prompt.user
+    assert (prompt.key, prompt.version) == ("summarize", "2")
+    assert 'Text: "The {curly} text."' in prompt.user
     assert "at most 42 words" in prompt.user
     assert '{"summary"' in prompt.system
 
@@ -273,9 +273,9 @@ def test_summarize_prompt_carries_the_text_and_word_budget(summarize: JobDefinit
 def test_classify_prompt_lists_every_label_and_the_text(classify: JobDefinition) -> None:
     prompt = classify.render_prompt(classify.parse_input({"text": "Win a cruise", "labels": ["spam", "ham"]}))
 
-    assert (prompt.key, prompt.version) == ("classify", "1")
-    assert "- spam\n- ham" in prompt.user
-    assert "Win a cruise" in prompt.user
+    assert (prompt.key, prompt.version) == ("classify", "2")
+    assert 'Labels: ["spam", "ham"]' in prompt.user
+    assert 'Text: "Win a cruise"' in prompt.user
 
 
 def test_answer_prompt_carries_the_question_and_each_document_with_its_id(answer: JobDefinition) -> None:
@@ -285,10 +285,9 @@ def test_answer_prompt_carries_the_question_and_each_document_with_its_id(answer
 
     prompt = answer.render_prompt(job_input)
 
-    assert (prompt.key, prompt.version) == ("answer_with_citations", "1")
-    assert "[d1]\n14 days" in prompt.user
-    assert "[d2]\n1 MiB" in prompt.user
-    assert "Question: How long?" in prompt.user
+    assert (prompt.key, prompt.version) == ("answer_with_citations", "2")
+    assert 'Documents: [{"id": "d1", "text": "14 days"}, {"id": "d2", "text": "1 MiB"}]' in prompt.user
+    assert 'Question: "How long?"' in prompt.user
 
 
 def test_a_definition_carries_its_output_models_json_schema(classify: JobDefinition) -> None:

@@ -7,6 +7,7 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
+import httpx
 import pytest
 
 from engine.definitions import JobDefinition, JobRegistry
@@ -25,11 +26,13 @@ from engine.gateway import (
     Execution,
     ModelGateway,
     ModelTiers,
+    OpenAICompatibleProvider,
     PriceTable,
+    static_api_key,
 )
 from engine.gateway.gateway import MIN_CALL_SECONDS, TimeLeft, strip_code_fence
 from engine.gateway.pricing import DEFAULT_PRICES, ModelPrice
-from tests.support.providers import VALID_OUTPUTS, FakeProvider, Script
+from tests.support.providers import VALID_OUTPUTS, FakeProvider, Script, openai_completion
 
 # gpt-4o-mini at 0.15 / 0.60 USD per million tokens: 100 in + 20 out.
 GPT_4O_MINI_100_20 = Decimal("0.000027")
@@ -106,7 +109,7 @@ def test_a_valid_answer_carries_output_tokens_and_cost(job_type: str) -> None:
     assert execution.cost_usd == GPT_4O_MINI_100_20
     assert execution.latency_ms == 5
     assert (execution.provider, execution.tier, execution.model) == ("fake", "primary", "gpt-4o-mini")
-    assert (execution.prompt.key, execution.prompt.version) == (job_type, "1")
+    assert (execution.prompt.key, execution.prompt.version) == (job_type, "2")
 
 
 def test_the_provider_is_asked_with_the_definitions_prompt_schema_and_limits() -> None:
@@ -771,3 +774,63 @@ def test_the_fake_provider_answers_json() -> None:
     )
 
     assert json.loads(completion.content) == VALID_OUTPUTS["classify"]
+
+
+# --- answers the gateway must survive -----------------------------------------------------------
+
+
+def test_a_lone_surrogate_in_an_answer_over_http_is_re_asked_in_valid_utf8() -> None:
+    # Given an OpenAI-compatible provider whose first answer's JSON carries a `\ud800` escape
+    contents = iter(['{"label": "sp\ud800am", "confidence": 0.9}', CLASSIFY_VALID])
+    sent: list[bytes] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request.content)
+        return httpx.Response(200, text=json.dumps(openai_completion(next(contents))))
+
+    client = httpx.Client(transport=httpx.MockTransport(answer))
+    provider = OpenAICompatibleProvider("https://llm.example/v1", static_api_key("k"), client=client)
+    definition = JobRegistry().get("classify")
+    job_input = definition.parse_input({"text": "Win", "labels": ["spam", "ham"]})
+
+    # When the gateway runs the attempt
+    execution = ModelGateway(provider, ModelTiers("gpt-4o-mini")).execute(definition, job_input)
+
+    # Then the answer is rejected, the re-ask is sent (encodable) and the second answer is the output
+    assert execution.error is None
+    assert execution.output is not None
+    assert execution.calls == 2
+    assert "sp\ufffdam" in sent[1].decode()
+
+
+def test_a_job_types_rule_that_raises_ends_the_attempt_with_its_usage() -> None:
+    def broken_rule(job_input: Any, output: Any) -> str | None:
+        raise KeyError("a bug in the rule")
+
+    definition = replace(JobRegistry().get("classify"), business_rule=broken_rule)
+    job_input = definition.parse_input({"text": "Win", "labels": ["spam", "ham"]})
+
+    execution = ModelGateway(FakeProvider(), ModelTiers("gpt-4o-mini")).execute(definition, job_input)
+
+    assert execution.error is not None
+    assert (execution.error.code, execution.error.retryable) == (ErrorCode.INTERNAL_ERROR, True)
+    assert (execution.calls, execution.input_tokens, execution.output_tokens) == (1, 100, 20)
+
+
+def test_an_adapter_that_raises_unexpectedly_keeps_the_usage_of_earlier_calls() -> None:
+    calls = iter([json.dumps(WRONG_LABEL), RuntimeError("a bug in the adapter")])
+
+    def script(_: CompletionRequest) -> Any:
+        answer = next(calls)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    definition = JobRegistry().get("classify")
+    job_input = definition.parse_input({"text": "Win", "labels": ["spam", "ham"]})
+
+    execution = ModelGateway(FakeProvider(script), ModelTiers("gpt-4o-mini")).execute(definition, job_input)
+
+    assert execution.error is not None
+    assert execution.error.code is ErrorCode.INTERNAL_ERROR
+    assert (execution.calls, execution.input_tokens) == (2, 100)

@@ -11,6 +11,7 @@ from engine.definitions import MAX_INPUT_BYTES, JobRegistry
 from engine.errors import ErrorCode
 from engine.intake import BadMessageError, JobRequest, parse_message, request_hash
 from engine.models import MAX_DEADLINE_SECONDS, MIN_DEADLINE_SECONDS
+from engine.text import MAX_JSON_DEPTH, MAX_REASON_CHARS
 from tests.support.events import job_message
 
 MESSAGE_ID = "0c5e7f0e-5b4a-4f0b-9d6e-1f2a3b4c5d6e"
@@ -186,16 +187,110 @@ def test_the_fields_of_a_bad_message_are_kept_for_the_failed_job(registry: JobRe
 
     error = rejected(body, registry)
 
-    assert error.known("user_id", str) == "user-1"
-    assert error.known("job_type", str) == "classify"
-    assert error.known("max_attempts", int) is None  # "3" is not an int
-    assert error.known("absent", str) is None
+    assert error.known("user_id") == "user-1"
+    assert error.known("job_type") == "classify"
+    assert error.known("max_attempts") is None  # "3" is not an int
+    assert error.known("schema_version") is None
 
 
 def test_a_bool_is_not_kept_as_an_int(registry: JobRegistry) -> None:
     error = rejected(job_message("classify", job_id="job-1", max_attempts=True), registry)
 
-    assert error.known("max_attempts", int) is None
+    assert error.known("max_attempts") is None
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"max_attempts": 12345678901234567890123456789012345678901},
+        {"max_attempts": 10**200},
+        {"max_attempts": 0},
+        {"job_type": "x" * 600_000},
+        {"job_type": "a\ud800b"},
+        {"user_id": "u" * 129},
+        {"user_id": "user 1"},
+    ],
+)
+def test_a_field_that_breaks_its_own_rule_is_not_kept(field: dict[str, Any], registry: JobRegistry) -> None:
+    # A value no DynamoDB number or bounded string can hold must not reach the failed job's write.
+    # (json.dumps writes a lone surrogate as its \\u escape, as a JavaScript producer would.)
+    name, value = next(iter(field.items()))
+    body = job_message("classify", job_id="job-1") | {name: value}
+
+    with pytest.raises(BadMessageError) as caught:
+        parse(body, registry)
+
+    assert caught.value.job_id == "job-1"
+    assert caught.value.known(name) is None
+    assert len(caught.value.error.message) <= MAX_REASON_CHARS
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"input": {"text": "a\ud800b", "labels": ["a", "b"]}},
+        {"input": {"text": "ok", "labels": ["a", "\udfffb"]}},
+        {"input": {"\ud83d": "x", "text": "t", "labels": ["a", "b"]}},
+        {"job_type": "classi\ud800fy"},
+        {"user_id": "u\udc00"},
+    ],
+)
+def test_a_lone_surrogate_anywhere_is_a_clear_input_error_of_its_job(
+    overrides: dict[str, Any], registry: JobRegistry
+) -> None:
+    # Given what a JavaScript producer emits for a string cut inside an emoji (json.dumps writes
+    # a lone surrogate as its \\u escape too)
+    body = json.dumps(job_message("classify", job_id="s1") | overrides)
+    assert "\\ud" in body
+
+    with pytest.raises(BadMessageError) as caught:
+        parse_message(body, "message-1", registry)
+
+    # Then the job named by the message fails with a reason that names the place, not the text
+    assert caught.value.job_id == "s1"
+    assert caught.value.error.code is ErrorCode.INPUT_VALIDATION_FAILED
+    assert "lone UTF-16 surrogate" in caught.value.error.message
+    assert caught.value.error.message.encode()  # the reason itself is valid UTF-8
+
+
+def test_a_surrogate_pair_written_as_two_escapes_is_valid_text(registry: JobRegistry) -> None:
+    body = '{"job_type":"classify","user_id":"u1","input":{"text":"smile \\ud83d\\ude00","labels":["a","b"]}}'
+
+    request = parse_message(body, "message-1", registry)
+
+    assert request.raw_input == {"text": "smile \U0001f600", "labels": ["a", "b"]}
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_non_json_numbers_are_refused(constant: str, registry: JobRegistry) -> None:
+    body = '{"job_id":"j1","job_type":"summarize","user_id":"u1","input":{"text":"t","max_words":' + constant + "}}"
+
+    with pytest.raises(BadMessageError) as caught:
+        parse_message(body, "message-1", registry)
+
+    assert "not a JSON number" in caught.value.error.message
+
+
+def test_json_nested_deeper_than_the_bound_is_refused_with_its_job(registry: JobRegistry) -> None:
+    deep = "[" * (MAX_JSON_DEPTH + 5) + "]" * (MAX_JSON_DEPTH + 5)
+    body = '{"job_id":"j1","job_type":"summarize","user_id":"u1","input":{"text":"t","extra":' + deep + "}}"
+
+    with pytest.raises(BadMessageError) as caught:
+        parse_message(body, "message-1", registry)
+
+    assert caught.value.job_id == "j1"
+    assert "nested deeper" in caught.value.error.message
+
+
+def test_a_huge_key_is_named_by_its_length_not_quoted(registry: JobRegistry) -> None:
+    key = "k" * 200_000
+    body = job_message("classify", job_id="job-1")
+    body["input"][key] = 1
+
+    error = rejected(body, registry)
+
+    assert key not in error.error.message
+    assert "<key of 200000 characters>" in error.error.message
 
 
 @pytest.mark.parametrize("where", ["message", "input"])

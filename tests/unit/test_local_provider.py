@@ -33,7 +33,7 @@ INPUTS: dict[str, list[dict[str, Any]]] = {
         },
         {
             "question": "What is [odd]?",
-            "documents": [{"id": "doc [7]", "text": "[not-an-id] is\n\nexplained here."}, {"id": "x", "text": "y"}],
+            "documents": [{"id": "doc-7", "text": "[not-an-id] is\n\nexplained here."}, {"id": "x", "text": "y"}],
         },
     ],
 }
@@ -141,7 +141,7 @@ def test_a_summary_is_the_texts_first_words_within_the_budget() -> None:
 
 
 def test_an_answer_cites_the_first_document() -> None:
-    for raw, first_id in zip(INPUTS["answer_with_citations"], ["d1", "doc [7]"], strict=True):
+    for raw, first_id in zip(INPUTS["answer_with_citations"], ["d1", "doc-7"], strict=True):
         prompt = REGISTRY.get("answer_with_citations").render_prompt(
             REGISTRY.get("answer_with_citations").parse_input(raw)
         )

@@ -14,13 +14,14 @@ import pytest
 from engine.errors import (
     ErrorCode,
     JobError,
+    OutputTooLargeError,
     ProviderRateLimitedError,
     ProviderRejectedError,
     ProviderTimeoutError,
     ProviderUnavailableError,
 )
-from engine.gateway import ChatTurn, OpenAICompatibleProvider
-from engine.gateway.openai import parse_retry_after
+from engine.gateway import ChatTurn, OpenAICompatibleProvider, static_api_key
+from engine.gateway.openai import MAX_RESPONSE_BYTES, parse_retry_after
 from tests.support.providers import completion_request, openai_completion
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -51,7 +52,7 @@ def provider_for(
     handler: Handler, api_key: str | None = "sk-test", base_url: str = "http://llm.local/v1/", **kwargs: Any
 ) -> OpenAICompatibleProvider:
     client = httpx.Client(transport=httpx.MockTransport(handler))
-    return OpenAICompatibleProvider(base_url, lambda: api_key, client=client, **kwargs)
+    return OpenAICompatibleProvider(base_url, static_api_key(api_key), client=client, **kwargs)
 
 
 def raising(exc: Exception) -> Handler:
@@ -178,7 +179,7 @@ def test_the_api_key_is_read_at_each_call() -> None:
     keys = iter(["sk-1", "sk-2"])
     recorder = Recorder(ok())
     client = httpx.Client(transport=httpx.MockTransport(recorder))
-    provider = OpenAICompatibleProvider("http://llm.local/v1", lambda: next(keys), client=client)
+    provider = OpenAICompatibleProvider("http://llm.local/v1", lambda refresh=False: next(keys), client=client)
 
     provider.complete(completion_request())
     provider.complete(completion_request())
@@ -357,6 +358,115 @@ def test_a_malformed_message_or_usage_is_unavailable(envelope: dict[str, Any]) -
     error = failure_of(lambda _: httpx.Response(200, json=envelope))
 
     assert isinstance(error, ProviderUnavailableError)
+
+
+@pytest.mark.parametrize("tokens", [10**200, 100_000_001, -1])
+def test_a_token_count_no_call_can_have_is_a_malformed_envelope(tokens: int) -> None:
+    # DynamoDB holds 38 digits; 10**200 tokens would stop the finishing write, not be recorded.
+    envelope = openai_completion("{}", prompt_tokens=tokens)
+
+    assert isinstance(failure_of(lambda _: httpx.Response(200, json=envelope)), ProviderUnavailableError)
+
+
+class StreamCounter(httpx.SyncByteStream):
+    """A response body of `size` bytes, counting how much of it was read."""
+
+    def __init__(self, size: int, chunk: int = 64 * 1024) -> None:
+        self.size, self.chunk, self.read = size, chunk, 0
+
+    def __iter__(self) -> Any:
+        while self.read < self.size:
+            step = min(self.chunk, self.size - self.read)
+            self.read += step
+            yield b" " * step
+
+
+def test_a_response_body_past_the_bound_is_refused_unread() -> None:
+    # Given a provider (or a proxy in front of it) that answers 16 MB
+    body = StreamCounter(16 * 1024 * 1024)
+
+    error = failure_of(lambda _: httpx.Response(200, stream=body))
+
+    # Then the body is read no further than the bound, and the answer cannot be stored: for good
+    assert isinstance(error, OutputTooLargeError)
+    assert error.code is ErrorCode.OUTPUT_TOO_LARGE
+    assert body.read <= MAX_RESPONSE_BYTES + body.chunk
+
+
+def test_a_body_within_the_bound_is_read_whole() -> None:
+    envelope = openai_completion('{"label": "spam", "confidence": 0.9}')
+    padding = " " * (MAX_RESPONSE_BYTES - 2 * len(json.dumps(envelope)))
+    text = json.dumps(envelope)[:-1] + padding + "}"
+
+    completion = provider_for(lambda _: httpx.Response(200, text=text)).complete(completion_request())
+
+    assert completion.content == '{"label": "spam", "confidence": 0.9}'
+
+
+class RotatingKey:
+    """A secret whose cached value is stale until refreshed."""
+
+    def __init__(self, cached: str, current: str) -> None:
+        self.cached, self.current, self.refreshes = cached, current, 0
+
+    def __call__(self, *, refresh: bool = False) -> str:
+        if refresh:
+            self.refreshes += 1
+            self.cached = self.current
+        return self.cached
+
+
+def by_key(valid: str) -> Handler:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.headers.get("authorization") != f"Bearer {valid}":
+            return httpx.Response(401, json={"error": {"message": "invalid key"}})
+        return ok()(request)
+
+    return handler
+
+
+def test_a_401_refreshes_a_rotated_key_and_asks_once_more() -> None:
+    # Given a key rotated in Secrets Manager while the worker still holds the old one
+    key = RotatingKey(cached="sk-old", current="sk-new")
+    recorder = Recorder(by_key("sk-new"))
+    provider = OpenAICompatibleProvider(
+        "http://llm.local/v1", key, client=httpx.Client(transport=httpx.MockTransport(recorder))
+    )
+
+    completion = provider.complete(completion_request())
+
+    # Then the secret is read again once, the call repeated once with the new key, and it succeeds
+    assert completion.content
+    assert key.refreshes == 1
+    assert [r.headers["authorization"] for r in recorder.requests] == ["Bearer sk-old", "Bearer sk-new"]
+
+
+def test_a_401_with_a_key_that_did_not_change_is_rejected_without_asking_again() -> None:
+    key = RotatingKey(cached="sk-bad", current="sk-bad")
+    recorder = Recorder(by_key("sk-good"))
+    provider = OpenAICompatibleProvider(
+        "http://llm.local/v1", key, client=httpx.Client(transport=httpx.MockTransport(recorder))
+    )
+
+    with pytest.raises(ProviderRejectedError):
+        provider.complete(completion_request())
+
+    assert key.refreshes == 1
+    assert len(recorder.requests) == 1
+
+
+def test_a_401_after_the_refresh_is_rejected_after_exactly_two_calls() -> None:
+    key = RotatingKey(cached="sk-old", current="sk-newer-but-wrong")
+    recorder = Recorder(by_key("sk-right"))
+    provider = OpenAICompatibleProvider(
+        "http://llm.local/v1", key, client=httpx.Client(transport=httpx.MockTransport(recorder))
+    )
+
+    with pytest.raises(ProviderRejectedError) as caught:
+        provider.complete(completion_request())
+
+    assert caught.value.status_code == 401
+    assert len(recorder.requests) == 2
 
 
 # --- parse_retry_after ------------------------------------------------------------------------

@@ -14,14 +14,20 @@ from typing import Any
 from aijobs.local.faults import FaultKind, find_fault_marker
 
 
-def _section(prompt: str, start: str, end: str | None = None) -> str:
-    """The text after the first `start` up to the first `end` after it (or to the end)."""
-    begin = prompt.find(start)
-    if begin < 0:
-        return ""
-    begin += len(start)
-    stop = prompt.find(end, begin) if end else -1
-    return prompt[begin:stop] if stop >= 0 else prompt[begin:]
+def _field(prompt: str, label: str) -> Any:
+    """The JSON value the prompt gives on its `<label>: <json>` line (the engine renders fields as JSON)."""
+    match = re.search(rf"^{label}: (.*)$", prompt, flags=re.MULTILINE)
+    if match is None:
+        return None
+    try:
+        return json.loads(match.group(1))
+    except ValueError:
+        return None
+
+
+def _text(prompt: str, label: str = "Text") -> str:
+    value = _field(prompt, label)
+    return value if isinstance(value, str) else ""
 
 
 def _stable_int(text: str) -> int:
@@ -34,12 +40,12 @@ def _words(text: str) -> list[str]:
 
 
 def _labels(prompt: str) -> list[str]:
-    block = _section(prompt, "Labels:\n", "\n\nText:\n")
-    return [line[2:] for line in block.splitlines() if line.startswith("- ")]
+    labels = _field(prompt, "Labels")
+    return [label for label in labels if isinstance(label, str)] if isinstance(labels, list) else []
 
 
 def _classify(prompt: str) -> dict[str, Any]:
-    text = _section(prompt, "\n\nText:\n") or prompt
+    text = _text(prompt) or prompt
     labels = _labels(prompt) or ["unknown"]
     digest = _stable_int(text)
     return {"label": labels[digest % len(labels)], "confidence": round(0.5 + (digest >> 8) % 50 / 100, 2)}
@@ -51,18 +57,19 @@ def _word_budget(prompt: str) -> int:
 
 
 def _summarize(prompt: str) -> dict[str, Any]:
-    words = _words(_section(prompt, "\n\nText:\n") or prompt)
+    words = _words(_text(prompt) or prompt)
     return {"summary": " ".join(words[: _word_budget(prompt)]) or "Nothing to summarize."}
 
 
 def _documents(prompt: str) -> list[tuple[str, str]]:
-    """(id, text) of the documents, as rendered: `[id]` on a line of its own, the text below it."""
-    documents_end = prompt.rfind("\n\nQuestion: ")
-    block = _section(prompt[: documents_end if documents_end >= 0 else None], "Documents:\n")
-    found = list(re.finditer(r"^\[(.+)\]$", block, flags=re.MULTILINE))
+    """(id, text) of the documents the prompt gives as a JSON list of {"id", "text"} objects."""
+    documents = _field(prompt, "Documents")
+    if not isinstance(documents, list):
+        return []
     return [
-        (match.group(1), block[match.end() : found[i + 1].start() if i + 1 < len(found) else None].strip())
-        for i, match in enumerate(found)
+        (str(document.get("id")), str(document.get("text", "")))
+        for document in documents
+        if isinstance(document, dict) and "id" in document
     ]
 
 
@@ -108,7 +115,7 @@ def _rule_breaking_answer(schema_name: str | None, prompt: str) -> dict[str, Any
             return {**valid, "label": _unknown_name(_labels(prompt), "label-not-offered")}
         case "summarize":
             budget = _word_budget(prompt)
-            filler = _words(_section(prompt, "\n\nText:\n") or prompt) or ["word"]
+            filler = _words(_text(prompt) or prompt) or ["word"]
             return {"summary": " ".join(filler[i % len(filler)] for i in range(budget * 2 + 10))}
         case "answer_with_citations":
             return {

@@ -12,12 +12,20 @@ from pydantic import BaseModel, ValidationError
 from engine.errors import (
     BusinessValidationError,
     InputValidationError,
+    OutputTooLargeError,
     ReferenceValidationError,
     SchemaValidationError,
 )
+from engine.text import key_label
 
-# DynamoDB items stop at 400 KB; the input item keeps headroom for its keys and attributes.
-MAX_INPUT_BYTES = 256 * 1024
+# The largest input a job takes, as compact JSON: what one SQS message can carry. Inputs too large
+# for a DynamoDB item are kept in the payload bucket (engine.store.payloads).
+MAX_INPUT_BYTES = 1024 * 1024
+# The largest output a job stores (compact JSON): it shares the job's item, which stops at 400 KB.
+MAX_OUTPUT_BYTES = 256 * 1024
+# No tokenizer in use averages more characters per token than this, so an answer longer than
+# max_tokens x 16 characters did not come from max_tokens tokens: it is refused before parsing.
+MAX_CHARS_PER_TOKEN = 16
 
 ModelTier = Literal["primary", "fallback"]
 # A rule returns None when the output is acceptable, or one line saying what is wrong.
@@ -34,19 +42,26 @@ class RenderedPrompt:
 
 @dataclass(frozen=True, slots=True)
 class Prompt:
-    """A versioned prompt; `user` is a str.format template over the job type's prompt fields."""
+    """A versioned prompt; `user` is a str.format template over the job type's prompt fields.
+
+    Every field is substituted as a JSON literal (a string in quotes, a list in brackets): user
+    content arrives in a block its own text cannot close, since JSON escapes every quote and
+    newline in it. The template itself is the only text the model reads as instructions.
+    """
 
     key: str
     version: str
     system: str
     user: str
 
-    def render(self, fields: Mapping[str, str]) -> RenderedPrompt:
-        return RenderedPrompt(self.key, self.version, self.system, self.user.format_map(fields))
+    def render(self, fields: Mapping[str, Any]) -> RenderedPrompt:
+        literals = {name: json.dumps(value, ensure_ascii=False) for name, value in fields.items()}
+        return RenderedPrompt(self.key, self.version, self.system, self.user.format_map(literals))
 
 
-def _default_prompt_fields(job_input: BaseModel) -> dict[str, str]:
-    return {name: str(value) for name, value in job_input.model_dump().items()}
+def _default_prompt_fields(job_input: BaseModel) -> dict[str, Any]:
+    fields: dict[str, Any] = job_input.model_dump(mode="json")
+    return fields
 
 
 def _default_projection(output: BaseModel) -> dict[str, Any]:
@@ -57,7 +72,9 @@ def one_line_error(exc: ValidationError, prefix: str) -> str:
     """The first pydantic error as one line, e.g. `input.labels: List should have at least 2 items`."""
     errors = exc.errors()
     first = errors[0]
-    location = ".".join(str(part) for part in (prefix, *first["loc"]) if part != "")
+    # Positions and identifier-like keys only: the message is stored and shown, and must quote no content.
+    parts = (prefix, *(key_label(part) if isinstance(part, str) else str(part) for part in first["loc"]))
+    location = ".".join(part for part in parts if part != "")
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{location}: {first['msg']}{more}"
 
@@ -74,7 +91,7 @@ class JobDefinition:
     timeout_seconds: float = 60.0
     max_attempts: int = 3
     deadline_seconds: int = 86_400
-    prompt_fields: Callable[[Any], Mapping[str, str]] = _default_prompt_fields
+    prompt_fields: Callable[[Any], Mapping[str, Any]] = _default_prompt_fields
     business_rule: Rule | None = None
     reference_rule: Rule | None = None
     project: Callable[[Any], dict[str, Any]] = _default_projection
@@ -82,6 +99,11 @@ class JobDefinition:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "output_json_schema", self.output_model.model_json_schema())
+
+    @property
+    def max_answer_chars(self) -> int:
+        """The longest answer `max_tokens` tokens can be; a longer one is refused unparsed."""
+        return self.max_tokens * MAX_CHARS_PER_TOKEN
 
     def parse_input(self, raw: Mapping[str, Any]) -> BaseModel:
         size = len(json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode())
@@ -97,6 +119,11 @@ class JobDefinition:
 
     def validate_output(self, job_input: BaseModel, content: str) -> BaseModel:
         """Parse the model's answer: JSON, then the output model, then the business and reference rules."""
+        if len(content) > self.max_answer_chars:
+            raise OutputTooLargeError(
+                f"the answer has {len(content)} characters; max_tokens {self.max_tokens} allows at most "
+                f"{self.max_answer_chars}"
+            )
         try:
             output = self.output_model.model_validate_json(content)
         except ValidationError as exc:
@@ -106,3 +133,11 @@ class JobDefinition:
         if self.reference_rule and (problem := self.reference_rule(job_input, output)):
             raise ReferenceValidationError(problem)
         return output
+
+    def stored_output(self, output: BaseModel) -> dict[str, Any]:
+        """The projected output the job stores; OutputTooLargeError when it cannot fit the job's item."""
+        projected = self.project(output)
+        size = len(json.dumps(projected, separators=(",", ":"), ensure_ascii=False).encode())
+        if size > MAX_OUTPUT_BYTES:
+            raise OutputTooLargeError(f"the output is {size} bytes as JSON; a job stores at most {MAX_OUTPUT_BYTES}")
+        return projected

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from engine.definitions import JobDefinition, RenderedPrompt
 from engine.errors import (
     BusinessValidationError,
+    InternalError,
     JobError,
     ProviderTimeoutError,
     ProviderUnavailableError,
@@ -25,7 +26,8 @@ from engine.errors import (
 )
 from engine.gateway.pricing import PriceTable
 from engine.gateway.provider import ChatTurn, CompletionRequest, ModelProvider
-from engine.observability import logger
+from engine.observability import log_unexpected, logger
+from engine.text import valid_text
 
 # Errors a re-ask with the validation error may mend; and errors a different model may avoid.
 _REPAIRABLE = (SchemaValidationError, BusinessValidationError, ReferenceValidationError)
@@ -152,6 +154,10 @@ class ModelGateway:
                 completion = self._provider.complete(request)
             except JobError as exc:
                 return None, exc
+            except Exception as exc:
+                # A fault of the adapter, not the provider's answer: end the attempt, keep what it cost.
+                log_unexpected("the provider adapter failed unexpectedly", exc, job_type=definition.name)
+                return None, InternalError(f"internal error in the provider adapter: {type(exc).__name__}")
             tally.answered = True
             tally.input_tokens += completion.input_tokens
             tally.output_tokens += completion.output_tokens
@@ -166,13 +172,20 @@ class ModelGateway:
                 if repair == self._repair_attempts:
                     return None, exc
                 tally.conversation += [
-                    ChatTurn("assistant", completion.content),
+                    # Sent back as it came, but as valid Unicode: a lone surrogate cannot be encoded.
+                    ChatTurn("assistant", valid_text(completion.content)),
                     ChatTurn(
                         "user",
                         f"Your answer was not accepted: {exc.message}. "
                         "Answer again with only the corrected JSON object.",
                     ),
                 ]
+            except JobError as exc:
+                return None, exc  # not mended by asking again (an answer too large to keep)
+            except Exception as exc:
+                # A job type's own rule raised: a bug to fix, not the model's fault; the call still counts.
+                log_unexpected("the job type's output validation failed unexpectedly", exc, job_type=definition.name)
+                return None, InternalError(f"internal error in {definition.name}'s validation: {type(exc).__name__}")
         raise AssertionError("the repair loop always returns")
 
     def _execution(

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import math
 import time
-from collections.abc import Callable
 from datetime import UTC
 from email.utils import parsedate_to_datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import httpx
 
 from engine.errors import (
+    OutputTooLargeError,
     ProviderTimeoutError,
     ProviderUnavailableError,
 )
@@ -21,6 +22,28 @@ from engine.gateway.schema import strict_json_schema
 StructuredOutput = Literal["json_schema", "json_object"]
 
 _CONNECT_TIMEOUT_SECONDS = 5.0
+# The most of a response body that is read. A completion of even 100k tokens is far smaller; a
+# larger body is refused unread rather than held in the worker's memory.
+MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+
+
+class ApiKeySource(Protocol):
+    """The API key; `refresh=True` reads it again from its source (a rotated secret)."""
+
+    def __call__(self, *, refresh: bool = False) -> str | None: ...
+
+
+def static_api_key(key: str | None) -> ApiKeySource:
+    """A key that never changes (a plain variable, a local provider): refreshing gives it again."""
+
+    def source(*, refresh: bool = False) -> str | None:
+        return key
+
+    return source
+
+
+class _BodyTooLargeError(Exception):
+    pass
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -55,7 +78,7 @@ class OpenAICompatibleProvider:
     def __init__(
         self,
         base_url: str,
-        api_key: Callable[[], str | None],
+        api_key: ApiKeySource,
         *,
         structured_output: StructuredOutput = "json_schema",
         client: httpx.Client | None = None,
@@ -67,26 +90,34 @@ class OpenAICompatibleProvider:
 
     def complete(self, request: CompletionRequest) -> Completion:
         started = time.perf_counter()
+        key = self._api_key()
+        status, headers, content = self._post(request, key)
+        if status == 401:
+            # A rotated key: read the secret again, and ask once more if it changed.
+            fresh = self._api_key(refresh=True)
+            if fresh != key:
+                status, headers, content = self._post(request, fresh)
+        latency_ms = int((time.perf_counter() - started) * 1000)
+        if status >= 400:
+            retry_after = parse_retry_after(headers.get("retry-after"))
+            raise error_for_status(status, "provider", f"HTTP {status}", retry_after)
+        return self._completion(request, content, latency_ms)
+
+    def _post(self, request: CompletionRequest, key: str | None) -> tuple[int, httpx.Headers, bytes]:
+        """One request: the status, headers and at most MAX_RESPONSE_BYTES of body."""
+        timeout = httpx.Timeout(request.timeout_seconds, connect=min(_CONNECT_TIMEOUT_SECONDS, request.timeout_seconds))
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
         try:
-            response = self._client.post(
-                self._url,
-                json=self._body(request),
-                headers=self._headers(),
-                timeout=httpx.Timeout(
-                    request.timeout_seconds, connect=min(_CONNECT_TIMEOUT_SECONDS, request.timeout_seconds)
-                ),
-            )
+            body = self._body(request)
+            with self._client.stream("POST", self._url, json=body, headers=headers, timeout=timeout) as response:
+                return response.status_code, response.headers, _read_bounded(response)
         except httpx.TimeoutException as exc:
             raise ProviderTimeoutError(f"no answer from the provider within {request.timeout_seconds:g}s") from exc
         except httpx.TransportError as exc:
             raise ProviderUnavailableError(f"provider connection failed: {type(exc).__name__}") from exc
-        latency_ms = int((time.perf_counter() - started) * 1000)
-        self._raise_for_status(response)
-        return self._completion(request, response, latency_ms)
-
-    def _headers(self) -> dict[str, str]:
-        key = self._api_key()
-        return {"Authorization": f"Bearer {key}"} if key else {}
+        except _BodyTooLargeError as exc:
+            # Not a completion of max_tokens tokens; paying for it again would not make it one.
+            raise OutputTooLargeError(f"the provider's response is larger than {MAX_RESPONSE_BYTES} bytes") from exc
 
     def _body(self, request: CompletionRequest) -> dict[str, Any]:
         if self._structured_output == "json_schema":
@@ -113,16 +144,9 @@ class OpenAICompatibleProvider:
         }
 
     @staticmethod
-    def _raise_for_status(response: httpx.Response) -> None:
-        status = response.status_code
-        if status >= 400:
-            retry_after = parse_retry_after(response.headers.get("retry-after"))
-            raise error_for_status(status, "provider", f"HTTP {status}", retry_after)
-
-    @staticmethod
-    def _completion(request: CompletionRequest, response: httpx.Response, latency_ms: int) -> Completion:
+    def _completion(request: CompletionRequest, content_bytes: bytes, latency_ms: int) -> Completion:
         try:
-            envelope = response.json()
+            envelope = json.loads(content_bytes)
             choice = envelope["choices"][0]
             message = choice["message"]
             usage = envelope.get("usage") or {}
@@ -142,3 +166,14 @@ class OpenAICompatibleProvider:
             latency_ms=latency_ms,
             finish_reason=finish_reason,
         )
+
+
+def _read_bounded(response: httpx.Response) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in response.iter_bytes():
+        size += len(chunk)
+        if size > MAX_RESPONSE_BYTES:
+            raise _BodyTooLargeError
+        chunks.append(chunk)
+    return b"".join(chunks)

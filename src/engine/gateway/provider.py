@@ -52,12 +52,16 @@ class ModelProvider(Protocol):
         ...
 
 
+# No call uses more tokens than this; a larger count is a broken envelope, not usage to record.
+MAX_TOKEN_COUNT = 100_000_000
+
+
 def token_count(value: object) -> int:
-    """A token count from a provider's usage; ValueError when it is not a non-negative integer."""
+    """A token count from a provider's usage; ValueError when it is not an integer in [0, MAX_TOKEN_COUNT]."""
     if value is None:
         return 0
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"token count {value!r} is not a non-negative integer")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKEN_COUNT:
+        raise ValueError("a token count is not an integer between 0 and 100,000,000")
     return value
 
 

@@ -16,6 +16,7 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
 from engine.errors import ErrorCode
 from engine.models import AttemptRecord, Job, JobErrorInfo, JobStatus, Usage
+from engine.text import bounded, one_line
 
 Item = dict[str, Any]  # a DynamoDB item in the low-level AttributeValue form
 
@@ -56,8 +57,16 @@ def _int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+# Names a provider or a job type gives (model ids, prompt keys) are kept to this many characters.
+MAX_NAME_CHARS = 256
+
+
 def error_attribute(error: JobErrorInfo) -> dict[str, Any]:
-    return {"code": error.code.value, "message": error.message, "retryable": error.retryable}
+    return {"code": error.code.value, "message": one_line(error.message), "retryable": error.retryable}
+
+
+def _name(value: str | None) -> str | None:
+    return None if value is None else bounded(value, MAX_NAME_CHARS)
 
 
 def job_from_item(item: Item) -> Job:
@@ -149,12 +158,12 @@ def attempt_item(record: AttemptRecord, expires_at: int) -> Item:
             "finished_at": record.finished_at,
             "outcome": record.outcome,
             "error_code": record.error_code.value if record.error_code else None,
-            "provider": record.provider,
-            "tier": record.tier,
-            "model": record.model,
+            "provider": _name(record.provider),
+            "tier": _name(record.tier),
+            "model": _name(record.model),
             "calls": record.calls,
-            "prompt_key": record.prompt_key,
-            "prompt_version": record.prompt_version,
+            "prompt_key": _name(record.prompt_key),
+            "prompt_version": _name(record.prompt_version),
             "input_tokens": record.input_tokens,
             "output_tokens": record.output_tokens,
             "cost_usd": record.cost_usd,
@@ -164,13 +173,13 @@ def attempt_item(record: AttemptRecord, expires_at: int) -> Item:
     )
 
 
-def input_item(job_id: str, job_input: dict[str, Any], request_hash: str | None, expires_at: int) -> Item:
+def input_json(job_input: dict[str, Any]) -> str:
     # The input is kept as one JSON string: no float-to-Decimal conversion, one attribute to read.
+    return json.dumps(job_input, separators=(",", ":"), ensure_ascii=False)
+
+
+def input_item(job_id: str, stored: dict[str, str], request_hash: str | None, expires_at: int) -> Item:
+    """The input item: `stored` holds the JSON itself (`input`) or its payload key (`input_key`)."""
     return job_key(job_id, INPUT_SK) | to_item(
-        {
-            "job_id": job_id,
-            "input": json.dumps(job_input, separators=(",", ":"), ensure_ascii=False),
-            "request_hash": request_hash,
-            "expires_at": expires_at,
-        }
+        {"job_id": job_id, **stored, "request_hash": request_hash, "expires_at": expires_at}
     )

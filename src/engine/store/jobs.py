@@ -6,6 +6,7 @@ or the input goes with it). A refused condition is explained from the item it me
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from engine.errors import (
     ClaimRefusal,
     ClaimRefusedError,
     ConditionRefusedError,
+    ConfigurationError,
     JobConflictError,
     JobNotFoundError,
     JobStateError,
@@ -38,6 +40,7 @@ from engine.store.items import (
     dead_letter_key,
     error_attribute,
     input_item,
+    input_json,
     job_from_item,
     job_key,
     listing_keys,
@@ -45,11 +48,15 @@ from engine.store.items import (
     open_shard_key,
     to_item,
 )
+from engine.store.payloads import INLINE_BYTES, PayloadStore, dead_letter_body_key, input_key
+from engine.text import bounded, one_line, valid_text
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 DAY_SECONDS = 86_400
+# A dead letter's SQS attributes are short system values; anything longer is cut.
+MAX_ATTRIBUTE_CHARS = 1_000
 OPEN_JOBS_INDEX = "OpenJobs"
 # The deadline a retried job gets when it was created before jobs recorded their own.
 DEFAULT_DEADLINE_SECONDS = 86_400
@@ -118,14 +125,25 @@ def explain_claim_refusal(job: Job, now_ms: int, request_hash: str | None) -> Cl
 
 
 class JobStore:
-    def __init__(self, table_name: str, client: DynamoDBClient | None = None, retention_days: int = 90) -> None:
+    def __init__(
+        self,
+        table_name: str,
+        client: DynamoDBClient | None = None,
+        retention_days: int = 90,
+        payloads: PayloadStore | None = None,
+    ) -> None:
         self.table_name = table_name
         self._client = client or default_client()
         self._retention_ms = retention_days * DAY_SECONDS * 1000
+        self._payloads = payloads
 
     @classmethod
     def from_settings(cls, settings: Settings) -> JobStore:
-        return cls(settings.jobs_table_name, retention_days=settings.aijobs_retention_days)
+        return cls(
+            settings.jobs_table_name,
+            retention_days=settings.aijobs_retention_days,
+            payloads=PayloadStore(settings.jobs_payload_bucket),
+        )
 
     # --- the worker's two round trips ---------------------------------------------------------
 
@@ -233,25 +251,28 @@ class JobStore:
     def requeue_failed_job(self, job_id: str, now_ms: int) -> Job:
         """Put a failed job back to `queued` with a fresh attempt budget and deadline (`aijobs retry`).
 
-        Only a job whose input is stored can run again; the caller enqueues its message.
+        Only a job whose input is stored can run again; the input's lifetime restarts with the new
+        deadline (its item's TTL, and its payload's when it is in the bucket). The caller enqueues
+        its message.
         """
+        job = self.get_job(job_id)
+        if job is None:
+            raise JobNotFoundError(job_id)
+        deadline_at = now_ms + (job.deadline_seconds or DEFAULT_DEADLINE_SECONDS) * 1000
         expr = Expression()
         expr.set("status", JobStatus.QUEUED.value)
         expr.set("updated_at", now_ms)
         expr.set("attempt_count", 0)
         expr.set("cancel_requested", False)
+        expr.set("deadline_at", deadline_at)
         expr.set(OPEN_SHARD, open_shard(job_id))
         expr.remove("error", "finished_at", "expires_at")
         expr.condition = (
             f"{expr.name('status')} = {expr.value('failed', JobStatus.FAILED.value)}"
             f" AND {expr.name('input_stored')} = {expr.value('true', True)}"
         )
-        job = self.get_job(job_id)
-        if job is None:
-            raise JobNotFoundError(job_id)
-        expr.set("deadline_at", now_ms + (job.deadline_seconds or DEFAULT_DEADLINE_SECONDS) * 1000)
         try:
-            return self._update(expr, job_id)
+            requeued = self._update(expr, job_id)
         except ConditionRefusedError as exc:
             current = exc.job or job
             if current.status is not JobStatus.FAILED:
@@ -259,6 +280,25 @@ class JobStore:
                     f"job {job_id} is {current.status.value}; only a failed job can be retried"
                 ) from exc
             raise JobStateError(f"job {job_id} has no stored input to run again") from exc
+        self._extend_input(job_id, self._expiry(deadline_at))
+        return requeued
+
+    def _extend_input(self, job_id: str, expires_at: int) -> None:
+        """Keep a requeued job's input until `expires_at`; its payload's lifetime restarts too."""
+        expr = Expression()
+        expr.set("expires_at", expires_at)
+        expr.condition = f"attribute_exists({expr.name('pk')})"
+        try:
+            response = self._client.update_item(
+                **expr.update_params(self.table_name, job_key(job_id, INPUT_SK)), ReturnValues="ALL_NEW"
+            )
+        except ClientError as exc:
+            if _is_condition_failure(exc):
+                return  # no input item: the worker ends the job with a clear error
+            raise
+        payload_key = response.get("Attributes", {}).get("input_key", {}).get("S")
+        if payload_key:
+            self._payload_store().refresh(payload_key)
 
     def record_orphan_attempt(self, attempt: AttemptRecord, now_ms: int) -> None:
         """Keep the usage of an attempt whose result was discarded (its lease was lost)."""
@@ -331,6 +371,71 @@ class JobStore:
         )
         return self._put_if_absent(item)
 
+    def create_dead_lettered_job(
+        self, job_id: str, new_job: NewJob, job_input: dict[str, Any], error: JobErrorInfo, now_ms: int
+    ) -> Job | None:
+        """Record a full job request that reached the dead-letter queue before any worker created its job.
+
+        The job is written `failed` with its input stored, so that it can be seen and retried.
+        Returns None when recorded, or the job that exists already under that id.
+        """
+        attributes = _creation_attributes(job_id, new_job, now_ms)
+        del attributes[OPEN_SHARD]  # a terminal job is not open
+        job = job_key(job_id) | to_item(
+            attributes
+            | {
+                "status": JobStatus.FAILED.value,
+                "error": error_attribute(error),
+                "attempt_count": 0,
+                "claim_count": 0,
+                "input_stored": True,
+                "updated_at": now_ms,
+                "finished_at": now_ms,
+                "expires_at": self._expiry(now_ms),
+            }
+        )
+        stored_input = input_item(
+            job_id, self._stored_input(job_id, job_input), new_job.request_hash, self._expiry(now_ms)
+        )
+        try:
+            self._client.transact_write_items(
+                TransactItems=[
+                    {
+                        "Put": {
+                            "TableName": self.table_name,
+                            "Item": job,
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+                        }
+                    },
+                    {
+                        "Put": {
+                            "TableName": self.table_name,
+                            "Item": stored_input,
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    },
+                ]
+            )
+        except ClientError as exc:
+            reasons = exc.response.get("CancellationReasons") or []
+            if exc.response["Error"]["Code"] != "TransactionCanceledException" or not reasons:
+                raise
+            existing: Item | None = reasons[0].get("Item")  # type: ignore[assignment]
+            if existing:
+                return job_from_item(existing)
+            # An input item without its job (a submission that stopped half-way) is another request's.
+            return self.create_failed_job(
+                job_id,
+                error,
+                now_ms,
+                job_type=new_job.job_type,
+                user_id=new_job.user_id,
+                max_attempts=new_job.max_attempts,
+                message_hash=new_job.request_hash,
+            )
+        return None
+
     def create_job(self, job_id: str, new_job: NewJob, job_input: dict[str, Any], now_ms: int) -> tuple[Job, bool]:
         """Create a `queued` job and store its input once; idempotent on the job id.
 
@@ -346,7 +451,9 @@ class JobStore:
         try:
             self._client.put_item(
                 TableName=self.table_name,
-                Item=input_item(job_id, job_input, new_job.request_hash, self._expiry(deadline_at)),
+                Item=input_item(
+                    job_id, self._stored_input(job_id, job_input), new_job.request_hash, self._expiry(deadline_at)
+                ),
                 **input_put.condition_params(),
             )
         except ClientError as exc:
@@ -371,26 +478,46 @@ class JobStore:
     def record_dead_letter(
         self, message_id: str, body: str, attributes: dict[str, str], receive_count: int, reason: str, now_ms: int
     ) -> None:
-        """Keep a message that names no usable job, so that acknowledging it loses nothing."""
+        """Keep a message that names no usable job, so that acknowledging it loses nothing.
+
+        A body past INLINE_BYTES is kept in the payload bucket and referenced (`body_key`).
+        """
+        # SQS bodies are valid Unicode; valid_text only guards callers that build bodies themselves.
+        text = valid_text(body)
+        data = text.encode()
+        if len(data) > INLINE_BYTES:
+            key = dead_letter_body_key(message_id)
+            self._payload_store().put(key, data)
+            kept: dict[str, Any] = {"body_key": key}
+        else:
+            kept = {"body": text}
         item = dead_letter_key(message_id) | to_item(
             {
                 "message_id": message_id,
-                "body": body,
-                "attributes": attributes,
+                **kept,
+                "body_bytes": len(data),
+                "body_sha256": hashlib.sha256(data).hexdigest(),
+                "attributes": {
+                    bounded(name, MAX_ATTRIBUTE_CHARS): bounded(str(value), MAX_ATTRIBUTE_CHARS)
+                    for name, value in attributes.items()
+                },
                 "receive_count": receive_count,
-                "reason": reason,
+                "reason": one_line(reason),
                 "recorded_at": now_ms,
                 "expires_at": self._expiry(now_ms),
             }
         )
         self._client.put_item(TableName=self.table_name, Item=item)
 
-    def touch_queued_job(self, job: Job, now_ms: int) -> bool:
-        """Mark a queued job as just re-enqueued; False when it changed since it was read."""
+    def touch_job(self, job: Job, now_ms: int) -> bool:
+        """Mark an open job as just re-enqueued; False when it changed since it was read.
+
+        Fenced on the status and claim count it was read with: a worker that claimed it meanwhile wins.
+        """
         expr = Expression()
         expr.set("updated_at", now_ms)
         expr.condition = (
-            f"{expr.name('status')} = {expr.value('queued', JobStatus.QUEUED.value)}"
+            f"{expr.name('status')} = {expr.value('old_status', job.status.value)}"
             f" AND {expr.name('claim_count')} = {expr.value('old_claim_count', job.claim_count)}"
         )
         try:
@@ -402,20 +529,35 @@ class JobStore:
     # --- reads ---------------------------------------------------------------------------------
 
     def open_jobs(self, limit: int) -> Iterator[Job]:
-        """Non-terminal jobs from the OpenJobs index: up to limit / shards per shard, oldest deadline first."""
+        """Non-terminal jobs from the OpenJobs index: up to limit / shards per shard, oldest deadline first.
+
+        Read as they are used, and no more than that: a shard's keys page by page up to its share,
+        then its jobs 100 at a time with strongly consistent reads (the index lags the table, so a
+        job may have ended since it was indexed; the caller sees it as it is now).
+        """
         per_shard = max(1, limit // OPEN_SHARDS)
         for shard in range(OPEN_SHARDS):
-            pages = self._client.get_paginator("query").paginate(
-                TableName=self.table_name,
-                IndexName=OPEN_JOBS_INDEX,
-                KeyConditionExpression="#shard = :shard",
-                ExpressionAttributeNames={"#shard": OPEN_SHARD},
-                ExpressionAttributeValues={":shard": {"S": open_shard_key(shard)}},
-            )
-            keys = [{"pk": item["pk"], "sk": item["sk"]} for page in pages for item in page.get("Items", [])]
-            for start in range(0, min(len(keys), per_shard), 100):
-                batch = keys[start : min(start + 100, per_shard)]
-                yield from (job for job in batch_get_jobs(self._client, self.table_name, batch) if job is not None)
+            keys = self._open_keys(shard, per_shard)
+            for start in range(0, len(keys), 100):
+                found = batch_get_jobs(self._client, self.table_name, keys[start : start + 100], consistent=True)
+                yield from (job for job in found if job is not None)
+
+    def _open_keys(self, shard: int, wanted: int) -> list[Item]:
+        keys: list[Item] = []
+        params: dict[str, Any] = {
+            "TableName": self.table_name,
+            "IndexName": OPEN_JOBS_INDEX,
+            "KeyConditionExpression": "#shard = :shard",
+            "ExpressionAttributeNames": {"#shard": OPEN_SHARD},
+            "ExpressionAttributeValues": {":shard": {"S": open_shard_key(shard)}},
+        }
+        while len(keys) < wanted:
+            page = self._client.query(**params, Limit=wanted - len(keys))
+            keys.extend({"pk": item["pk"], "sk": item["sk"]} for item in page.get("Items", []))
+            if "LastEvaluatedKey" not in page:
+                break
+            params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return keys
 
     def get_job(self, job_id: str) -> Job | None:
         response = self._client.get_item(TableName=self.table_name, Key=job_key(job_id), ConsistentRead=True)
@@ -427,10 +569,28 @@ class JobStore:
         item = response.get("Item")
         if not item:
             return None
-        loaded: dict[str, Any] = json.loads(item["input"]["S"])
+        if "input_key" in item:
+            loaded: dict[str, Any] = json.loads(self._payload_store().get(item["input_key"]["S"]))
+        else:
+            loaded = json.loads(item["input"]["S"])
         return loaded
 
     # --- parts ---------------------------------------------------------------------------------
+
+    def _payload_store(self) -> PayloadStore:
+        if self._payloads is None:
+            raise ConfigurationError("JOBS_PAYLOAD_BUCKET: not set; large inputs and bodies are kept in that bucket")
+        return self._payloads
+
+    def _stored_input(self, job_id: str, job_input: dict[str, Any]) -> dict[str, str]:
+        """How an input is stored: its JSON on the item, or past INLINE_BYTES in the bucket by key."""
+        text = input_json(job_input)
+        data = text.encode()
+        if len(data) <= INLINE_BYTES:
+            return {"input": text}
+        key = input_key(job_id)
+        self._payload_store().put(key, data)
+        return {"input_key": key}
 
     def _expiry(self, from_ms: int) -> int:
         """The TTL attribute: retention after `from_ms`, in epoch seconds as DynamoDB's TTL wants it."""
@@ -475,7 +635,8 @@ class JobStore:
         """
         if store_input is not None:
             expr.set("input_stored", True)
-            puts = [*puts, input_item(job.job_id, store_input, job.request_hash, self._expiry(now_ms))]
+            stored = self._stored_input(job.job_id, store_input)
+            puts = [*puts, input_item(job.job_id, stored, job.request_hash, self._expiry(now_ms))]
         if puts:
             self._transact(expr.update_params(self.table_name, job_key(job.job_id)), puts)
         else:
@@ -532,10 +693,12 @@ class JobStore:
         return None
 
 
-def batch_get_jobs(client: DynamoDBClient, table_name: str, keys: list[Item]) -> list[Job | None]:
+def batch_get_jobs(
+    client: DynamoDBClient, table_name: str, keys: list[Item], *, consistent: bool = False
+) -> list[Job | None]:
     """The jobs of up to 100 `keys`, in their order (None where a job is gone)."""
     found: dict[str, Job] = {}
-    request: dict[str, Any] = {table_name: {"Keys": keys}}
+    request: dict[str, Any] = {table_name: {"Keys": keys, "ConsistentRead": consistent}}
     while request:
         response = client.batch_get_item(RequestItems=request)
         for item in response.get("Responses", {}).get(table_name, []):

@@ -1,0 +1,78 @@
+"""PayloadStore: the only code that talks to S3.
+
+It keeps what is too large for a DynamoDB item (which stops at 400 KB): job inputs and raw
+dead-letter bodies past `INLINE_BYTES`. The table's items reference them by key; the bucket's
+lifecycle expires them with the table's retention.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from typing import TYPE_CHECKING
+
+import boto3
+from botocore.exceptions import ClientError
+
+from engine.errors import AiJobsError
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+# Larger inputs and dead-letter bodies go to S3: the item keeps headroom below 400 KB, and each
+# write of an item costs a write unit per KB.
+INLINE_BYTES = 256 * 1024
+
+_SAFE_KEY_PART = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+class PayloadMissingError(AiJobsError):
+    """A referenced payload is gone (expired with the bucket's lifecycle, or deleted)."""
+
+
+def input_key(job_id: str) -> str:
+    return f"inputs/{job_id}.json"
+
+
+def dead_letter_body_key(message_id: str) -> str:
+    # SQS message ids are UUIDs; anything else is named by its hash rather than trusted as a key.
+    part = message_id if _SAFE_KEY_PART.match(message_id) else hashlib.sha256(message_id.encode()).hexdigest()
+    return f"dead-letters/{part}"
+
+
+class PayloadStore:
+    def __init__(self, bucket: str, client: S3Client | None = None) -> None:
+        self.bucket = bucket
+        self._s3 = client
+        self._lock = threading.Lock()
+
+    @property
+    def _client(self) -> S3Client:
+        # Built on first use: most jobs never need the bucket, and an S3 client costs memory and time.
+        with self._lock:
+            if self._s3 is None:
+                self._s3 = boto3.client("s3")
+            return self._s3
+
+    def put(self, key: str, data: bytes) -> None:
+        self._client.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType="application/json")
+
+    def get(self, key: str) -> bytes:
+        try:
+            response = self._client.get_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
+                raise PayloadMissingError(f"payload {key} is gone from the payload bucket") from exc
+            raise
+        return response["Body"].read()
+
+    def refresh(self, key: str) -> None:
+        """Restart a payload's lifetime (a retried job runs again): copy it onto itself."""
+        self._client.copy_object(
+            Bucket=self.bucket,
+            Key=key,
+            CopySource={"Bucket": self.bucket, "Key": key},
+            MetadataDirective="REPLACE",
+            ContentType="application/json",
+        )

@@ -1,0 +1,277 @@
+"""README's "What the stack creates", claim by claim, against template.yaml.
+
+Every bullet of that section has a check here, and every check a bullet: a claim added to README
+without a check, or a check whose claim was removed, fails as surely as a template that drifted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aijobs.stack import TemplateResolver, load_template
+from engine.queue import QUEUE_VISIBILITY_SECONDS
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+TEMPLATE = load_template()
+RESOURCES: dict[str, Any] = TEMPLATE["Resources"]
+REGION, ACCOUNT = "eu-west-1", "123456789012"
+KEY_ARN = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+SECRET_ARN = f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:aijobs-key-AbCdEf"
+
+
+def claims() -> dict[str, str]:
+    """The bullets of README's "What the stack creates": {label: text}."""
+    section = README.read_text().split("### What the stack creates", 1)[1].split("\n## ", 1)[0]
+    return {match[1]: match[2] for match in re.finditer(r"^- \*\*(.+?)\.\*\* (.+)$", section, flags=re.MULTILINE)}
+
+
+def resolver(**parameters: Any) -> TemplateResolver:
+    """The template resolved for `parameters`, every resource named after its logical id."""
+    resolved = TemplateResolver(TEMPLATE, "aijobs", REGION, ACCOUNT, parameters)
+    for name, spec in RESOURCES.items():
+        service = spec["Type"].split("::")[1].lower()
+        resolved.physical[name] = name
+        resolved.arns[name] = f"arn:aws:{service}:{REGION}:{ACCOUNT}:{name}"
+    return resolved
+
+
+def properties(name: str, **parameters: Any) -> dict[str, Any]:
+    resolved: dict[str, Any] = resolver(**parameters).resolve(RESOURCES[name].get("Properties", {}))
+    return resolved
+
+
+def grants(function: str, **parameters: Any) -> dict[str, set[str]]:
+    """{resource: actions} the function's policies allow, resolved for `parameters`."""
+    allowed: dict[str, set[str]] = {}
+    for policy in properties(function, **parameters)["Policies"]:
+        for statement in policy["Statement"]:
+            assert statement["Effect"] == "Allow"
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+            for resource in resources:
+                allowed.setdefault(resource, set()).update(actions)
+    return allowed
+
+
+def statement(function: str, sid: str, **parameters: Any) -> dict[str, Any]:
+    for policy in properties(function, **parameters)["Policies"]:
+        for found in policy["Statement"]:
+            if found.get("Sid") == sid:
+                return dict(found)
+    raise AssertionError(f"{function} has no statement {sid}")
+
+
+TABLE = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:JobsTable"
+QUEUE = f"arn:aws:sqs:{REGION}:{ACCOUNT}:JobsQueue"
+OBJECTS = f"arn:aws:s3:{REGION}:{ACCOUNT}:PayloadBucket/*"
+
+
+# --- the claims ---------------------------------------------------------------------------------
+
+
+def jobs_table(text: str) -> None:
+    table = RESOURCES["JobsTable"]
+    assert table["Properties"]["BillingMode"] == "PAY_PER_REQUEST"
+    assert (table["DeletionPolicy"], table["UpdateReplacePolicy"]) == ("Retain", "Retain")
+    assert "on demand" in text
+    assert "Retain" in text
+
+
+def backups(text: str) -> None:
+    assert properties("JobsTable")["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    assert "Point-in-time recovery is on" in text
+
+
+def table_encryption(text: str) -> None:
+    assert properties("JobsTable")["SSESpecification"] == {"SSEEnabled": True, "SSEType": "KMS"}
+    assert properties("JobsTable", KmsKeyArn=KEY_ARN)["SSESpecification"] == {
+        "SSEEnabled": True,
+        "SSEType": "KMS",
+        "KMSMasterKeyId": KEY_ARN,
+    }
+    assert "aws/dynamodb" in text
+    assert "KmsKeyArn" in text
+
+
+def retention(text: str) -> None:
+    assert properties("JobsTable")["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
+    assert TEMPLATE["Parameters"]["RetentionDays"]["Default"] == 90
+    environment = TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]
+    assert environment["AIJOBS_RETENTION_DAYS"] == {"Ref": "RetentionDays"}
+    assert "`expires_at`" in text
+    assert "default 90" in text
+    assert "AIJOBS_RETENTION_DAYS" in text
+
+
+def payload_bucket(text: str) -> None:
+    bucket = RESOURCES["PayloadBucket"]
+    assert (bucket["DeletionPolicy"], bucket["UpdateReplacePolicy"]) == ("Retain", "Retain")
+    plain = properties("PayloadBucket")
+    assert plain["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True,
+        "BlockPublicPolicy": True,
+        "IgnorePublicAcls": True,
+        "RestrictPublicBuckets": True,
+    }
+    assert plain["OwnershipControls"] == {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}
+    (rule,) = plain["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert rule["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "AES256"}
+    (kms_rule,) = properties("PayloadBucket", KmsKeyArn=KEY_ARN)["BucketEncryption"][
+        "ServerSideEncryptionConfiguration"
+    ]
+    assert kms_rule["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "aws:kms", "KMSMasterKeyID": KEY_ARN}
+    (expiry,) = properties("PayloadBucket", RetentionDays=30)["LifecycleConfiguration"]["Rules"]
+    assert (expiry["Status"], expiry["ExpirationInDays"]) == ("Enabled", 30)
+    (deny,) = properties("PayloadBucketPolicy")["PolicyDocument"]["Statement"]
+    assert (deny["Effect"], deny["Condition"]) == ("Deny", {"Bool": {"aws:SecureTransport": False}})
+    for claim in ("256 KiB", "private", "TLS only", "RetentionDays", "kept when the stack is deleted"):
+        assert claim in text
+
+
+def jobs_queue(text: str) -> None:
+    queue = properties("JobsQueue")
+    worker_timeout = RESOURCES["WorkerFunction"]["Properties"]["Timeout"]
+    assert queue["SqsManagedSseEnabled"] is True
+    assert queue["VisibilityTimeout"] == 6 * worker_timeout == QUEUE_VISIBILITY_SECONDS == 1800
+    assert queue["MessageRetentionPeriod"] == 14 * 86_400
+    assert queue["RedrivePolicy"]["maxReceiveCount"] == 100
+    assert TEMPLATE["Parameters"]["MaxReceiveCount"]["Default"] == 100
+    for claim in ("1800 s", "6 x the worker's 300 s", "14 days", "default 100"):
+        assert claim in text
+
+
+def dead_letter_queue(text: str) -> None:
+    dlq, queue = properties("JobsDeadLetterQueue"), properties("JobsQueue")
+    assert dlq["SqsManagedSseEnabled"] is True
+    assert dlq["MessageRetentionPeriod"] >= queue["MessageRetentionPeriod"]
+    assert dlq["RedriveAllowPolicy"] == {
+        "redrivePermission": "byQueue",
+        "sourceQueueArns": [f"arn:aws:sqs:{REGION}:{ACCOUNT}:aijobs-jobs"],
+    }
+    assert queue["QueueName"] == "aijobs-jobs"
+    assert "14 days" in text
+    assert "only the jobs queue" in text
+
+
+def worker_permissions(text: str) -> None:
+    # With no secret, no Bedrock and no key, the worker touches its table, queue and bucket only.
+    assert grants("WorkerFunction") == {
+        TABLE: {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
+        QUEUE: {"sqs:ChangeMessageVisibility"},
+        OBJECTS: {"s3:GetObject", "s3:PutObject"},
+    }
+    # The provider key: its one secret, and Decrypt through Secrets Manager for that secret only.
+    with_secret = grants("WorkerFunction", AiApiKeySecretArn=SECRET_ARN)
+    assert with_secret[SECRET_ARN] == {"secretsmanager:GetSecretValue"}
+    assert with_secret["*"] == {"kms:Decrypt"}
+    assert statement("WorkerFunction", "DecryptProviderApiKey", AiApiKeySecretArn=SECRET_ARN)["Condition"] == {
+        "StringEquals": {
+            "kms:ViaService": f"secretsmanager.{REGION}.amazonaws.com",
+            "kms:EncryptionContext:SecretARN": SECRET_ARN,
+        }
+    }
+    # Bedrock: the configured models only, never a wildcard model outside an inference profile.
+    bedrock = {"AiProvider": "bedrock", "AiModelPrimary": "us.anthropic.claude-3-5-haiku-20241022-v1:0"}
+    profile = f"arn:aws:bedrock:{REGION}:{ACCOUNT}:inference-profile/us.anthropic.claude-3-5-haiku-20241022-v1:0"
+    invoked = {
+        resource
+        for resource, actions in grants("WorkerFunction", **bedrock).items()
+        if actions == {"bedrock:InvokeModel"}
+    }
+    assert invoked == {
+        f"arn:aws:bedrock:{REGION}::foundation-model/us.anthropic.claude-3-5-haiku-20241022-v1:0",
+        profile,
+        "arn:aws:bedrock:*::foundation-model/*",
+    }
+    routed = statement("WorkerFunction", "InvokeModelsThroughConfiguredProfiles", **bedrock)
+    assert routed["Condition"] == {"StringEquals": {"bedrock:InferenceProfileArn": [profile]}}
+    with_fallback = grants("WorkerFunction", **bedrock, AiModelFallback="amazon.nova-lite-v1:0")
+    assert f"arn:aws:bedrock:{REGION}::foundation-model/amazon.nova-lite-v1:0" in with_fallback
+    assert not any("bedrock" in resource for resource in grants("WorkerFunction"))
+    # A customer managed key: Decrypt and GenerateDataKey, through DynamoDB and S3 only.
+    assert grants("WorkerFunction", KmsKeyArn=KEY_ARN)[KEY_ARN] == {"kms:Decrypt", "kms:GenerateDataKey"}
+    assert via_services("WorkerFunction", "UseTableAndPayloadKey") == {
+        f"dynamodb.{REGION}.amazonaws.com",
+        f"s3.{REGION}.amazonaws.com",
+    }
+    for claim in ("`ChangeMessageVisibility` only", "configured model ids only", "`GetSecretValue`", "`KmsKeyArn`"):
+        assert claim in text
+
+
+def via_services(function: str, sid: str) -> set[str]:
+    services = statement(function, sid, KmsKeyArn=KEY_ARN)["Condition"]["StringEquals"]["kms:ViaService"]
+    return set(services) if isinstance(services, list) else {services}
+
+
+def dead_letter_function_permissions(text: str) -> None:
+    assert grants("DeadLetterFunction") == {
+        TABLE: {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
+        OBJECTS: {"s3:PutObject"},
+    }
+    assert grants("DeadLetterFunction", KmsKeyArn=KEY_ARN)[KEY_ARN] == {"kms:Decrypt", "kms:GenerateDataKey"}
+    assert via_services("DeadLetterFunction", "UseTableAndPayloadKey") == via_services(
+        "WorkerFunction", "UseTableAndPayloadKey"
+    )
+    assert "`PutObject`" in text
+
+
+def reconciler_permissions(text: str) -> None:
+    assert grants("ReconcilerFunction") == {
+        f"{TABLE}/index/OpenJobs": {"dynamodb:Query"},
+        TABLE: {"dynamodb:BatchGetItem", "dynamodb:UpdateItem"},
+        QUEUE: {"sqs:SendMessage"},
+    }
+    assert grants("ReconcilerFunction", KmsKeyArn=KEY_ARN)[KEY_ARN] == {"kms:Decrypt"}
+    assert via_services("ReconcilerFunction", "UseTableKey") == {f"dynamodb.{REGION}.amazonaws.com"}
+    (schedule,) = RESOURCES["ReconcilerFunction"]["Properties"]["Events"].values()
+    assert schedule["Properties"]["ScheduleExpression"] == "rate(5 minutes)"
+    assert "every 5 minutes" in text
+
+
+def alarms(text: str) -> None:
+    names = {name for name, spec in RESOURCES.items() if spec["Type"] == "AWS::CloudWatch::Alarm"}
+    assert names == {"DeadLetterAlarm", "DeadLetterBacklogAlarm", "WorkerErrorsAlarm"}
+    for name in names:
+        assert properties(name, AlarmTopicArn=f"arn:aws:sns:{REGION}:{ACCOUNT}:ops")["AlarmActions"] == [
+            f"arn:aws:sns:{REGION}:{ACCOUNT}:ops"
+        ]
+        assert "AlarmActions" not in properties(name)
+        assert f"`{name}`" in text
+
+
+def logs(text: str) -> None:
+    functions = {name for name, spec in RESOURCES.items() if spec["Type"] == "AWS::Serverless::Function"}
+    for function in functions:
+        group = RESOURCES[function]["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
+        assert RESOURCES[group]["Properties"]["RetentionInDays"] == 30
+    assert "30 days" in text
+
+
+CHECKS: dict[str, Callable[[str], None]] = {
+    "Jobs table": jobs_table,
+    "Backups": backups,
+    "Table encryption": table_encryption,
+    "Retention": retention,
+    "Payload bucket": payload_bucket,
+    "Jobs queue": jobs_queue,
+    "Dead-letter queue": dead_letter_queue,
+    "Worker permissions": worker_permissions,
+    "Dead-letter function permissions": dead_letter_function_permissions,
+    "Reconciler permissions": reconciler_permissions,
+    "Alarms": alarms,
+    "Logs": logs,
+}
+
+
+def test_every_claim_of_readme_has_a_check_and_every_check_a_claim() -> None:
+    assert set(claims()) == set(CHECKS)
+
+
+@pytest.mark.parametrize("label", sorted(CHECKS))
+def test_the_claim_holds_in_the_template(label: str) -> None:
+    CHECKS[label](claims()[label])
