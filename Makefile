@@ -34,8 +34,8 @@ test: $(STAMP)
 	$(BIN)/pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src aijobs tests bench
+	$(BIN)/ruff format --check src aijobs tests bench
 	$(BIN)/mypy
 
 # sam validate --lint, cfn-lint and cfn-lint's serverless rules: all must be clean.

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import boto3
 from moto import mock_aws
@@ -31,25 +31,28 @@ from rich.table import Table
 
 from aijobs.client import AiJobsClient
 from aijobs.local.devstack import LOCAL_CREDENTIALS
+from aijobs.local.lambda_events import InvocationContext, sqs_event, sqs_record
+from aijobs.local.moto_patches import fit_moto
 from aijobs.local.provider import LocalProvider
 from aijobs.stack import StackResources, create_stack_resources
 from bench.capacity import Index, WriteMeter, item_size, units
-from bench.shapes import LambdaContext, message, sqs_event
+from bench.shapes import message
+from engine.core import Delivery
+from engine.core.errors import ProviderRejectedError, ProviderUnavailableError
+from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
-from engine.errors import ProviderRejectedError, ProviderUnavailableError
 from engine.gateway import (
     Completion,
     CompletionRequest,
     ModelGateway,
     ModelTiers,
-    OpenAICompatibleProvider,
-    static_api_key,
 )
+from engine.gateway.openai import OpenAICompatibleProvider, static_api_key
 from engine.intake import parse_message
 from engine.observability import logger as engine_logger
 from engine.queue import JobQueue
-from engine.runner import Delivery, JobRunner
-from engine.store import JobStore
+from engine.runner import JobRunner
+from engine.store import DynamoJobStore, JobListing, UsageLedger
 from engine.worker import Worker
 
 CREDENTIALS = LOCAL_CREDENTIALS
@@ -99,13 +102,20 @@ class InstantProvider:
 def moto_stack() -> Iterator[StackResources]:
     os.environ.update(CREDENTIALS)
     os.environ.pop("AWS_ENDPOINT_URL", None)
+    fit_moto()
     with mock_aws():
         yield create_stack_resources(f"bench-{uuid.uuid4().hex[:6]}")
 
 
+def runner_on(store: DynamoJobStore, provider: Any) -> JobRunner:
+    """The engine's runner on `store` and `provider`, as engine.wiring.build_worker makes it."""
+    registry = JobRegistry()
+    gateway = ModelGateway(provider, ModelTiers("gpt-4o-mini"))
+    return JobRunner(store, gateway, registry, DeadLetterRecorder(store, registry), rng=random.Random(1))
+
+
 def runner_for(stack: StackResources, provider: Any, client: Any) -> JobRunner:
-    store = JobStore(stack.table_name, client=client)
-    return JobRunner(store, ModelGateway(provider, ModelTiers("gpt-4o-mini")), JobRegistry(), rng=random.Random(1))
+    return runner_on(DynamoJobStore(stack.table_name, client=client), provider)
 
 
 # --- 1. requests per path ------------------------------------------------------------------------
@@ -132,7 +142,7 @@ def requests_per_path() -> list[Figure]:
         paths["duplicate of a finished job"] = counter.take()
         # A job another worker holds: claimed first under another owner, by an uncounted client.
         new_job = parse_message(message("held"), "m-held", JobRegistry()).new_job
-        other = JobStore(stack.table_name, client=boto3.client("dynamodb"))
+        other = DynamoJobStore(stack.table_name, client=boto3.client("dynamodb"))
         other.claim_job("held", "another-worker", 60_000, int(time.time() * 1000), new_job)
         ok.process(Delivery("m-held", message("held")))
         paths["duplicate of a held job"] = counter.take()
@@ -159,9 +169,9 @@ def requests_per_path() -> list[Figure]:
 
 
 def timed_batch(worker: Worker, size: int) -> float:
-    event = sqs_event([message(f"batch-{size}-{uuid.uuid4().hex[:8]}") for _ in range(size)])
+    event = sqs_event(*(sqs_record(message(f"batch-{size}-{uuid.uuid4().hex[:8]}")) for _ in range(size)))
     started = time.perf_counter()
-    response = worker.handle(event, cast(Any, LambdaContext()))
+    response = worker.handle(event, InvocationContext())
     elapsed = time.perf_counter() - started
     if response["batchItemFailures"]:
         raise RuntimeError(f"a bench batch failed: {response}")
@@ -170,9 +180,7 @@ def timed_batch(worker: Worker, size: int) -> float:
 
 def http_worker(environment: dict[str, str], table_name: str) -> Worker:
     provider = OpenAICompatibleProvider(environment["AI_BASE_URL"], static_api_key(None))
-    gateway = ModelGateway(provider, ModelTiers("gpt-4o-mini"))
-    runner = JobRunner(JobStore(table_name), gateway, JobRegistry(), rng=random.Random(1))
-    return Worker(runner, JobQueue(environment["JOBS_QUEUE_URL"]))
+    return Worker(runner_on(DynamoJobStore(table_name), provider), JobQueue(environment["JOBS_QUEUE_URL"]))
 
 
 def batch_ratio(latency_seconds: float, rounds: int = 3) -> tuple[float, float]:
@@ -368,11 +376,16 @@ def write_units_of_large_input(input_kb: int = 50) -> tuple[int, int, int, int]:
     with moto_stack() as stack:
         client, reader = boto3.client("dynamodb"), boto3.client("dynamodb")
         meter = WriteMeter(client, reader, stack.table_name, indexes)
-        store = JobStore(stack.table_name, client=client)
-        jobs = AiJobsClient(store, JobQueue(stack.queue_url), JobRegistry())
+        store = DynamoJobStore(stack.table_name, client=client)
+        jobs = AiJobsClient(
+            store,
+            JobQueue(stack.queue_url),
+            JobRegistry(),
+            listing=JobListing(stack.table_name, client),
+            ledger=UsageLedger(stack.table_name, client),
+        )
         jobs.submit("summarize", "bench", job_input, job_id="large-submitted")
-        summary = InstantSummary()
-        runner = JobRunner(store, ModelGateway(summary, ModelTiers("gpt-4o-mini")), JobRegistry())
+        runner = runner_on(store, InstantSummary())
         runner.process(Delivery("m-large-1", json.dumps({"job_id": "large-submitted"})))
         submitted_units, submitted_requests = meter.total, meter.requests
         input_item = reader.get_item(

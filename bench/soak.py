@@ -9,12 +9,10 @@ when every job is terminal (or the time budget passes); the queue is then draine
 compares what happened with the plan. The exit status is 1 when any check fails.
 
 Concessions to the harness, none to the engine (the table's caption repeats them):
-- moto is not linearizable (two threads' conditional writes can both pass), so the engine's
-  DynamoDB requests, and the soak's own reads while it runs, take one lock;
-- moto's TransactWriteItems deep-copies the whole table for its rollback, and its server lists its
-  own package directory on every request; both are patched in this process (same results, far less
-  time), and messages are fed keeping at most --queue-depth on the queue, because moto's SQS
-  requests cost time in proportion to the queue's depth;
+- moto is fitted as everywhere else (aijobs.local.moto_patches): DynamoDB operations one at a time
+  (moto alone is not linearizable), transaction rollbacks of the touched items only and server
+  routing cached (same results, far less time); messages are fed keeping at most --queue-depth on
+  the queue, because moto's SQS requests cost time in proportion to the queue's depth;
 - the visibility the engine sets (backoff, Retry-After, a held duplicate's remaining lease) is capped
   at --visibility-clamp seconds, so that retries happen within the run; the table counts the capped
   ones and the longest delay asked for;
@@ -28,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import json
 import logging
 import os
@@ -41,33 +38,32 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import boto3
-from moto.server import ThreadedMotoServer
 from rich.console import Console
 from rich.table import Table
 
 from aijobs.local import LocalProvider, ServedRequest, prompt_hash
-from aijobs.local.devstack import LOCAL_CREDENTIALS
+from aijobs.local.aws import LocalAws
+from aijobs.local.devstack import local_session
 from aijobs.local.poller import EventSourceMapping
-from aijobs.local.serial import SerializedClient
 from aijobs.stack import StackResources, create_stack_resources
+from engine.aws_errors import is_transient
 from engine.config import Settings, load_settings
+from engine.core import ErrorCode, Job, JobStatus
+from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import BUILTIN_DEFINITIONS, JobRegistry
 from engine.definitions.classify import CLASSIFY
-from engine.errors import ErrorCode
 from engine.gateway import build_gateway
-from engine.models import Job, JobStatus
 from engine.queue import JobQueue
 from engine.runner import JobRunner
-from engine.store import JobStore
 from engine.store.items import from_item, job_from_item, job_key
-from engine.store.jobs import default_client
+from engine.wiring import Aws, build_store
 from engine.worker import Worker
 
 if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
+    pass
 
 API_KEY = "sk-soak"
 MODEL = "local-model"
@@ -198,87 +194,11 @@ def plan_jobs(count: int, fault_share: float, rng: random.Random, registry: JobR
 # --- the harness around the engine ----------------------------------------------------------------
 
 
-def patch_moto_transaction_rollback() -> bool:
-    """Make moto's TransactWriteItems keep a copy of the items it touches rather than of the whole table.
-
-    moto deep-copies every table a transaction names, as its rollback copy: O(table) per transaction,
-    half a second once the table holds a few thousand items, which would make the soak measure moto.
-    Here the transaction runs with that copy skipped and, when it fails, puts back the items it
-    touched as they were: the same outcome. This changes the moto server in this process only.
-    Returns False (and changes nothing) when moto's internals are not the ones this expects.
-    """
-    import copy as stdlib_copy
-
-    from moto.dynamodb import models as dynamodb_models
-    from moto.dynamodb.models.table import Table
-
-    backend_class = dynamodb_models.DynamoDBBackend
-    original = backend_class.transact_write_items
-    if getattr(original, "soak_patched", False):
-        return True
-    if getattr(dynamodb_models, "copy", None) is not stdlib_copy:
-        return False
-
-    class _CopyKeepingTables:
-        """`copy` as moto.dynamodb.models sees it: deep copies of a Table are the table itself."""
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(stdlib_copy, name)
-
-        @staticmethod
-        def deepcopy(value: Any, memo: dict[int, Any] | None = None) -> Any:
-            return value if isinstance(value, Table) else stdlib_copy.deepcopy(value, memo)
-
-    def touched_items(backend: Any, transact_items: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], Any]]:
-        touched = []
-        for entry in transact_items:
-            for operation, request in entry.items():
-                table = backend.tables.get(request.get("TableName"))
-                if table is None:
-                    continue
-                attributes = request["Item"] if operation == "Put" else request.get("Key", {})
-                key_names = [name for name in (table.hash_key_attr, table.range_key_attr) if name]
-                key = {name: attributes[name] for name in key_names if name in attributes}
-                if len(key) != len(key_names):
-                    continue  # moto itself rejects the request
-                current = backend.get_item(table.name, key)
-                touched.append(
-                    (table.name, key, stdlib_copy.deepcopy(current.to_json()["Attributes"]) if current else None)
-                )
-        return touched
-
-    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
-        touched = touched_items(self, transact_items)
-        try:
-            original(self, transact_items)
-        except Exception:
-            for table_name, key, attributes in reversed(touched):
-                if attributes is None:
-                    self.delete_item(table_name, key)
-                else:
-                    self.put_item(table_name, attributes)
-            raise
-
-    transact_write_items.soak_patched = True  # type: ignore[attr-defined]
-    dynamodb_models.copy = _CopyKeepingTables()  # type: ignore[attr-defined,assignment]
-    backend_class.transact_write_items = transact_write_items  # type: ignore[method-assign]
-    return True
-
-
-def patch_moto_server_routing() -> None:
-    """Cache the list of moto's service modules, which moto's server reads from disk on every request."""
-    from moto import backends
-
-    if not hasattr(backends.list_of_moto_modules, "cache_info"):
-        modules = tuple(backends.list_of_moto_modules())
-        backends.list_of_moto_modules = functools.cache(lambda: modules)
-
-
 class ClampedQueue(JobQueue):
     """The engine's JobQueue with every visibility change capped, and the delays asked for counted."""
 
-    def __init__(self, queue_url: str, clamp_seconds: int) -> None:
-        super().__init__(queue_url)
+    def __init__(self, queue_url: str, client: Any, clamp_seconds: int) -> None:
+        super().__init__(queue_url, client)
         self.clamp_seconds = clamp_seconds
         self.asked: Counter[int] = Counter()
         self._lock = threading.Lock()
@@ -289,19 +209,21 @@ class ClampedQueue(JobQueue):
         super().change_visibility(receipt_handle, min(seconds, self.clamp_seconds))
 
 
-def build_soak_worker(settings: Settings, lock: threading.Lock, clamp_seconds: int) -> tuple[Worker, ClampedQueue]:
-    """engine.worker.build_worker, with the store's client behind `lock`, the quick job type, the clamp."""
+def build_soak_worker(settings: Settings, session: boto3.Session, clamp_seconds: int) -> tuple[Worker, ClampedQueue]:
+    """engine.wiring.build_worker, with the quick job type and the clamp."""
     registry = JobRegistry([*BUILTIN_DEFINITIONS, QUICK_CLASSIFY])
     registry.load_modules(settings.aijobs_job_modules)
-    client = cast("DynamoDBClient", SerializedClient(default_client(), lock))
-    store = JobStore(settings.jobs_table_name, client=client, retention_days=settings.aijobs_retention_days)
+    aws = Aws(settings, session)
+    store = build_store(settings, aws)
     runner = JobRunner(
         store,
         build_gateway(settings),
         registry,
+        DeadLetterRecorder(store, registry),
         default_lease_ms=settings.aijobs_default_lease_seconds * 1000,
+        is_transient=is_transient,
     )
-    queue = ClampedQueue(settings.jobs_queue_url, clamp_seconds)
+    queue = ClampedQueue(settings.jobs_queue_url, aws.client("sqs"), clamp_seconds)
     return Worker(runner, queue), queue
 
 
@@ -336,21 +258,6 @@ def engine_output_to(path: str, tally: LogTally) -> Iterator[None]:
             for handler, original in zip(streams, originals, strict=True):
                 if original is not None:
                     handler.setStream(original)
-
-
-def local_environment(endpoint: str) -> None:
-    """Credentials that go nowhere but the local endpoint: the soak never touches a real account."""
-    os.environ.update(
-        {
-            "AWS_ENDPOINT_URL": endpoint,
-            **LOCAL_CREDENTIALS,
-            "AWS_REGION": REGION,
-            "NO_PROXY": "127.0.0.1,localhost",
-            "no_proxy": "127.0.0.1,localhost",
-        }
-    )
-    os.environ.pop("AWS_PROFILE", None)
-    os.environ.pop("AWS_SESSION_TOKEN", None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,9 +330,9 @@ class Feeder(threading.Thread):
 class StatusReader:
     """Which jobs are not terminal yet: BatchGetItem over the ones still pending, behind the engine's lock."""
 
-    def __init__(self, table_name: str, lock: threading.Lock, job_ids: Sequence[str]) -> None:
+    def __init__(self, table_name: str, client: Any, job_ids: Sequence[str]) -> None:
         self._table_name = table_name
-        self._client = SerializedClient(boto3.client("dynamodb"), lock)
+        self._client = client
         self.pending = set(job_ids)
 
     def refresh(self) -> int:
@@ -480,8 +387,7 @@ class TableContents:
     dead_letters: int = 0
 
 
-def read_table(table_name: str) -> TableContents:
-    client = boto3.client("dynamodb")
+def read_table(client: Any, table_name: str) -> TableContents:
     contents = TableContents()
     kwargs: dict[str, Any] = {"TableName": table_name, "ConsistentRead": True}
     while True:
@@ -683,17 +589,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     console, progress = Console(width=max(Console().width, 120)), Console(stderr=True, soft_wrap=True)
     rng = random.Random(args.seed)
-    lock = threading.Lock()
     tally = LogTally()
     log_path = os.path.join(tempfile.gettempdir(), f"aijobs-soak-{os.getpid()}.log")
-    patched = patch_moto_transaction_rollback()
-    patch_moto_server_routing()
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # the moto server's access log
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    local_environment(f"http://{host}:{port}")
-    stack: StackResources = create_stack_resources("soak", session=boto3.Session(region_name=REGION))
+    aws = LocalAws().start()  # moto fitted by aijobs.local.moto_patches
+    endpoint = aws.endpoint_url
+    # Credentials that go nowhere but the local endpoint: the soak never touches a real account.
+    session = local_session()
+    stack: StackResources = create_stack_resources("soak", session=session, endpoint_url=endpoint)
     provider = LocalProvider(
         api_key=API_KEY,
         latency_seconds=PROVIDER_LATENCY_SECONDS,
@@ -703,8 +606,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = Report()
     suspects: list[str] = []
     try:
-        os.environ.update(
-            stack.environment()
+        environment = (
+            {"AWS_ENDPOINT_URL": endpoint}
+            | stack.environment()
             | {
                 "AI_BASE_URL": provider.url,
                 "AI_API_KEY": API_KEY,
@@ -715,24 +619,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "AIJOBS_MODEL_PRICES": json.dumps({MODEL: [str(price) for price in PRICE_PER_MILLION]}),
             }
         )
-        settings = load_settings()
+        settings = load_settings(environment)
         registry = JobRegistry([*BUILTIN_DEFINITIONS, QUICK_CLASSIFY])
         jobs = plan_jobs(args.jobs, args.fault_share, rng, registry)
-        sqs = boto3.client("sqs")
+        sqs = session.client("sqs", endpoint_url=endpoint)
+        dynamodb = session.client("dynamodb", endpoint_url=endpoint)
         deliveries = delivery_order(jobs, rng)
         feeder = Feeder(sqs, stack.queue_url, deliveries, args.queue_depth)
 
         with engine_output_to(log_path, tally):
-            worker, queue = build_soak_worker(settings, lock, args.visibility_clamp)
+            worker, queue = build_soak_worker(settings, session, args.visibility_clamp)
             mapping = EventSourceMapping(
                 stack.queue_url,
                 worker.handle,
+                sqs_client=sqs,
                 concurrency=args.concurrency,
                 wait_seconds=1,
                 batching_window_seconds=1.0,
                 function_timeout_seconds=300,
             )
-            reader = StatusReader(stack.table_name, lock, [job.job_id for job in jobs])
+            reader = StatusReader(stack.table_name, dynamodb, [job.job_id for job in jobs])
             started = time.monotonic()
 
             def show_progress() -> None:
@@ -749,7 +655,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             feeder.start()
             mapping.start()
             try:
-                # Reading 1000 jobs' status takes the engine's lock for a while: only once all are sent.
+                # Reading 1000 jobs' status holds moto's lock for a while: only once all are sent.
                 all_terminal = wait_for(lambda: feeder.done and reader.refresh() == 0, args.budget, show_progress)
                 terminal_at = time.monotonic() - started
                 drained = wait_for(
@@ -760,7 +666,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 mapping.stop(timeout=30)
         elapsed = time.monotonic() - started
 
-        contents = read_table(stack.table_name)
+        contents = read_table(dynamodb, stack.table_name)
         provider_log = provider.log
         report.figure("jobs", f"{len(jobs)} ({sum(1 for job in jobs if job.plan.label != 'no fault')} with a fault)")
         report.check("messages sent (2-3 copies a job, some delayed)", len(deliveries), feeder.sent)
@@ -791,12 +697,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         report.figure("elapsed", f"{elapsed:.1f}s")
     finally:
         provider.stop()
-        server.stop()
+        aws.stop()
 
     caption = (
-        "Harness: moto's DynamoDB requests serialized behind one lock"
-        + ("; moto's transaction rollback copies touched items only" if patched else "")
-        + "; moto's server routing cached"
+        "Harness: moto fitted by aijobs.local.moto_patches (DynamoDB operations one at a time,"
+        " transaction rollback of the touched items only, server routing cached)"
         + f"; engine-set visibilities capped at {args.visibility_clamp}s; messages fed keeping at most"
         f" {args.queue_depth} on the queue. Engine log: {log_path}"
     )

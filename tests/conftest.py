@@ -11,15 +11,21 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from aijobs.local.moto_patches import fit_moto
 from aijobs.stack import StackResources, create_stack_resources
+from engine.aws_errors import is_transient
+from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
 from engine.gateway import ModelGateway, ModelTiers
 from engine.queue import JobQueue
 from engine.runner import JobRunner
-from engine.store import JobStore
+from engine.store import DynamoJobStore
 from engine.store.payloads import PayloadStore
 from engine.worker import Worker
 from tests.support.providers import FakeProvider
+
+# moto as the tests, the soak and the embedded stack all run it: linearizable, with cheap transactions.
+fit_moto()
 
 
 @pytest.fixture(autouse=True)
@@ -74,12 +80,13 @@ def dynamodb_requests(dynamodb: Any) -> RequestCounter:
 
 @pytest.fixture
 def payloads(stack: StackResources) -> PayloadStore:
-    return PayloadStore(stack.payload_bucket, client=boto3.client("s3"))
+    s3 = boto3.client("s3")
+    return PayloadStore(stack.payload_bucket, lambda: s3)
 
 
 @pytest.fixture
-def store(stack: StackResources, dynamodb: Any, payloads: PayloadStore) -> JobStore:
-    return JobStore(stack.table_name, client=dynamodb, payloads=payloads)
+def store(stack: StackResources, dynamodb: Any, payloads: PayloadStore) -> DynamoJobStore:
+    return DynamoJobStore(stack.table_name, client=dynamodb, payloads=payloads)
 
 
 @pytest.fixture
@@ -93,8 +100,10 @@ def registry() -> JobRegistry:
 
 
 @pytest.fixture
-def runner(store: JobStore, provider: FakeProvider, registry: JobRegistry) -> JobRunner:
-    return JobRunner(store, ModelGateway(provider, ModelTiers("gpt-4o-mini")), registry, rng=random.Random(7))
+def runner(store: DynamoJobStore, provider: FakeProvider, registry: JobRegistry) -> JobRunner:
+    gateway = ModelGateway(provider, ModelTiers("gpt-4o-mini"))
+    recorder = DeadLetterRecorder(store, registry)
+    return JobRunner(store, gateway, registry, recorder, rng=random.Random(7), is_transient=is_transient)
 
 
 @pytest.fixture

@@ -1,32 +1,39 @@
-"""Settings, parsed once from the environment. Nothing else in the engine reads os.environ."""
+"""Settings, parsed once from the environment: the only code of the engine that reads it.
+
+Each Lambda handler calls `load_settings()` once, on its first invocation, and builds its parts
+from the result (engine.wiring); tests and the embedded stack build Settings themselves and pass
+them in. docs/configuration.md lists the variables.
+"""
 
 from __future__ import annotations
 
 import ipaddress
 import json
 import os
+from collections.abc import Mapping
 from decimal import Decimal
-from functools import lru_cache
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-from engine.errors import ConfigurationError
+from engine.core.errors import ConfigurationError
+
+HttpUrl = Annotated[str, Field(pattern=r"^https?://\S+$")]
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(case_sensitive=False, extra="ignore", frozen=True)
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
 
     jobs_table_name: Annotated[str, Field(min_length=3, max_length=255)]
-    jobs_queue_url: Annotated[str, Field(pattern=r"^https?://\S+$")]
-    jobs_dlq_url: Annotated[str | None, Field(pattern=r"^https?://\S+$")] = None
+    jobs_queue_url: HttpUrl
     # Inputs and dead-letter bodies too large for a DynamoDB item are kept here (S3).
     jobs_payload_bucket: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")]
+    # boto3's own override: one local endpoint for every AWS service (the embedded stack).
+    aws_endpoint_url: HttpUrl | None = None
 
     ai_provider: Literal["openai", "bedrock"] = "openai"
-    ai_base_url: Annotated[str, Field(pattern=r"^https?://\S+$")] = "https://api.openai.com/v1"
+    ai_base_url: HttpUrl = "https://api.openai.com/v1"
     ai_api_key: SecretStr | None = None
     ai_api_key_secret_arn: Annotated[str | None, Field(pattern=r"^arn:aws[a-z-]*:secretsmanager:\S+$")] = None
     ai_model_primary: Annotated[str, Field(min_length=1)] = "gpt-4o-mini"
@@ -37,14 +44,29 @@ class Settings(BaseSettings):
     aijobs_repair_attempts: Annotated[int, Field(ge=0, le=3)] = 1
 
     # Price overrides, JSON: {"model-id": [usd_per_million_input, usd_per_million_output]}.
-    aijobs_model_prices: Annotated[dict[str, tuple[Decimal, Decimal]], NoDecode] = Field(default_factory=dict)
-    aijobs_job_modules: Annotated[tuple[str, ...], NoDecode] = ()
+    aijobs_model_prices: dict[str, tuple[Decimal, Decimal]] = Field(default_factory=dict)
+    aijobs_job_modules: tuple[str, ...] = ()
     # Kept after a job ends before DynamoDB's TTL removes its items.
     aijobs_retention_days: Annotated[int, Field(ge=1, le=3650)] = 90
     # The lease when the worker runs outside Lambda with no context to read a deadline from.
     aijobs_default_lease_seconds: Annotated[int, Field(ge=10, le=900)] = 300
 
-    @field_validator("jobs_dlq_url", "ai_api_key_secret_arn", "ai_model_fallback", "ai_api_key", mode="before")
+    # X-Ray tracing: on in Lambda (LAMBDA_TASK_ROOT is set), unless POWERTOOLS_TRACE_DISABLED.
+    lambda_task_root: str | None = None
+    powertools_trace_disabled: bool = False
+
+    @property
+    def tracing_enabled(self) -> bool:
+        return bool(self.lambda_task_root) and not self.powertools_trace_disabled
+
+    @field_validator(
+        "aws_endpoint_url",
+        "ai_api_key_secret_arn",
+        "ai_model_fallback",
+        "ai_api_key",
+        "lambda_task_root",
+        mode="before",
+    )
     @classmethod
     def _empty_is_unset(cls, value: object) -> object:
         # CloudFormation cannot omit a variable, so an empty string means "not configured".
@@ -62,7 +84,6 @@ class Settings(BaseSettings):
     @field_validator("aijobs_model_prices", mode="before")
     @classmethod
     def _parse_json(cls, value: object) -> object:
-        # Parsed here rather than by pydantic-settings so that bad JSON is a field error naming the variable.
         if isinstance(value, str):
             try:
                 return json.loads(value)
@@ -77,6 +98,11 @@ class Settings(BaseSettings):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
 
+    @field_validator("powertools_trace_disabled", mode="before")
+    @classmethod
+    def _flag(cls, value: object) -> object:
+        return value.strip().lower() in {"1", "true", "yes", "on"} if isinstance(value, str) else value
+
 
 def _is_local_host(host: str) -> bool:
     if host == "localhost" or host.endswith(".localhost") or host == "host.docker.internal":
@@ -87,27 +113,14 @@ def _is_local_host(host: str) -> bool:
         return False
 
 
-def tracing_enabled() -> bool:
-    """Whether X-Ray tracing is on: in Lambda, unless POWERTOOLS_TRACE_DISABLED says otherwise."""
-    disabled = os.environ.get("POWERTOOLS_TRACE_DISABLED", "false").lower() in {"1", "true", "yes", "on"}
-    return bool(os.environ.get("LAMBDA_TASK_ROOT")) and not disabled
-
-
-def read_ai_base_url() -> str | None:
-    """AI_BASE_URL when the environment sets it: `aijobs dev` then uses that provider, not its own."""
-    return os.environ.get("AI_BASE_URL") or None
-
-
-def load_settings() -> Settings:
-    """Parse the environment, or fail with one line naming the variable."""
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Parse the environment (names in any case), or fail with one line naming the variable."""
+    fields = Settings.model_fields
+    source = os.environ if environ is None else environ
+    values: dict[str, Any] = {name.lower(): value for name, value in source.items() if name.lower() in fields}
     try:
-        return Settings()
+        return Settings.model_validate(values)
     except ValidationError as exc:
         first = exc.errors()[0]
         variable = str(first["loc"][0]).upper() if first["loc"] else "environment"
         raise ConfigurationError(f"{variable}: {first['msg']}") from exc
-
-
-@lru_cache(maxsize=1)
-def get_settings() -> Settings:
-    return load_settings()

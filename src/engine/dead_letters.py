@@ -15,25 +15,30 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from functools import lru_cache
+from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from engine.config import get_settings
+from engine.core import ErrorCode, Job, JobErrorInfo, JobStatus
+from engine.core.ports import DeadLetterStore
 from engine.definitions import JobRegistry
-from engine.errors import ErrorCode
 from engine.intake import BadMessageError, JobRequest, parse_message, sha256_hex
-from engine.models import Job, JobErrorInfo, JobStatus
 from engine.observability import log_unexpected, logger, metrics
-from engine.store import JobStore
 
 
 class DeadLetterRecorder:
-    def __init__(self, store: JobStore, registry: JobRegistry, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, store: DeadLetterStore, registry: JobRegistry, clock: Callable[[], float] = time.time) -> None:
         self._store = store
         self._registry = registry
         self._clock = clock
+
+    def handle(self, event: dict[str, Any], context: LambdaContext | None) -> dict[str, Any]:
+        """A batch of the dead-letter queue; a record that could not be stored is reported and stays."""
+        processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+        return dict(process_partial_response(event, self.handle_record, processor, context))
 
     def handle_record(self, record: SQSRecord) -> str:
         """The record handler of the dead-letter queue's batch processor."""
@@ -54,8 +59,7 @@ class DeadLetterRecorder:
     ) -> str:
         """Keep the message, then end the job it names with `code`; returns what became of the job."""
         reason = reason or f"reached the dead-letter queue after {receive_count} receives"
-        now = self._now_ms()
-        self._store.record_dead_letter(message_id, body, attributes, receive_count, reason, now)
+        now = self.keep(message_id, body, attributes, receive_count, reason)
         error = JobErrorInfo(code, reason, retryable=False)
         request, bad = self._parse(body, message_id)
         job_id = request.job_id if request else bad.job_id if bad else None
@@ -65,6 +69,12 @@ class DeadLetterRecorder:
         if job is None:
             return self._create(job_id, body, request, bad, error, now)
         return self._settle(job, request, error, now, message_id)
+
+    def keep(self, message_id: str, body: str, attributes: dict[str, str], receive_count: int, reason: str) -> int:
+        """Keep the message durably, touching no job; returns the time it was recorded at."""
+        now = self._now_ms()
+        self._store.record_dead_letter(message_id, body, attributes, receive_count, reason, now)
+        return now
 
     def fail_bad_message(self, bad: BadMessageError, body: str, now_ms: int) -> Job | None:
         """Record the job a bad message names as `failed` with the message's error.
@@ -77,7 +87,7 @@ class DeadLetterRecorder:
         error = bad.error
         return self._store.create_failed_job(
             bad.job_id,
-            JobErrorInfo(error.code, error.message, error.retryable),
+            error.info(),
             now_ms,
             job_type=bad.known("job_type"),
             user_id=bad.known("user_id"),
@@ -137,9 +147,3 @@ class DeadLetterRecorder:
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
-
-
-@lru_cache(maxsize=1)
-def get_recorder() -> DeadLetterRecorder:
-    settings = get_settings()
-    return DeadLetterRecorder(JobStore.from_settings(settings), JobRegistry.from_settings(settings))

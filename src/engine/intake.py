@@ -9,11 +9,11 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from engine.core import NewJob
+from engine.core.errors import AiJobsError, InputValidationError, JobError, SchemaVersionMismatchError
 from engine.definitions import JobDefinition, JobRegistry
 from engine.definitions.base import one_line_error
-from engine.errors import AiJobsError, InputValidationError, JobError, SchemaVersionMismatchError
 from engine.models import JobId, JobMessage, JobTypeName, MaxAttempts, UserId
-from engine.store import NewJob
 from engine.text import json_value_problem
 
 _job_id_adapter: TypeAdapter[str] = TypeAdapter(JobId)

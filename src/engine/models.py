@@ -1,19 +1,17 @@
-"""The engine's types at each boundary: the SQS message, the domain job, the public view.
+"""The job at the engine's two edges: the SQS message that asks for it, and the public view of it.
 
-Models here do no I/O; the store maps items to `Job`, the runner maps messages to requests.
+Models here do no I/O; intake maps messages to requests, the client maps jobs to views. The job
+itself, its states and rules are in engine.core.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from decimal import Decimal
-from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from engine.errors import ErrorCode
+from engine.core import ErrorCode, Job, JobStatus
 
 JobId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
 UserId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@-]+$")]
@@ -27,38 +25,8 @@ MIN_DEADLINE_SECONDS = 60
 MAX_DEADLINE_SECONDS = 604_800
 
 
-class JobStatus(StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in TERMINAL_STATUSES
-
-
-TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
-
-# The state machine of SPEC section 3. `failed -> queued` is the explicit retry.
-ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
-    JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.FAILED}),
-    JobStatus.RUNNING: frozenset(
-        {JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED}
-    ),
-    JobStatus.SUCCEEDED: frozenset(),
-    JobStatus.FAILED: frozenset({JobStatus.QUEUED}),
-    JobStatus.CANCELLED: frozenset(),
-}
-
-
-def can_transition(current: JobStatus, target: JobStatus) -> bool:
-    return target in ALLOWED_TRANSITIONS[current]
-
-
 class JobMessage(BaseModel):
-    """The body of a message on the jobs queue (SPEC section 2)."""
+    """The body of a message on the jobs queue (docs/messages.md)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
@@ -74,83 +42,6 @@ class JobMessage(BaseModel):
     def is_reference(self) -> bool:
         """A body of only a job id refers to a job created beforehand."""
         return self.model_fields_set == {"job_id"}
-
-
-@dataclass(frozen=True, slots=True)
-class JobErrorInfo:
-    code: ErrorCode
-    message: str
-    retryable: bool
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: Decimal = Decimal(0)
-    attempts: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Job:
-    """A job as the store holds it. Times are epoch milliseconds."""
-
-    job_id: str
-    job_type: str | None
-    user_id: str | None
-    status: JobStatus
-    created_at: int
-    updated_at: int
-    max_attempts: int = 0
-    attempt_count: int = 0
-    claim_count: int = 0
-    schema_version: int | None = None
-    deadline_seconds: int | None = None
-    deadline_at: int | None = None
-    request_hash: str | None = None
-    lease_owner: str | None = None
-    lease_expires_at: int | None = None
-    cancel_requested: bool = False
-    input_stored: bool = False
-    started_at: int | None = None
-    finished_at: int | None = None
-    output: dict[str, Any] | None = None
-    output_hash: str | None = None
-    error: JobErrorInfo | None = None
-    usage: Usage = field(default_factory=Usage)
-
-    @property
-    def attempts_left(self) -> int:
-        return max(self.max_attempts - self.attempt_count, 0)
-
-    def lease_remaining_ms(self, now_ms: int) -> int:
-        if self.status is not JobStatus.RUNNING or self.lease_expires_at is None:
-            return 0
-        return max(self.lease_expires_at - now_ms, 0)
-
-
-@dataclass(frozen=True, slots=True)
-class AttemptRecord:
-    """What one attempt cost and how it ended; one per claim that reached the provider."""
-
-    job_id: str
-    attempt: int
-    user_id: str | None
-    job_type: str | None
-    started_at: int
-    finished_at: int
-    outcome: str
-    error_code: ErrorCode | None = None
-    provider: str | None = None
-    tier: str | None = None
-    model: str | None = None
-    calls: int = 0
-    prompt_key: str | None = None
-    prompt_version: str | None = None
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: Decimal = Decimal(0)
-    latency_ms: int = 0
 
 
 def iso_timestamp(epoch_ms: int | None) -> str | None:
@@ -173,7 +64,7 @@ class UsageView(BaseModel):
 
 
 class JobView(BaseModel):
-    """The public view of a job (`aijobs status ID --json`, SPEC section 9)."""
+    """The public view of a job (`aijobs status ID --json`, docs/messages.md)."""
 
     job_id: str
     job_type: str | None

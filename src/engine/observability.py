@@ -2,16 +2,16 @@
 
 import traceback
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
-
-from engine.config import tracing_enabled
+from aws_lambda_powertools.utilities.typing import LambdaContext
 
 logger = Logger(service="aijobs")
 metrics = Metrics(namespace="aijobs", service="aijobs")
 
-Handler = TypeVar("Handler", bound=Callable[..., Any])
+Event = dict[str, Any]
+Handle = Callable[[Event, LambdaContext], Any]
 
 # Frames of an unexpected exception's stack that are logged (the innermost ones).
 STACK_FRAMES = 8
@@ -27,14 +27,29 @@ def log_unexpected(message: str, exc: BaseException, **keys: Any) -> None:
     logger.error(message, extra={**keys, "error_type": type(exc).__name__, "stack": stack})
 
 
-def traced(handler: Handler) -> Handler:
-    """X-Ray tracing of a Lambda handler (Powertools Tracer), when tracing is on.
+def lambda_function(handle: Handle, *, tracing: bool = False, emit_metrics: bool = True) -> Handle:
+    """A Lambda handler around `handle`: the invocation's context (cold start too) on every log line,
+    the batch's metrics flushed as one EMF document (or dropped, with `emit_metrics=False`: a live
+    terminal of the embedded stack), and X-Ray tracing when `tracing`.
 
     The Tracer loads the X-Ray SDK, about a quarter of a second of cold start, so it is only
-    built when the function traces (template parameter Tracing=Active).
+    built when the function traces (the template's Tracing: Active, read as LAMBDA_TASK_ROOT).
     """
-    if not tracing_enabled():
+
+    @logger.inject_lambda_context
+    def handler(event: Event, context: LambdaContext) -> Any:
+        try:
+            return handle(event, context)
+        finally:
+            if not emit_metrics:
+                metrics.clear_metrics()
+
+    if emit_metrics:
+        handler = metrics.log_metrics(handler)
+
+    if not tracing:
         return handler
     from aws_lambda_powertools import Tracer
 
-    return Tracer(service="aijobs").capture_lambda_handler(handler)  # type: ignore[return-value]
+    traced: Handle = Tracer(service="aijobs").capture_lambda_handler(handler)
+    return traced

@@ -9,9 +9,6 @@ import boto3
 
 from engine.retry import MAX_DELAY_SECONDS
 
-# The jobs queue's VisibilityTimeout in template.yaml (6 x the worker's timeout); a test ties them.
-QUEUE_VISIBILITY_SECONDS = 1800
-
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
 
@@ -29,10 +26,8 @@ class JobQueue:
             VisibilityTimeout=max(0, min(int(seconds), MAX_DELAY_SECONDS)),
         )
 
-    def send(self, body: dict[str, Any], delay_seconds: int = 0) -> str:
+    def send(self, body: dict[str, Any]) -> str:
         response = self._client.send_message(
-            QueueUrl=self.queue_url,
-            MessageBody=json.dumps(body, separators=(",", ":"), ensure_ascii=False),
-            DelaySeconds=delay_seconds,
+            QueueUrl=self.queue_url, MessageBody=json.dumps(body, separators=(",", ":"), ensure_ascii=False)
         )
         return str(response["MessageId"])

@@ -16,15 +16,16 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from functools import lru_cache
+from typing import Any, Protocol
 
-from engine.config import get_settings
-from engine.errors import DeadlineExceededError
-from engine.models import Job, JobErrorInfo, JobStatus
-from engine.observability import log_unexpected, logger
-from engine.queue import JobQueue
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from engine.core import Job, JobErrorInfo, JobStatus
+from engine.core.errors import DeadlineExceededError
+from engine.core.ports import ReconcilerStore
+from engine.observability import log_unexpected, logger, metrics
 from engine.retry import MAX_DELAY_SECONDS
-from engine.store import JobStore
 
 # A job untouched for longer than the longest visibility timeout has no message in flight.
 DEFAULT_STALE_SECONDS = MAX_DELAY_SECONDS + 3600
@@ -35,11 +36,17 @@ STOP_MARGIN_MS = 15_000
 RemainingMs = Callable[[], int]
 
 
+class JobSender(Protocol):
+    """Where a re-enqueued job's reference message goes (engine.queue.JobQueue)."""
+
+    def send(self, body: dict[str, Any]) -> str: ...
+
+
 class Reconciler:
     def __init__(
         self,
-        store: JobStore,
-        queue: JobQueue,
+        store: ReconcilerStore,
+        queue: JobSender,
         *,
         stale_seconds: int = DEFAULT_STALE_SECONDS,
         max_jobs: int = DEFAULT_MAX_JOBS,
@@ -50,6 +57,13 @@ class Reconciler:
         self._stale_ms = stale_seconds * 1000
         self._max_jobs = max_jobs
         self._clock = clock
+
+    def handle(self, event: dict[str, Any], context: LambdaContext | None) -> dict[str, int]:
+        """One scheduled pass: what became of the jobs, also as metrics `Reconciled_<fate>`."""
+        report = self.run(getattr(context, "get_remaining_time_in_millis", None))
+        for fate, count in report.items():
+            metrics.add_metric(name=f"Reconciled_{fate}", unit=MetricUnit.Count, value=count)
+        return dict(report)
 
     def run(self, remaining_ms: RemainingMs | None = None) -> Counter[str]:
         """One pass; returns how many jobs met each fate (examined, deadline_exceeded, errors, ...)."""
@@ -90,9 +104,3 @@ class Reconciler:
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
-
-
-@lru_cache(maxsize=1)
-def get_reconciler() -> Reconciler:
-    settings = get_settings()
-    return Reconciler(JobStore.from_settings(settings), JobQueue(settings.jobs_queue_url))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 
-from engine.errors import ProviderRateLimitedError, RetryableError
+from engine.core.errors import ProviderRateLimitedError, RetryableError
 
 # SQS refuses a visibility timeout above 12 hours.
 MAX_DELAY_SECONDS = 43_200

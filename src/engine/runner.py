@@ -1,7 +1,8 @@
-"""JobRunner: claim -> resolve -> execute -> validate -> finish, for one SQS delivery.
+"""JobRunner: claim -> resolve -> execute -> validate -> finish, for one delivery of a message.
 
-Pure orchestration: the store does the DynamoDB writes, the gateway the model calls, the retry
-module the delays. The runner returns what to do with the message; it never touches SQS.
+Pure orchestration over the store's worker path (engine.core.ports.WorkerStore), the gateway and
+the retry delays. The runner says what to do with the message (engine.core.deliveries); it never
+touches SQS, and it knows no store in particular. docs/architecture.md walks through it.
 """
 
 from __future__ import annotations
@@ -10,24 +11,37 @@ import math
 import random
 import time
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from pydantic import BaseModel
 
-from engine.aws_errors import is_transient
-from engine.dead_letters import DeadLetterRecorder
-from engine.definitions import JobDefinition, JobRegistry
-from engine.errors import (
-    CancelRequestedError,
+from engine.core import (
+    Ack,
+    AttemptOutcome,
+    AttemptRecord,
+    Cancelled,
     ClaimRefusal,
+    Delivery,
+    Disposition,
+    ErrorCode,
+    Failed,
+    Fate,
+    Job,
+    JobStatus,
+    Outcome,
+    Released,
+    Retry,
+    Succeeded,
+    target_status,
+)
+from engine.core.errors import (
+    CancelRequestedError,
     ClaimRefusedError,
     DeadlineExceededError,
-    ErrorCode,
     InputValidationError,
     InternalError,
-    JobError,
     JobNotFoundError,
     LeaseLostError,
     MaxAttemptsExceededError,
@@ -35,12 +49,13 @@ from engine.errors import (
     RetryableError,
     SchemaVersionMismatchError,
 )
+from engine.core.ports import WorkerStore
+from engine.dead_letters import DeadLetterRecorder
+from engine.definitions import JobDefinition, JobRegistry
 from engine.gateway import Execution, ModelGateway
 from engine.intake import BadMessageError, JobRequest, canonical_json, parse_message, sha256_hex
-from engine.models import AttemptRecord, Job, JobErrorInfo, JobStatus
 from engine.observability import log_unexpected, logger
 from engine.retry import MAX_DELAY_SECONDS, backoff_seconds, retry_delay_seconds
-from engine.store import Cancelled, Failed, JobStore, Outcome, Released, Succeeded
 
 # Time kept back from the provider call for the finishing write.
 FINISH_MARGIN_MS = 5_000
@@ -51,44 +66,17 @@ RETRY_SOON_SECONDS = 2
 # internal_error. Transient errors (throttling, outages) are retried until the redrive.
 GIVE_UP_RECEIVES = 3
 
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """One SQS record, as the runner needs it."""
-
-    message_id: str
-    body: str
-    receive_count: int = 1
-    attributes: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Ack:
-    """The message is done with: let the event source mapping delete it."""
-
-    event: str
-
-
-@dataclass(frozen=True, slots=True)
-class Retry:
-    """Report the record as failed after hiding it for `visibility_seconds`."""
-
-    event: str
-    visibility_seconds: int
-    reason: str
-
-
-Disposition = Ack | Retry
 RemainingMs = Callable[[], int]
+# Whether an unexpected exception may pass by itself (engine.aws_errors.is_transient in Lambda).
+TransientCheck = Callable[[Exception], bool]
 
 
 def output_hash(output: dict[str, Any]) -> str:
     return sha256_hex(canonical_json(output))
 
 
-def _then_retry(released: Disposition, retry: Retry) -> Disposition:
-    """After a release, the message comes back later; after anything else (cancelled, lost), as that says."""
-    return retry if released == Ack("released") else released
+def _never_transient(_: Exception) -> bool:
+    return False
 
 
 def _time_left(remaining_ms: RemainingMs | None) -> Callable[[], float] | None:
@@ -98,33 +86,32 @@ def _time_left(remaining_ms: RemainingMs | None) -> Callable[[], float] | None:
     return lambda: (remaining_ms() - FINISH_MARGIN_MS) / 1000
 
 
-def _input_to_keep(job: Job, request: JobRequest, status: JobStatus | None) -> dict[str, Any] | None:
+def _input_to_keep(job: Job, request: JobRequest, outcome: Outcome) -> dict[str, Any] | None:
     """A failed job may be retried later, so the input its message carried is stored with it."""
-    return request.raw_input if status is JobStatus.FAILED and not job.input_stored else None
-
-
-def _error_info(error: JobError) -> JobErrorInfo:
-    return JobErrorInfo(code=error.code, message=error.message, retryable=error.retryable)
+    return request.raw_input if isinstance(outcome, Failed) and not job.input_stored else None
 
 
 class JobRunner:
     def __init__(
         self,
-        store: JobStore,
+        store: WorkerStore,
         gateway: ModelGateway,
         registry: JobRegistry,
+        recorder: DeadLetterRecorder,
         *,
         default_lease_ms: int = 300_000,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        is_transient: TransientCheck = _never_transient,
     ) -> None:
         self._store = store
         self._gateway = gateway
         self._registry = registry
+        self._recorder = recorder
         self._default_lease_ms = default_lease_ms
         self._clock = clock
         self._rng = rng or random.Random()
-        self._recorder = DeadLetterRecorder(store, registry, clock)
+        self._is_transient = is_transient
 
     def process(self, delivery: Delivery, remaining_ms: RemainingMs | None = None) -> Disposition:
         try:
@@ -136,10 +123,10 @@ class JobRunner:
                 message_id=delivery.message_id,
                 receive_count=delivery.receive_count,
             )
-            if not is_transient(exc) and delivery.receive_count >= GIVE_UP_RECEIVES:
+            if not self._is_transient(exc) and delivery.receive_count >= GIVE_UP_RECEIVES:
                 return self._give_up(delivery, exc)
             # Nothing was recorded: the message comes back after a backoff and is tried again.
-            return Retry("error", backoff_seconds(delivery.receive_count, self._rng), "internal error")
+            return Retry(Fate.ERROR, backoff_seconds(delivery.receive_count, self._rng), "internal error")
 
     def _give_up(self, delivery: Delivery, exc: Exception) -> Disposition:
         """Keep a message that fails the same unexpected way on every receive, and end its job."""
@@ -155,9 +142,9 @@ class JobRunner:
             )
         except Exception as again:
             log_unexpected("a message given up on could not be recorded", again, message_id=delivery.message_id)
-            return Retry("error", backoff_seconds(delivery.receive_count, self._rng), "internal error")
+            return Retry(Fate.ERROR, backoff_seconds(delivery.receive_count, self._rng), "internal error")
         logger.warning("message given up on", extra={"message_id": delivery.message_id, "job_fate": fate})
-        return Ack("dead_lettered")  # a dead letter like any other: DeadLetterAlarm sees it
+        return Ack(Fate.DEAD_LETTERED)  # a dead letter like any other: DeadLetterAlarm sees it
 
     # --- before the claim ---------------------------------------------------------------------
 
@@ -168,9 +155,8 @@ class JobRunner:
             return self._reject(delivery, bad)
         owner = uuid.uuid4().hex
         lease_ms = remaining_ms() if remaining_ms else self._default_lease_ms
-        now = self._now_ms()
         try:
-            job = self._store.claim_job(request.job_id, owner, lease_ms, now, request.new_job)
+            job = self._store.claim_job(request.job_id, owner, lease_ms, self._now_ms(), request.new_job)
         except JobNotFoundError:
             reason = f"job {request.job_id} does not exist and the message carries no job_type, user_id and input"
             return self._dead_letter(delivery, reason)
@@ -184,51 +170,46 @@ class JobRunner:
         existing = self._recorder.fail_bad_message(bad, delivery.body, self._now_ms())
         if existing is not None:
             if existing.request_hash == sha256_hex(delivery.body):
-                return Ack("duplicate")
+                return Ack(Fate.DUPLICATE)
             # The job exists from another message; this one must not overwrite it.
             return self._dead_letter(delivery, f"job {bad.job_id} exists; this message is invalid: {bad.error.message}")
         logger.warning("bad message failed its job", extra={"job_id": bad.job_id, "code": bad.error.code.value})
-        return Ack("failed")
+        return Ack(Fate.FAILED)
 
     def _dead_letter(self, delivery: Delivery, reason: str) -> Ack:
-        self._store.record_dead_letter(
-            delivery.message_id,
-            delivery.body,
-            dict(delivery.attributes),
-            delivery.receive_count,
-            reason,
-            self._now_ms(),
+        self._recorder.keep(
+            delivery.message_id, delivery.body, dict(delivery.attributes), delivery.receive_count, reason
         )
         # The reason may quote the message (a field's name); it is stored, never logged.
         logger.warning("message kept as a dead letter", extra={"message_id": delivery.message_id})
-        return Ack("dead_lettered")
+        return Ack(Fate.DEAD_LETTERED)
 
     def _on_refusal(self, delivery: Delivery, request: JobRequest, refused: ClaimRefusedError) -> Disposition:
         job = refused.refused_job
         match refused.reason:
             case ClaimRefusal.FINISHED:
-                return Ack("duplicate")
+                return Ack(Fate.DUPLICATE)
             case ClaimRefusal.HELD:
-                return Retry("held", self._until_lease_ends(job, 1), f"job {job.job_id} is held by another worker")
+                return Retry(Fate.HELD, self._until_lease_ends(job, 1), f"job {job.job_id} is held by another worker")
             case ClaimRefusal.RACED:
-                return Retry("raced", RETRY_SOON_SECONDS, f"job {job.job_id} changed while it was being claimed")
+                return Retry(Fate.RACED, RETRY_SOON_SECONDS, f"job {job.job_id} changed while it was being claimed")
             case ClaimRefusal.CONFLICT:
                 reason = f"job {job.job_id} exists with a different job type, user or input"
                 return self._dead_letter(delivery, reason)
             case ClaimRefusal.CANCEL_REQUESTED:
                 return self._settle(job, request, JobStatus.CANCELLED, None)
             case ClaimRefusal.DEADLINE_PASSED:
-                late = DeadlineExceededError("the job's deadline passed")
-                return self._settle(job, request, JobStatus.FAILED, late)
+                return self._settle(job, request, JobStatus.FAILED, DeadlineExceededError("the job's deadline passed"))
             case ClaimRefusal.ATTEMPTS_SPENT:
                 spent = MaxAttemptsExceededError(f"attempt budget spent ({job.attempt_count} of {job.max_attempts})")
                 return self._settle(job, request, JobStatus.FAILED, spent)
 
     def _settle(self, job: Job, request: JobRequest, status: JobStatus, error: PermanentError | None) -> Disposition:
-        store_input = _input_to_keep(job, request, status)
-        if self._store.settle_job(job, status, _error_info(error) if error else None, self._now_ms(), store_input):
-            return Ack(status.value)
-        return Retry("raced", RETRY_SOON_SECONDS, f"job {job.job_id} changed while it was being settled")
+        """End a job a refused claim found spent, past its deadline or cancel-requested."""
+        store_input = request.raw_input if status is JobStatus.FAILED and not job.input_stored else None
+        if self._store.settle_job(job, status, error.info() if error else None, self._now_ms(), store_input):
+            return Ack(Fate.CANCELLED if status is JobStatus.CANCELLED else Fate.FAILED)
+        return Retry(Fate.RACED, RETRY_SOON_SECONDS, f"job {job.job_id} changed while it was being settled")
 
     # --- after the claim ----------------------------------------------------------------------
 
@@ -238,14 +219,12 @@ class JobRunner:
             try:
                 definition, job_input = self._resolve(job, request)
             except PermanentError as exc:
-                return self._finish(job, request, Failed(_error_info(exc)))
+                return self._finish(job, request, Failed(exc.info())) or Ack(Fate.FAILED)
             timeout_ms = int(definition.timeout_seconds * 1000)
             if remaining_ms and remaining_ms() < timeout_ms + FINISH_MARGIN_MS:
                 # Too little time left in this invocation: hand the job back without spending an attempt.
-                released = self._finish(job, request, Released(None, refund_attempt=True))
-                return _then_retry(
-                    released, Retry("deferred", RETRY_SOON_SECONDS, "not enough time left in this invocation")
-                )
+                deferred = Retry(Fate.DEFERRED, RETRY_SOON_SECONDS, "not enough time left in this invocation")
+                return self._finish(job, request, Released(None, refund_attempt=True)) or deferred
             started = self._now_ms()
             execution = self._gateway.execute(definition, job_input, _time_left(remaining_ms))
             attempt = self._attempt_record(job, execution, started)
@@ -253,13 +232,14 @@ class JobRunner:
                 try:
                     output = definition.stored_output(execution.output)
                 except PermanentError as exc:
-                    refused = replace(attempt, outcome="failed", error_code=exc.code)
-                    return self._finish(job, request, Failed(_error_info(exc)), refused)
-                return self._finish(job, request, Succeeded(output, output_hash(output)), attempt)
+                    refused = replace(attempt, outcome=AttemptOutcome.FAILED, error_code=exc.code)
+                    return self._finish(job, request, Failed(exc.info()), refused) or Ack(Fate.FAILED)
+                succeeded = Succeeded(output, output_hash(output))
+                return self._finish(job, request, succeeded, attempt) or Ack(Fate.SUCCEEDED)
             error = execution.error or InternalError("the gateway returned neither output nor error")
             if isinstance(error, RetryableError):
                 return self._retry(job, request, error, attempt)
-            return self._finish(job, request, Failed(_error_info(error)), attempt)
+            return self._finish(job, request, Failed(error.info()), attempt) or Ack(Fate.FAILED)
         except Exception as exc:
             # The job is still this worker's: hand it back (its usage kept) rather than wait for the lease.
             log_unexpected("job attempt failed unexpectedly", exc, job_id=job.job_id)
@@ -282,35 +262,37 @@ class JobRunner:
     def _retry(
         self, job: Job, request: JobRequest, error: RetryableError, attempt: AttemptRecord | None
     ) -> Disposition:
+        """Hand a job back for a later try, or end it when its attempts or its deadline are spent."""
         if error.consumes_attempt and job.attempt_count >= job.max_attempts:
             budget = f"({job.attempt_count} of {job.max_attempts})"
             spent = MaxAttemptsExceededError(f"attempt budget spent {budget}; last error {error.code}: {error.message}")
-            return self._finish(job, request, Failed(_error_info(spent)), attempt)
+            return self._finish(job, request, Failed(spent.info()), attempt) or Ack(Fate.FAILED)
         delay = retry_delay_seconds(error, job.attempt_count, self._rng)
         if job.deadline_at is not None and self._now_ms() + delay * 1000 >= job.deadline_at:
             late = DeadlineExceededError(
                 f"the deadline passes before the next try; last error {error.code}: {error.message}"
             )
-            return self._finish(job, request, Failed(_error_info(late)), attempt)
-        disposition = self._finish(
-            job, request, Released(_error_info(error), refund_attempt=not error.consumes_attempt), attempt
-        )
-        return _then_retry(disposition, Retry("retried", delay, f"{error.code}: {error.message}"))
+            return self._finish(job, request, Failed(late.info()), attempt) or Ack(Fate.FAILED)
+        released = Released(error.info(), refund_attempt=not error.consumes_attempt)
+        retried = Retry(Fate.RETRIED, delay, f"{error.code}: {error.message}")
+        return self._finish(job, request, released, attempt) or retried
 
     def _finish(
         self, job: Job, request: JobRequest, outcome: Outcome, attempt: AttemptRecord | None = None
-    ) -> Disposition:
-        store_input = _input_to_keep(job, request, JobStatus.FAILED if isinstance(outcome, Failed) else None)
-        now = self._now_ms()
+    ) -> Disposition | None:
+        """Write `outcome`: None when it was written as asked, else what became of the delivery instead.
+
+        A cancel requested meanwhile ends the job `cancelled`; a lost lease discards the result.
+        The attempt's usage is kept either way.
+        """
         try:
-            self._store.finish_job(job, outcome, now, attempt, store_input)
+            self._store.finish_job(job, outcome, self._now_ms(), attempt, _input_to_keep(job, request, outcome))
         except CancelRequestedError:
-            # Cancelled while it ran: the output is discarded, the attempt's usage kept.
-            return self._finish(job, request, Cancelled(), attempt)
+            return self._finish(job, request, Cancelled(), attempt) or Ack(Fate.CANCELLED)
         except LeaseLostError as lost:
             return self._on_lease_lost(job, lost, attempt)
         self._log_outcome(job, outcome, attempt)
-        return Ack(type(outcome).__name__.lower())
+        return None
 
     def _on_lease_lost(self, job: Job, lost: LeaseLostError, attempt: AttemptRecord | None) -> Disposition:
         if attempt is not None:
@@ -318,12 +300,16 @@ class JobRunner:
         logger.warning("lease lost; result discarded, usage kept", extra={"job_id": job.job_id})
         current = lost.job
         if current is None or current.status.is_terminal:
-            return Ack("lease_lost")
+            return Ack(Fate.LEASE_LOST)
         seconds = self._until_lease_ends(current, RETRY_SOON_SECONDS)
-        return Retry("lease_lost", seconds, f"job {job.job_id} is held by another worker")
+        return Retry(Fate.LEASE_LOST, seconds, f"job {job.job_id} is held by another worker")
 
     def _attempt_record(self, job: Job, execution: Execution, started: int) -> AttemptRecord:
         error = execution.error
+        if error is None:
+            outcome = AttemptOutcome.SUCCEEDED
+        else:
+            outcome = AttemptOutcome.RETRYABLE if error.retryable else AttemptOutcome.FAILED
         return AttemptRecord(
             job_id=job.job_id,
             attempt=job.claim_count,
@@ -331,7 +317,7 @@ class JobRunner:
             job_type=job.job_type,
             started_at=started,
             finished_at=self._now_ms(),
-            outcome="succeeded" if error is None else ("retryable" if error.retryable else "failed"),
+            outcome=outcome,
             error_code=error.code if error else None,
             provider=execution.provider,
             tier=execution.tier,
@@ -353,7 +339,7 @@ class JobRunner:
                 "job_id": job.job_id,
                 "job_type": job.job_type,
                 "attempt": job.attempt_count,
-                "outcome": type(outcome).__name__.lower(),
+                "outcome": target_status(outcome).value,
                 "error_code": error.code.value if error else None,
                 "input_tokens": attempt.input_tokens if attempt else 0,
                 "output_tokens": attempt.output_tokens if attempt else 0,

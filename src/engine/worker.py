@@ -10,7 +10,6 @@ import asyncio
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -18,15 +17,16 @@ from aws_lambda_powertools.utilities.batch import AsyncBatchProcessor, EventType
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from engine.config import Settings, get_settings
-from engine.definitions import JobRegistry
-from engine.gateway import build_gateway
+from engine.core import Delivery, Retry
 from engine.observability import log_unexpected, metrics
-from engine.queue import QUEUE_VISIBILITY_SECONDS, JobQueue
+from engine.queue import JobQueue
 from engine.retry import MAX_DELAY_SECONDS
-from engine.runner import Delivery, JobRunner, Retry
-from engine.store import JobStore
+from engine.runner import JobRunner
 
+# The worker function's Timeout in template.yaml, and the jobs queue's VisibilityTimeout (6 x it,
+# as AWS advises for SQS event sources); a test ties both to the template.
+FUNCTION_TIMEOUT_SECONDS = 300
+QUEUE_VISIBILITY_SECONDS = 6 * FUNCTION_TIMEOUT_SECONDS
 # A batch holds at most 10 SQS records; each gets a thread of its own.
 BATCH_CONCURRENCY = 10
 # Kept back from what SQS would still accept, for the time between this reckoning and the call.
@@ -71,13 +71,13 @@ class Worker:
                 attributes=dict(record.raw_event.get("attributes") or {}),
             )
             disposition = await loop.run_in_executor(self._executor, self._runner.process, delivery, remaining_ms)
-            metrics.add_metric(name=f"Jobs_{disposition.event}", unit=MetricUnit.Count, value=1)
+            metrics.add_metric(name=f"Jobs_{disposition.fate.value}", unit=MetricUnit.Count, value=1)
             if isinstance(disposition, Retry):
                 limit = visibility_limit_seconds(record, invoked_at, time.time())
                 seconds = min(disposition.visibility_seconds, limit)
                 await loop.run_in_executor(self._executor, self._hide, record, seconds)
                 raise RecordRetryError(disposition.reason)
-            return disposition.event
+            return disposition.fate.value
 
         result: dict[str, Any] = dict(async_process_partial_response(event, record_handler, processor, context))
         return result
@@ -88,19 +88,3 @@ class Worker:
         except Exception as exc:
             # The record still comes back, after the queue's own visibility timeout.
             log_unexpected("could not set the message's visibility", exc, message_id=record.message_id)
-
-
-def build_worker(settings: Settings) -> Worker:
-    runner = JobRunner(
-        JobStore.from_settings(settings),
-        build_gateway(settings),
-        JobRegistry.from_settings(settings),
-        default_lease_ms=settings.aijobs_default_lease_seconds * 1000,
-    )
-    return Worker(runner, JobQueue(settings.jobs_queue_url))
-
-
-@lru_cache(maxsize=1)
-def get_worker() -> Worker:
-    """The worker of this process, built on first use and kept across warm invocations."""
-    return build_worker(get_settings())

@@ -1,19 +1,12 @@
 """Lambda entry point of the scheduled reconciler."""
 
-from typing import Any
-
-from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.typing import LambdaContext
-
-from engine.observability import logger, metrics, traced
-from engine.reconciler import get_reconciler
+from engine.config import Settings
+from engine.observability import Handle
+from engine.wiring import build_reconciler, entry_point
 
 
-@traced
-@metrics.log_metrics
-def lambda_handler(event: dict[str, Any], context: LambdaContext | None) -> dict[str, int]:
-    logger.append_keys(function_request_id=getattr(context, "aws_request_id", None))
-    report = get_reconciler().run(getattr(context, "get_remaining_time_in_millis", None))
-    for fate, count in report.items():
-        metrics.add_metric(name=f"Reconciled_{fate}", unit=MetricUnit.Count, value=count)
-    return dict(report)
+def build(settings: Settings) -> Handle:
+    return build_reconciler(settings).handle
+
+
+lambda_handler = entry_point(build)

@@ -42,29 +42,15 @@ BOUND = 30.0
 
 @pytest.fixture(scope="module")
 def dev_stack() -> Iterator[DevStack]:
-    saved = dict(os.environ)
-    # The worker handler flushes its metrics with print(): into the CliRunner's captured stdout.
-    os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
-    stack = DevStack(DevStackOptions(aws_port=0, provider_port=0, provider_latency_seconds=0, concurrency=2))
+    # quiet: the worker handler's metrics (EMF on stdout) would land in the CliRunner's captured output.
+    stack = DevStack(
+        DevStackOptions(aws_port=0, provider_port=0, provider_latency_seconds=0, concurrency=2, quiet=True)
+    )
     stack.start()
     try:
-        from engine.dead_letters import get_recorder
-        from engine.worker import get_worker
-
-        # Built now, while the environment points at the stack: the pollers' threads reuse them.
-        get_worker()
-        get_recorder()
         yield stack
     finally:
         stack.stop()
-        os.environ.clear()
-        os.environ.update(saved)
-        from engine.config import get_settings
-        from engine.dead_letters import get_recorder
-        from engine.worker import get_worker
-
-        for cached in (get_settings, get_worker, get_recorder):
-            cached.cache_clear()
 
 
 @pytest.fixture
@@ -72,7 +58,6 @@ def dev_env(dev_stack: DevStack, aws_environment: None, monkeypatch: pytest.Monk
     """Point this test (after the suite's own AWS environment) at the embedded stack."""
     for name, value in dev_stack.environment.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
     return dev_stack
 
 

@@ -1,31 +1,32 @@
-"""Integration fixtures: the engine on moto with its DynamoDB requests serialized, a recording queue,
-real SQS deliveries, and a reader that inspects the table without adding to the request counts."""
+"""Integration fixtures: the engine on moto (fitted: linearizable), a recording queue, real SQS
+deliveries, and a reader that inspects the table without adding to the request counts."""
 
 from __future__ import annotations
 
 import json
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import boto3
 import pytest
 
 from aijobs.client import AiJobsClient
-from aijobs.local.serial import SerializedClient
 from aijobs.stack import StackResources
-from engine.config import get_settings
+from engine.aws_errors import is_transient
+from engine.config import Settings, load_settings
+from engine.core import Job, NewJob
+from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
 from engine.gateway import ModelGateway, ModelTiers
 from engine.intake import request_hash
-from engine.models import Job
 from engine.queue import JobQueue
 from engine.runner import JobRunner
-from engine.store import JobStore, NewJob
+from engine.store import DynamoJobStore, JobListing, UsageLedger
 from engine.store.items import INPUT_SK, OPEN_SHARDS, attempt_sk, dead_letter_key, from_item, job_key, open_shard_key
-from engine.store.jobs import OPEN_JOBS_INDEX
 from engine.store.payloads import PayloadStore
+from engine.store.reads import OPEN_JOBS_INDEX
 from engine.worker import Worker
 from tests.support.events import sqs_record
 from tests.support.providers import FakeProvider
@@ -56,7 +57,7 @@ class TableReader:
     def __init__(self, table_name: str) -> None:
         self.table_name = table_name
         self.client = boto3.client("dynamodb")
-        self._store = JobStore(table_name, client=self.client)
+        self._store = DynamoJobStore(table_name, client=self.client)
 
     def job(self, job_id: str) -> Job:
         job = self._store.get_job(job_id)
@@ -95,17 +96,6 @@ class TableReader:
 
 
 @pytest.fixture
-def serialized_dynamodb(dynamodb: Any) -> SerializedClient:
-    """The counted `dynamodb` client behind one lock (the request counter's hooks run under it too)."""
-    return SerializedClient(dynamodb)
-
-
-@pytest.fixture
-def store(stack: StackResources, serialized_dynamodb: SerializedClient, payloads: PayloadStore) -> JobStore:
-    return JobStore(stack.table_name, client=serialized_dynamodb, payloads=payloads)  # type: ignore[arg-type]
-
-
-@pytest.fixture
 def queue(stack: StackResources, sqs: Any) -> RecordingQueue:
     return RecordingQueue(stack.queue_url, sqs)
 
@@ -126,18 +116,21 @@ WorkerFactory = Callable[..., Worker]
 @pytest.fixture
 def make_worker(
     stack: StackResources,
-    serialized_dynamodb: SerializedClient,
+    dynamodb: Any,
     provider: FakeProvider,
     registry: JobRegistry,
     queue: RecordingQueue,
     payloads: PayloadStore,
 ) -> WorkerFactory:
-    """A worker of its own: its own JobStore on the shared serialized client, a clock, a provider."""
+    """A worker of its own: its own store on the shared (counted) client, a clock, a provider."""
 
     def build(clock: Callable[[], float] = time.time, fake: FakeProvider | None = None) -> Worker:
-        store = JobStore(stack.table_name, client=serialized_dynamodb, payloads=payloads)  # type: ignore[arg-type]
+        store = DynamoJobStore(stack.table_name, client=dynamodb, payloads=payloads)
         gateway = ModelGateway(fake or provider, ModelTiers(MODEL))
-        runner = JobRunner(store, gateway, registry, clock=clock, rng=random.Random(7))
+        recorder = DeadLetterRecorder(store, registry, clock=clock)
+        runner = JobRunner(
+            store, gateway, registry, recorder, clock=clock, rng=random.Random(7), is_transient=is_transient
+        )
         return Worker(runner, queue)
 
     return build
@@ -189,15 +182,18 @@ def clock_ms() -> Callable[[], int]:
 
 
 @pytest.fixture
-def side_store(table: TableReader, payloads: PayloadStore) -> JobStore:
+def side_store(table: TableReader, payloads: PayloadStore) -> DynamoJobStore:
     """Another process's store (the CLI, a dead worker) on the reader's client: its requests are not counted."""
-    return JobStore(table.table_name, client=table.client, payloads=payloads)
+    return DynamoJobStore(table.table_name, client=table.client, payloads=payloads)
 
 
 @pytest.fixture
-def jobs_client(store: JobStore, queue: RecordingQueue, registry: JobRegistry) -> AiJobsClient:
+def jobs_client(
+    store: DynamoJobStore, queue: RecordingQueue, registry: JobRegistry, stack: StackResources, dynamodb: Any
+) -> AiJobsClient:
     """The client API on the fixtures' store (its requests counted) and the moto jobs queue."""
-    return AiJobsClient(store, queue, registry)
+    listing, ledger = JobListing(stack.table_name, dynamodb), UsageLedger(stack.table_name, dynamodb)
+    return AiJobsClient(store, queue, registry, listing=listing, ledger=ledger)
 
 
 def open_job_ids(table: TableReader) -> set[str]:
@@ -227,13 +223,10 @@ def queued_bodies(sqs: Any, queue_url: str) -> list[Any]:
 
 
 @pytest.fixture
-def lambda_environment(stack: StackResources, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The environment a handler reads its settings from: the stack's table and queues, no tracing."""
+def lambda_environment(stack: StackResources, monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """The environment a function reads its settings from: the stack's table, queues and bucket."""
     for name, value in stack.environment().items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
-    for name in ("AIJOBS_JOB_MODULES", "AIJOBS_MODEL_PRICES"):
+    for name in ("AIJOBS_JOB_MODULES", "AIJOBS_MODEL_PRICES", "LAMBDA_TASK_ROOT"):
         monkeypatch.delenv(name, raising=False)
-    get_settings.cache_clear()
-    yield
-    get_settings.cache_clear()
+    return load_settings()

@@ -10,17 +10,11 @@ import pytest
 
 from aijobs.client import AiJobsClient
 from aijobs.stack import StackResources
+from engine.core import ErrorCode, JobStatus, NewJob
+from engine.core.errors import JobNotFoundError, JobStateError, ProviderRejectedError, ProviderUnavailableError
 from engine.definitions import JobRegistry
-from engine.errors import (
-    ErrorCode,
-    JobNotFoundError,
-    JobStateError,
-    ProviderRejectedError,
-    ProviderUnavailableError,
-)
 from engine.gateway import CompletionRequest
-from engine.models import JobStatus
-from engine.store import JobStore, NewJob
+from engine.store import DynamoJobStore, JobListing, UsageLedger
 from engine.worker import Worker
 from tests.conftest import RequestCounter
 from tests.integration.conftest import (
@@ -31,7 +25,7 @@ from tests.integration.conftest import (
     open_job_ids,
     queued_bodies,
 )
-from tests.support.events import FakeLambdaContext, job_message, sqs_event, sqs_record
+from tests.support.events import InvocationContext, job_message, sqs_event, sqs_record
 from tests.support.providers import VALID_OUTPUTS, FakeProvider, valid_answer
 
 Enqueue = Callable[[Any], dict[str, Any]]
@@ -43,7 +37,7 @@ DAY_MS = 86_400_000
 
 
 def test_cancelling_a_queued_job_ends_it_at_once_and_its_message_runs_nothing(
-    store: JobStore,
+    store: DynamoJobStore,
     jobs_client: AiJobsClient,
     worker: Worker,
     provider: FakeProvider,
@@ -71,7 +65,7 @@ def test_cancelling_a_queued_job_ends_it_at_once_and_its_message_runs_nothing(
     dynamodb_requests.reset()
 
     # And when its reference message is delivered later, it is acknowledged without a provider call
-    response = worker.handle(sqs_event(sqs_record({"job_id": "cancel-queued"})), FakeLambdaContext())
+    response = worker.handle(sqs_event(sqs_record({"job_id": "cancel-queued"})), InvocationContext())
     assert response == ACKNOWLEDGED
     assert dict(dynamodb_requests.operations) == {"UpdateItem": 1}  # the refused claim only
     assert provider.calls == 0
@@ -84,7 +78,7 @@ def test_cancelling_a_queued_job_ends_it_at_once_and_its_message_runs_nothing(
 def test_a_cancel_requested_during_the_provider_call_discards_the_output_and_keeps_the_usage(
     worker: Worker,
     provider: FakeProvider,
-    side_store: JobStore,
+    side_store: DynamoJobStore,
     queue: RecordingQueue,
     dynamodb_requests: RequestCounter,
     table: TableReader,
@@ -100,7 +94,7 @@ def test_a_cancel_requested_during_the_provider_call_discards_the_output_and_kee
     record = enqueue(job_message("classify", "cancel-running"))
 
     # When the worker finishes the job
-    response = worker.handle(sqs_event(record), FakeLambdaContext())
+    response = worker.handle(sqs_event(record), InvocationContext())
 
     # Then the finish meets the cancel fence: the job is cancelled and the message acknowledged
     assert response == ACKNOWLEDGED
@@ -126,7 +120,7 @@ def test_a_cancel_requested_during_the_provider_call_discards_the_output_and_kee
 def test_a_retryable_failure_of_a_job_cancelled_meanwhile_ends_it_instead_of_retrying(
     worker: Worker,
     provider: FakeProvider,
-    side_store: JobStore,
+    side_store: DynamoJobStore,
     queue: RecordingQueue,
     table: TableReader,
     enqueue: Enqueue,
@@ -140,7 +134,7 @@ def test_a_retryable_failure_of_a_job_cancelled_meanwhile_ends_it_instead_of_ret
     record = enqueue(job_message("classify", "cancel-retryable"))
 
     # When the worker handles the job
-    response = worker.handle(sqs_event(record), FakeLambdaContext())
+    response = worker.handle(sqs_event(record), InvocationContext())
 
     # Then the job is cancelled, not queued again, and the message is acknowledged without a backoff
     assert response == ACKNOWLEDGED
@@ -155,8 +149,8 @@ def test_a_retryable_failure_of_a_job_cancelled_meanwhile_ends_it_instead_of_ret
 
 
 def test_a_cancel_requested_after_the_worker_died_is_settled_by_the_next_delivery(
-    store: JobStore,
-    side_store: JobStore,
+    store: DynamoJobStore,
+    side_store: DynamoJobStore,
     make_worker: WorkerFactory,
     provider: FakeProvider,
     dynamodb_requests: RequestCounter,
@@ -173,7 +167,7 @@ def test_a_cancel_requested_after_the_worker_died_is_settled_by_the_next_deliver
     dynamodb_requests.reset()
 
     # When its message is delivered again after the lease expired
-    response = later.handle(sqs_event(sqs_record({"job_id": "cancel-orphan"})), FakeLambdaContext())
+    response = later.handle(sqs_event(sqs_record({"job_id": "cancel-orphan"})), InvocationContext())
 
     # Then the refused claim is explained by the cancel and the job is cancelled, with no provider call
     assert response == ACKNOWLEDGED
@@ -196,7 +190,7 @@ def test_cancelling_a_finished_job_leaves_it_as_it_was(
     enqueue: Enqueue,
 ) -> None:
     # Given a job that succeeded
-    assert worker.handle(sqs_event(enqueue(job_message("classify", "cancel-done"))), FakeLambdaContext()) == (
+    assert worker.handle(sqs_event(enqueue(job_message("classify", "cancel-done"))), InvocationContext()) == (
         ACKNOWLEDGED
     )
     before = table.job_item("cancel-done")
@@ -232,7 +226,7 @@ def test_retrying_a_failed_job_runs_it_again_with_a_fresh_budget_and_adds_up_the
     sqs: Any,
     worker: Worker,
     provider: FakeProvider,
-    store: JobStore,
+    store: DynamoJobStore,
     queue: RecordingQueue,
     registry: JobRegistry,
     dynamodb_requests: RequestCounter,
@@ -241,14 +235,15 @@ def test_retrying_a_failed_job_runs_it_again_with_a_fresh_budget_and_adds_up_the
 ) -> None:
     # Given a message-carried job that failed permanently (its failing finish stored its input)
     provider.script = lambda _: ProviderRejectedError("provider rejected the request (HTTP 401)", status_code=401)
-    assert worker.handle(sqs_event(enqueue(job_message("classify", "retry-1"))), FakeLambdaContext()) == ACKNOWLEDGED
+    assert worker.handle(sqs_event(enqueue(job_message("classify", "retry-1"))), InvocationContext()) == ACKNOWLEDGED
     failed = table.job("retry-1")
     assert failed.status is JobStatus.FAILED
     assert failed.input_stored
     assert failed.deadline_at is not None
     assert "retry-1" not in open_job_ids(table)
     # And a client whose clock is an hour later
-    client = AiJobsClient(store, queue, registry, clock=lambda: time.time() + 3600)
+    listing, ledger = JobListing(table.table_name, table.client), UsageLedger(table.table_name, table.client)
+    client = AiJobsClient(store, queue, registry, listing=listing, ledger=ledger, clock=lambda: time.time() + 3600)
     dynamodb_requests.reset()
 
     # When it is retried
@@ -273,7 +268,7 @@ def test_retrying_a_failed_job_runs_it_again_with_a_fresh_budget_and_adds_up_the
 
     # When that message is delivered to a healthy provider
     provider.script = valid_answer
-    response = worker.handle(sqs_event(sqs_record(body)), FakeLambdaContext())
+    response = worker.handle(sqs_event(sqs_record(body)), InvocationContext())
 
     # Then the job succeeds: claim, the stored input, the finish
     assert response == ACKNOWLEDGED
@@ -295,7 +290,7 @@ def test_retrying_a_failed_job_runs_it_again_with_a_fresh_budget_and_adds_up_the
 def test_only_a_failed_job_can_be_retried(
     stack: StackResources,
     sqs: Any,
-    store: JobStore,
+    store: DynamoJobStore,
     worker: Worker,
     jobs_client: AiJobsClient,
     table: TableReader,
@@ -305,7 +300,7 @@ def test_only_a_failed_job_can_be_retried(
     # Given a queued job and a succeeded one
     message = job_message("classify", "retry-queued")
     store.create_job("retry-queued", new_job(message), message["input"], now_ms())
-    assert worker.handle(sqs_event(enqueue(job_message("classify", "retry-done"))), FakeLambdaContext()) == (
+    assert worker.handle(sqs_event(enqueue(job_message("classify", "retry-done"))), InvocationContext()) == (
         ACKNOWLEDGED
     )
     before = {job_id: table.job_item(job_id) for job_id in ("retry-queued", "retry-done")}
@@ -333,7 +328,7 @@ def test_a_failed_job_without_a_stored_input_cannot_be_retried(
 ) -> None:
     # Given the failed job of a bad message (its input did not validate, so none was stored)
     bad = job_message("classify", "retry-bad", input={"text": "hi", "labels": ["only-one"]})
-    assert worker.handle(sqs_event(enqueue(bad)), FakeLambdaContext()) == ACKNOWLEDGED
+    assert worker.handle(sqs_event(enqueue(bad)), InvocationContext()) == ACKNOWLEDGED
     failed = table.job("retry-bad")
     assert failed.error is not None
     assert (failed.status, failed.error.code, failed.input_stored) == (

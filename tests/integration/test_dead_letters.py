@@ -4,24 +4,25 @@ it is finished or held, and a message that could not be kept stays on the queue.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 
+import handlers.dead_letter
 from aijobs.client import AiJobsClient
 from aijobs.stack import StackResources
-from engine.dead_letters import DeadLetterRecorder, get_recorder
+from engine.core import ErrorCode, JobStatus, NewJob
+from engine.core.errors import ProviderUnavailableError
+from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
-from engine.errors import ErrorCode, ProviderUnavailableError
-from engine.models import JobStatus
-from engine.store import JobStore, NewJob
+from engine.store import DynamoJobStore
+from engine.wiring import entry_point
 from engine.worker import Worker
-from handlers.dead_letter import lambda_handler
 from tests.conftest import RequestCounter
 from tests.integration.conftest import TableReader, now_ms, open_job_ids, queued_bodies
-from tests.support.events import FakeLambdaContext, job_message, sqs_event, sqs_record
+from tests.support.events import InvocationContext, job_message, sqs_event, sqs_record
 from tests.support.providers import FakeProvider
 
 Enqueue = Callable[[Any], dict[str, Any]]
@@ -33,17 +34,14 @@ REASON = f"reached the dead-letter queue after {RECEIVES} receives"
 
 
 @pytest.fixture
-def handler(lambda_environment: None) -> Iterator[Handler]:
-    """`handlers.dead_letter.lambda_handler`, configured from the stack's environment."""
-    get_recorder.cache_clear()
-    try:
-        yield lambda event: lambda_handler(event, FakeLambdaContext(function_name="aijobs-dead-letters"))
-    finally:
-        get_recorder.cache_clear()
+def handler(lambda_environment: None) -> Handler:
+    """The entry point of handlers.dead_letter, configured from the stack's environment."""
+    lambda_handler = entry_point(handlers.dead_letter.build)
+    return lambda event: lambda_handler(event, InvocationContext(function_name="aijobs-dead-letters"))
 
 
 @pytest.fixture
-def recorder(store: JobStore, registry: JobRegistry) -> DeadLetterRecorder:
+def recorder(store: DynamoJobStore, registry: JobRegistry) -> DeadLetterRecorder:
     return DeadLetterRecorder(store, registry)
 
 
@@ -81,7 +79,7 @@ def test_a_dead_lettered_queued_job_fails_with_its_input_kept_so_that_it_can_be_
     message = job_message("classify", "dl-queued")
     provider.script = lambda _: ProviderUnavailableError("provider unavailable (HTTP 503)")
     record = enqueue(message)
-    assert worker.handle(sqs_event(record), FakeLambdaContext()) != ACKNOWLEDGED
+    assert worker.handle(sqs_event(record), InvocationContext()) != ACKNOWLEDGED
     queued = table.job("dl-queued")
     assert (queued.status, queued.input_stored) == (JobStatus.QUEUED, False)
 
@@ -107,7 +105,7 @@ def test_a_dead_lettered_queued_job_fails_with_its_input_kept_so_that_it_can_be_
 
 
 def test_a_dead_lettered_job_whose_worker_died_fails_in_three_requests(
-    store: JobStore,
+    store: DynamoJobStore,
     registry: JobRegistry,
     dynamodb_requests: RequestCounter,
     table: TableReader,
@@ -134,7 +132,7 @@ def test_a_dead_lettered_job_whose_worker_died_fails_in_three_requests(
 
 
 def test_a_dead_lettered_job_held_with_a_live_lease_is_left_to_its_worker(
-    store: JobStore,
+    store: DynamoJobStore,
     recorder: DeadLetterRecorder,
     table: TableReader,
     new_job: Callable[..., NewJob],
@@ -158,7 +156,7 @@ def test_a_dead_lettered_finished_job_stays_as_it_was(
 ) -> None:
     # Given a job that succeeded
     message = job_message("classify", "dl-done")
-    assert worker.handle(sqs_event(enqueue(message)), FakeLambdaContext()) == ACKNOWLEDGED
+    assert worker.handle(sqs_event(enqueue(message)), InvocationContext()) == ACKNOWLEDGED
     before = table.job_item("dl-done")
 
     # When a duplicate of its message reaches the dead-letter queue
@@ -202,7 +200,7 @@ def test_a_job_is_not_failed_when_its_dead_letter_could_not_be_recorded(
     stack: StackResources,
     dynamodb: Any,
     registry: JobRegistry,
-    store: JobStore,
+    store: DynamoJobStore,
     table: TableReader,
     new_job: Callable[..., NewJob],
 ) -> None:
@@ -210,7 +208,7 @@ def test_a_job_is_not_failed_when_its_dead_letter_could_not_be_recorded(
     message = job_message("classify", "dl-unrecorded")
     store.create_job("dl-unrecorded", new_job(message), message["input"], now_ms())
     before = table.job_item("dl-unrecorded")
-    recorder = DeadLetterRecorder(JobStore(stack.table_name, client=RefusingPuts(dynamodb)), registry)  # type: ignore[arg-type]
+    recorder = DeadLetterRecorder(DynamoJobStore(stack.table_name, client=RefusingPuts(dynamodb)), registry)  # type: ignore[arg-type]
 
     # When its message reaches the dead-letter queue, Then the recorder raises (the record stays on the queue)
     with pytest.raises(ClientError, match="InternalServerError"):
@@ -230,7 +228,7 @@ def test_a_dead_lettered_message_that_conflicts_with_its_job_neither_fails_it_no
 ) -> None:
     # Given a message-carried job put back in the queue after a 503 (its own message will come back)
     provider.script = lambda _: ProviderUnavailableError("provider unavailable (HTTP 503)")
-    assert worker.handle(sqs_event(enqueue(job_message("classify", "dl-conflict"))), FakeLambdaContext()) != (
+    assert worker.handle(sqs_event(enqueue(job_message("classify", "dl-conflict"))), InvocationContext()) != (
         ACKNOWLEDGED
     )
     before = table.job_item("dl-conflict")
@@ -280,7 +278,7 @@ def test_a_dead_lettered_request_whose_job_was_never_created_becomes_a_failed_jo
     # And `aijobs retry` runs it
     assert jobs_client.retry("dl-unclaimed").status is JobStatus.QUEUED
     (body,) = queued_bodies(sqs, stack.queue_url)
-    assert worker.handle(sqs_event(sqs_record(body)), FakeLambdaContext()) == ACKNOWLEDGED
+    assert worker.handle(sqs_event(sqs_record(body)), InvocationContext()) == ACKNOWLEDGED
     assert table.job("dl-unclaimed").status is JobStatus.SUCCEEDED
     assert provider.calls == 1
 

@@ -6,12 +6,12 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from engine.models import JobStatus
-from engine.store import JobStore, NewJob
+from engine.core import JobStatus, NewJob
+from engine.store import DynamoJobStore
 from engine.worker import Worker
 from tests.conftest import RequestCounter
 from tests.integration.conftest import RecordingQueue, TableReader, WorkerFactory, now_ms
-from tests.support.events import FakeLambdaContext, job_message, sqs_event, sqs_record
+from tests.support.events import InvocationContext, job_message, sqs_event, sqs_record
 from tests.support.providers import FakeProvider, valid_answer
 
 # Bounds for waits on other threads: a hang fails the test, it never gates on timing.
@@ -23,12 +23,12 @@ def test_a_duplicate_of_a_finished_job_is_acknowledged_without_a_provider_call(
 ) -> None:
     # Given a job that succeeded
     message = job_message("classify", "dup-finished")
-    worker.handle(sqs_event(sqs_record(message)), FakeLambdaContext())
+    worker.handle(sqs_event(sqs_record(message)), InvocationContext())
     before = table.job_item("dup-finished")
     dynamodb_requests.reset()
 
     # When the same message is delivered again
-    response = worker.handle(sqs_event(sqs_record(message)), FakeLambdaContext())
+    response = worker.handle(sqs_event(sqs_record(message)), InvocationContext())
 
     # Then it is acknowledged after the one refused claim, without calling the provider again
     requests = dict(dynamodb_requests.operations)
@@ -40,7 +40,7 @@ def test_a_duplicate_of_a_finished_job_is_acknowledged_without_a_provider_call(
 
 def test_a_duplicate_of_a_held_job_is_hidden_for_the_remaining_lease(
     worker: Worker,
-    store: JobStore,
+    store: DynamoJobStore,
     queue: RecordingQueue,
     provider: FakeProvider,
     dynamodb_requests: RequestCounter,
@@ -57,7 +57,7 @@ def test_a_duplicate_of_a_held_job_is_hidden_for_the_remaining_lease(
     dynamodb_requests.reset()
 
     # When the worker handles that delivery
-    response = worker.handle(sqs_event(record), FakeLambdaContext())
+    response = worker.handle(sqs_event(record), InvocationContext())
     handled_at = now_ms()
 
     # Then the record is NOT deleted: it is a batch item failure hidden for the remaining lease
@@ -97,7 +97,7 @@ def test_two_workers_racing_on_one_message_run_the_job_once(
     responses: list[dict[str, Any]] = [{}, {}]
 
     def deliver(index: int) -> None:
-        responses[index] = workers[index].handle(event, FakeLambdaContext())
+        responses[index] = workers[index].handle(event, InvocationContext())
 
     threads = [threading.Thread(target=deliver, args=(index,)) for index in range(2)]
 
@@ -140,14 +140,14 @@ def test_a_message_reusing_a_job_id_with_other_input_is_dead_lettered(
     table: TableReader,
 ) -> None:
     # Given a job that succeeded
-    worker.handle(sqs_event(sqs_record(job_message("classify", "conflict-1"))), FakeLambdaContext())
+    worker.handle(sqs_event(sqs_record(job_message("classify", "conflict-1"))), InvocationContext())
     before = table.job_item("conflict-1")
     dynamodb_requests.reset()
 
     # When a message with the same job id and a different input arrives
     other = job_message("classify", "conflict-1", input={"text": "Lunch at noon?", "labels": ["spam", "ham"]})
     record = sqs_record(other)
-    response = worker.handle(sqs_event(record), FakeLambdaContext())
+    response = worker.handle(sqs_event(record), InvocationContext())
 
     # Then it is acknowledged and kept as a dead letter; the job is unchanged and nothing ran again
     requests = dict(dynamodb_requests.operations)

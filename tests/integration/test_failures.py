@@ -10,22 +10,17 @@ from typing import Any
 
 import pytest
 
+from engine.core import ErrorCode, JobStatus, NewJob
+from engine.core.errors import ProviderRateLimitedError, ProviderRejectedError, ProviderUnavailableError
+from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
-from engine.errors import (
-    ErrorCode,
-    ProviderRateLimitedError,
-    ProviderRejectedError,
-    ProviderUnavailableError,
-)
 from engine.gateway import CompletionRequest, ModelGateway, ModelTiers
-from engine.models import JobStatus
-from engine.queue import QUEUE_VISIBILITY_SECONDS
 from engine.runner import JobRunner
-from engine.store import JobStore, NewJob
-from engine.worker import VISIBILITY_MARGIN_SECONDS, Worker
+from engine.store import DynamoJobStore
+from engine.worker import QUEUE_VISIBILITY_SECONDS, VISIBILITY_MARGIN_SECONDS, Worker
 from tests.conftest import RequestCounter
 from tests.integration.conftest import RecordingQueue, TableReader, WorkerFactory, now_ms
-from tests.support.events import FakeLambdaContext, job_message, sqs_event, sqs_record
+from tests.support.events import InvocationContext, job_message, sqs_event, sqs_record
 from tests.support.providers import VALID_OUTPUTS, FakeProvider, valid_answer
 
 Enqueue = Callable[[Any], dict[str, Any]]
@@ -55,7 +50,7 @@ def test_an_unavailable_provider_puts_the_job_back_with_a_backoff(
     record = enqueue(job_message("classify", "retry-1"))
 
     # When the worker handles the job
-    response = worker.handle(sqs_event(record), FakeLambdaContext())
+    response = worker.handle(sqs_event(record), InvocationContext())
 
     # Then the record comes back after a backoff of attempt 1 (full jitter in [1, 2] s)
     requests = dict(dynamodb_requests.operations)
@@ -88,12 +83,12 @@ def test_the_last_allowed_attempt_fails_the_job_and_keeps_its_input(
     provider.script = lambda _: ProviderUnavailableError("provider unavailable (HTTP 503)")
     message = job_message("classify", "spent-1", max_attempts=2)
     first = enqueue(message)
-    assert worker.handle(sqs_event(first), FakeLambdaContext()) == failed_record(first)
+    assert worker.handle(sqs_event(first), InvocationContext()) == failed_record(first)
     dynamodb_requests.reset()
 
     # When the message is delivered a second time
     second = enqueue(message)
-    response = worker.handle(sqs_event(second), FakeLambdaContext())
+    response = worker.handle(sqs_event(second), InvocationContext())
 
     # Then the job fails for good and the message is acknowledged
     requests = dict(dynamodb_requests.operations)
@@ -127,7 +122,7 @@ def test_a_rate_limited_attempt_is_refunded_and_honours_retry_after(
     record = enqueue(job_message("classify", "limited-1"))
 
     # When the worker handles the job
-    response = worker.handle(sqs_event(record), FakeLambdaContext())
+    response = worker.handle(sqs_event(record), InvocationContext())
 
     # Then the record comes back after exactly the provider's Retry-After
     requests = dict(dynamodb_requests.operations)
@@ -170,7 +165,7 @@ def test_a_retry_after_past_what_sqs_accepts_is_clamped_to_it(
     }
 
     # When the worker handles it
-    response = worker.handle(sqs_event(record), FakeLambdaContext())
+    response = worker.handle(sqs_event(record), InvocationContext())
 
     # Then the message is hidden for the longest time SQS accepts for this receipt (not refused)
     assert response == failed_record(record)
@@ -195,7 +190,7 @@ def test_a_rejected_request_fails_the_job_and_acknowledges_the_message(
     record = enqueue(job_message("summarize", "rejected-1"))
 
     # When the worker handles the job
-    response = worker.handle(sqs_event(record), FakeLambdaContext())
+    response = worker.handle(sqs_event(record), InvocationContext())
 
     # Then the job fails once and for all, with the attempt and the input recorded in the same write
     requests = dict(dynamodb_requests.operations)
@@ -246,7 +241,7 @@ def test_an_answer_that_fails_validation_fails_the_job_with_its_tokens(
     record = enqueue(job_message(job_type, job_id))
 
     # When the worker handles the job
-    response = worker.handle(sqs_event(record), FakeLambdaContext())
+    response = worker.handle(sqs_event(record), InvocationContext())
 
     # Then the job fails with the matching code after the answer and its one repair, both paid for
     requests = dict(dynamodb_requests.operations)
@@ -284,7 +279,7 @@ def test_an_answer_mended_on_the_re_ask_succeeds_with_the_tokens_of_both_calls(
     record = enqueue(job_message("classify", "mended-1"))
 
     # When the worker handles the job
-    response = worker.handle(sqs_event(record), FakeLambdaContext())
+    response = worker.handle(sqs_event(record), InvocationContext())
 
     # Then the job succeeds in one attempt, with the corrected answer, in the usual two writes
     requests = dict(dynamodb_requests.operations)
@@ -314,7 +309,7 @@ def test_an_answer_mended_on_the_re_ask_succeeds_with_the_tokens_of_both_calls(
 
 
 def test_an_unavailable_primary_model_falls_back_within_the_attempt(
-    store: JobStore,
+    store: DynamoJobStore,
     provider: FakeProvider,
     registry: JobRegistry,
     queue: RecordingQueue,
@@ -324,7 +319,9 @@ def test_an_unavailable_primary_model_falls_back_within_the_attempt(
 ) -> None:
     # Given a worker with a fallback model, and a primary model answering 503
     gateway = ModelGateway(provider, ModelTiers("gpt-4o-mini", "gpt-4o"))
-    worker = Worker(JobRunner(store, gateway, registry, rng=random.Random(7)), queue)
+    worker = Worker(
+        JobRunner(store, gateway, registry, DeadLetterRecorder(store, registry), rng=random.Random(7)), queue
+    )
 
     def primary_down(request: CompletionRequest) -> Any:
         if request.model == "gpt-4o-mini":
@@ -335,7 +332,7 @@ def test_an_unavailable_primary_model_falls_back_within_the_attempt(
     record = enqueue(job_message("classify", "fallback-1"))
 
     # When the worker handles the job
-    response = worker.handle(sqs_event(record), FakeLambdaContext())
+    response = worker.handle(sqs_event(record), InvocationContext())
 
     # Then the fallback model's answer succeeds the job in one attempt, without a backoff
     requests = dict(dynamodb_requests.operations)
@@ -368,13 +365,13 @@ def test_a_worker_that_lost_its_lease_keeps_the_usage_but_not_the_result(
     worker: Worker,
     provider: FakeProvider,
     stack: Any,
-    serialized_dynamodb: Any,
+    dynamodb: Any,
     dynamodb_requests: RequestCounter,
     table: TableReader,
     enqueue: Enqueue,
 ) -> None:
     # Given a provider call during which the lease expires and another worker takes the job over
-    other_store = JobStore(stack.table_name, client=serialized_dynamodb)
+    other_store = DynamoJobStore(stack.table_name, client=dynamodb)
 
     def answer_after_takeover(request: CompletionRequest) -> Any:
         after_lease = now_ms() + 400_000  # past the first worker's lease (the context's 300 s)
@@ -385,7 +382,7 @@ def test_a_worker_that_lost_its_lease_keeps_the_usage_but_not_the_result(
     record = enqueue(job_message("classify", "lease-1"))
 
     # When the first worker finishes
-    response = worker.handle(sqs_event(record), FakeLambdaContext())
+    response = worker.handle(sqs_event(record), InvocationContext())
 
     # Then its fenced finish is refused: the record comes back while the other worker holds the job
     requests = dict(dynamodb_requests.operations)
@@ -420,7 +417,7 @@ def test_too_little_invocation_time_releases_the_job_without_spending_an_attempt
     record = enqueue(job_message("classify", "short-1"))
 
     # When the worker handles the job
-    response = worker.handle(sqs_event(record), FakeLambdaContext(timeout_ms=30_000))
+    response = worker.handle(sqs_event(record), InvocationContext(timeout_seconds=30))
 
     # Then the provider is not called and the job goes back to the queue with its attempt refunded
     requests = dict(dynamodb_requests.operations)
@@ -441,11 +438,11 @@ def test_a_re_ask_gets_only_the_invocation_time_left_less_the_finishing_margin(
     worker: Worker, provider: FakeProvider, table: TableReader, enqueue: Enqueue
 ) -> None:
     # Given a 300 s invocation in which the model's first, wrong answer takes 250 s
-    context = FakeLambdaContext(timeout_ms=300_000)
+    context = InvocationContext(timeout_seconds=300)
 
     def slow_wrong_then_right(request: CompletionRequest) -> Any:
         if not request.conversation:
-            context._started -= 250  # 250 s pass
+            context._deadline -= 250  # 250 s pass
             return {"label": "eggs", "confidence": 0.5}
         return valid_answer(request)
 
@@ -467,10 +464,10 @@ def test_a_re_ask_without_time_left_puts_the_job_back_and_keeps_the_first_answer
     worker: Worker, provider: FakeProvider, queue: RecordingQueue, table: TableReader, enqueue: Enqueue
 ) -> None:
     # Given a 300 s invocation in which the model's first, wrong answer takes 295 s
-    context = FakeLambdaContext(timeout_ms=300_000)
+    context = InvocationContext(timeout_seconds=300)
 
     def slow_and_wrong(_: CompletionRequest) -> Any:
-        context._started -= 295
+        context._deadline -= 295
         return {"label": "eggs", "confidence": 0.5}
 
     provider.script = slow_and_wrong
@@ -496,7 +493,7 @@ def test_a_re_ask_without_time_left_puts_the_job_back_and_keeps_the_first_answer
 
 
 def test_a_job_past_its_deadline_fails_without_a_provider_call(
-    store: JobStore,
+    store: DynamoJobStore,
     make_worker: WorkerFactory,
     provider: FakeProvider,
     dynamodb_requests: RequestCounter,
@@ -510,7 +507,7 @@ def test_a_job_past_its_deadline_fails_without_a_provider_call(
     dynamodb_requests.reset()
 
     # When a reference to the job is delivered
-    response = worker.handle(sqs_event(sqs_record({"job_id": "late-1"})), FakeLambdaContext())
+    response = worker.handle(sqs_event(sqs_record({"job_id": "late-1"})), InvocationContext())
 
     # Then the refused claim is explained by the deadline and the job fails, acknowledged
     requests = dict(dynamodb_requests.operations)
@@ -529,9 +526,9 @@ def rate_limited_then_late(make_worker: WorkerFactory, provider: FakeProvider, e
     provider.script = lambda _: ProviderRateLimitedError("provider rate limit (HTTP 429)", retry_after_seconds=7)
     message = job_message("classify", "late-2", deadline_seconds=60)
     first = enqueue(message)
-    assert make_worker().handle(sqs_event(first), FakeLambdaContext()) == failed_record(first)
+    assert make_worker().handle(sqs_event(first), InvocationContext()) == failed_record(first)
     late = make_worker(clock=lambda: time.time() + 120)
-    return late.handle(sqs_event(enqueue(message)), FakeLambdaContext())
+    return late.handle(sqs_event(enqueue(message)), InvocationContext())
 
 
 def test_a_message_carried_job_redelivered_after_its_deadline_fails(

@@ -18,7 +18,6 @@ from typing import Any
 
 import boto3
 import pytest
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
@@ -29,11 +28,11 @@ from engine.definitions import JobRegistry
 from engine.gateway import CompletionRequest, ModelGateway, ModelTiers
 from engine.queue import JobQueue
 from engine.runner import JobRunner
-from engine.store import JobStore
+from engine.store import DynamoJobStore
 from engine.store.items import dead_letter_key, job_key
 from engine.store.payloads import PayloadStore
 from engine.worker import Worker
-from tests.support.events import FakeLambdaContext, sqs_event, sqs_record
+from tests.support.events import InvocationContext, sqs_event, sqs_record
 from tests.support.providers import FakeProvider, valid_answer
 from tests.support.strategies import any_text
 
@@ -143,20 +142,17 @@ def fuzz_stack() -> Iterator[FuzzStack]:
         with mock_aws():
             resources = create_stack_resources()
             dynamodb = boto3.client("dynamodb")
-            store = JobStore(resources.table_name, client=dynamodb, payloads=PayloadStore(resources.payload_bucket))
+            s3 = boto3.client("s3")
+            payloads = PayloadStore(resources.payload_bucket, lambda: s3)
+            store = DynamoJobStore(resources.table_name, client=dynamodb, payloads=payloads)
             registry = JobRegistry()
-            runner = JobRunner(
-                store,
-                ModelGateway(FakeProvider(sent_over_http), ModelTiers("gpt-4o-mini")),
-                registry,
-                rng=random.Random(7),
-            )
-            worker = Worker(runner, JobQueue(resources.queue_url))
             recorder = DeadLetterRecorder(store, registry)
+            gateway = ModelGateway(FakeProvider(sent_over_http), ModelTiers("gpt-4o-mini"))
+            runner = JobRunner(store, gateway, registry, recorder, rng=random.Random(7))
+            worker = Worker(runner, JobQueue(resources.queue_url))
 
             def dead_letter_handler(event: dict[str, Any]) -> dict[str, Any]:
-                processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-                return dict(process_partial_response(event, recorder.handle_record, processor, None))
+                return recorder.handle(event, None)
 
             yield FuzzStack(resources, worker, dead_letter_handler, dynamodb)
 
@@ -195,7 +191,7 @@ def test_the_worker_ends_every_body_and_returns_it_at_most_once(fuzz_stack: Fuzz
     responses = []
     for receive in (1, 2):
         event = sqs_event(sqs_record(body, message_id=message_id, receive_count=receive))
-        response = fuzz_stack.worker.handle(event, FakeLambdaContext())
+        response = fuzz_stack.worker.handle(event, InvocationContext())
         responses.append(response)
         if not response["batchItemFailures"]:
             break

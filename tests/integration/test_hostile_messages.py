@@ -14,17 +14,16 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from engine.core import ErrorCode, JobStatus
 from engine.definitions import JobDefinition, JobRegistry, Prompt
 from engine.definitions.classify import ClassifyInput, ClassifyOutput
-from engine.errors import ErrorCode
-from engine.models import JobStatus
 from engine.runner import GIVE_UP_RECEIVES
 from engine.store.payloads import INLINE_BYTES
 from engine.text import MAX_REASON_CHARS
 from engine.worker import Worker
 from tests.conftest import RequestCounter
 from tests.integration.conftest import TableReader, WorkerFactory
-from tests.support.events import FakeLambdaContext, job_message, sqs_event, sqs_record
+from tests.support.events import InvocationContext, job_message, sqs_event, sqs_record
 from tests.support.providers import FakeProvider
 
 Enqueue = Callable[[Any], dict[str, Any]]
@@ -32,7 +31,7 @@ ACKNOWLEDGED: dict[str, Any] = {"batchItemFailures": []}
 
 
 def handled(worker: Worker, record: dict[str, Any]) -> dict[str, Any]:
-    response: dict[str, Any] = worker.handle(sqs_event(record), FakeLambdaContext())
+    response: dict[str, Any] = worker.handle(sqs_event(record), InvocationContext())
     return response
 
 

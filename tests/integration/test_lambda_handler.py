@@ -11,16 +11,12 @@ from typing import Any
 
 import pytest
 
-import engine.store.jobs as store_module
-from aijobs.local.serial import SerializedClient
+import handlers.worker
 from aijobs.stack import StackResources
-from engine.config import get_settings
-from engine.errors import ErrorCode
-from engine.models import JobStatus
-from engine.worker import get_worker
-from handlers.worker import lambda_handler
+from engine.core import ErrorCode, JobStatus
+from engine.wiring import entry_point
 from tests.integration.conftest import TableReader
-from tests.support.events import FakeLambdaContext, load_event
+from tests.support.events import InvocationContext, load_event
 from tests.support.http_provider import LocalProvider, expected_output
 
 API_KEY = "local-key"
@@ -42,7 +38,7 @@ def model_server() -> Iterator[LocalProvider]:
 
 
 @pytest.fixture
-def handler(stack: StackResources, model_server: LocalProvider, monkeypatch: pytest.MonkeyPatch) -> Iterator[Handler]:
+def handler(stack: StackResources, model_server: LocalProvider, monkeypatch: pytest.MonkeyPatch) -> Handler:
     """`handlers.worker.lambda_handler` with the stack's and the loopback provider's settings."""
     for name, value in stack.environment().items():
         monkeypatch.setenv(name, value)
@@ -50,22 +46,14 @@ def handler(stack: StackResources, model_server: LocalProvider, monkeypatch: pyt
     monkeypatch.setenv("AI_BASE_URL", model_server.url)
     monkeypatch.setenv("AI_API_KEY", API_KEY)
     monkeypatch.setenv("AI_MODEL_PRIMARY", MODEL)
-    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
     for name in ("AI_API_KEY_SECRET_ARN", "AI_MODEL_FALLBACK", "AIJOBS_JOB_MODULES", "AIJOBS_MODEL_PRICES"):
         monkeypatch.delenv(name, raising=False)
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
-    # The handler builds its own store; serialize its requests so that moto decides races the way
-    # DynamoDB would (there is no other seam: the worker is built from the environment).
-    build_client = store_module.default_client
-    monkeypatch.setattr(store_module, "default_client", lambda: SerializedClient(build_client()))
-    get_settings.cache_clear()
-    get_worker.cache_clear()
-    try:
-        yield lambda event: lambda_handler(event, FakeLambdaContext())  # type: ignore[arg-type]
-    finally:
-        get_settings.cache_clear()
-        get_worker.cache_clear()
+    # The entry point of handlers.worker, built afresh for this test's stack (the module's own one
+    # keeps the parts of its first invocation, as a warm Lambda does).
+    lambda_handler = entry_point(handlers.worker.build)
+    return lambda event: lambda_handler(event, InvocationContext())
 
 
 def assert_lambda_response(response: Any, event: dict[str, Any]) -> list[str]:

@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 
 from aijobs.client import AiJobsClient
+from engine.core import JobStatus
+from engine.core.errors import InputValidationError, ProviderRejectedError
 from engine.definitions import MAX_INPUT_BYTES
-from engine.errors import InputValidationError, ProviderRejectedError
-from engine.models import JobStatus
 from engine.store.payloads import INLINE_BYTES, PayloadStore, input_key
 from engine.worker import Worker
 from tests.conftest import RequestCounter
 from tests.integration.conftest import TableReader, queued_bodies
-from tests.support.events import FakeLambdaContext, sqs_event, sqs_record
+from tests.support.events import InvocationContext, sqs_event, sqs_record
 from tests.support.providers import FakeProvider, valid_answer
 
 Enqueue = Callable[[Any], dict[str, Any]]
@@ -53,7 +53,7 @@ def test_a_600_kb_message_carried_input_runs_and_after_a_failure_is_retried_from
     message = {"job_id": "big-1", "job_type": "answer_with_citations", "user_id": "u1", "input": job_input}
 
     # When the worker runs it
-    assert worker.handle(sqs_event(enqueue(message)), FakeLambdaContext()) == ACKNOWLEDGED
+    assert worker.handle(sqs_event(enqueue(message)), InvocationContext()) == ACKNOWLEDGED
 
     # Then it failed in the usual two requests, and its input is kept in the bucket, referenced
     assert dict(dynamodb_requests.operations) == {"UpdateItem": 1, "TransactWriteItems": 1}
@@ -66,7 +66,7 @@ def test_a_600_kb_message_carried_input_runs_and_after_a_failure_is_retried_from
     assert jobs_client.retry("big-1").status is JobStatus.QUEUED
     (body,) = queued_bodies(sqs, stack.queue_url)
     provider.script = valid_answer
-    assert worker.handle(sqs_event(sqs_record(body)), FakeLambdaContext()) == ACKNOWLEDGED
+    assert worker.handle(sqs_event(sqs_record(body)), InvocationContext()) == ACKNOWLEDGED
 
     # Then it ran from the input read back from the bucket
     assert table.job("big-1").status is JobStatus.SUCCEEDED
@@ -91,7 +91,7 @@ def test_a_600_kb_input_submitted_with_the_client_is_stored_in_the_bucket_and_ru
     assert item is not None
     assert json.loads(payloads.get(item["input_key"])) == job_input
     (body,) = queued_bodies(sqs, stack.queue_url)
-    assert worker.handle(sqs_event(sqs_record(body)), FakeLambdaContext()) == ACKNOWLEDGED
+    assert worker.handle(sqs_event(sqs_record(body)), InvocationContext()) == ACKNOWLEDGED
     assert table.job("big-2").status is JobStatus.SUCCEEDED
     assert provider.calls == 1
 

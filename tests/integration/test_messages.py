@@ -7,13 +7,13 @@ from collections.abc import Callable
 
 import pytest
 
-from engine.errors import ErrorCode, JobConflictError
-from engine.models import JobStatus
-from engine.store import JobStore, NewJob
+from engine.core import ErrorCode, JobStatus, NewJob
+from engine.core.errors import JobConflictError
+from engine.store import DynamoJobStore
 from engine.worker import Worker
 from tests.conftest import RequestCounter
 from tests.integration.conftest import TableReader, WorkerFactory, now_ms
-from tests.support.events import FakeLambdaContext, job_message, load_event, sqs_event, sqs_record
+from tests.support.events import InvocationContext, job_message, load_event, sqs_event, sqs_record
 from tests.support.providers import VALID_OUTPUTS, FakeProvider
 
 NOT_JSON_ID = "0b6f0d3e-5d54-4c57-9b2a-1f3c8a7e1004"
@@ -29,7 +29,7 @@ def test_malformed_messages_are_recorded_and_acknowledged(
     event = load_event("malformed")
 
     # When the worker handles it
-    response = worker.handle(event, FakeLambdaContext())
+    response = worker.handle(event, InvocationContext())
 
     # Then all four records are acknowledged and nothing reached the provider
     assert response == {"batchItemFailures": []}
@@ -63,11 +63,11 @@ def test_malformed_messages_are_recorded_and_acknowledged(
 def test_a_redelivered_malformed_event_never_loops(worker: Worker, provider: FakeProvider, table: TableReader) -> None:
     # Given events/malformed.json handled once
     event = load_event("malformed")
-    worker.handle(event, FakeLambdaContext())
+    worker.handle(event, InvocationContext())
     jobs = {job_id: table.job_item(job_id) for job_id in ("evt-bad-input-1", "evt-unknown-type-1")}
 
     # When the same event is delivered again
-    response = worker.handle(event, FakeLambdaContext())
+    response = worker.handle(event, InvocationContext())
 
     # Then every record is acknowledged again, the failed jobs are unchanged, nothing was called
     assert response == {"batchItemFailures": []}
@@ -82,11 +82,11 @@ def test_a_redelivered_malformed_event_changes_nothing(
     frozen = time.time()
     worker = make_worker(clock=lambda: frozen)
     event = load_event("malformed")
-    worker.handle(event, FakeLambdaContext())
+    worker.handle(event, InvocationContext())
     before = table.snapshot()
 
     # When the same event is delivered again
-    worker.handle(event, FakeLambdaContext())
+    worker.handle(event, InvocationContext())
 
     # Then the table is exactly as it was
     assert table.snapshot() == before
@@ -102,7 +102,7 @@ def test_a_message_of_another_schema_version_fails_its_job(
     record = sqs_record(job_message("classify", "version-1", schema_version=2))
 
     # When the worker handles it
-    response = worker.handle(sqs_event(record), FakeLambdaContext())
+    response = worker.handle(sqs_event(record), InvocationContext())
 
     # Then the job is written as failed, without a claim or a provider call, and acknowledged
     requests = dict(dynamodb_requests.operations)
@@ -118,7 +118,7 @@ def test_a_message_of_another_schema_version_fails_its_job(
 
 def test_a_job_created_with_another_schema_version_fails_when_claimed(
     worker: Worker,
-    store: JobStore,
+    store: DynamoJobStore,
     provider: FakeProvider,
     dynamodb_requests: RequestCounter,
     table: TableReader,
@@ -130,7 +130,7 @@ def test_a_job_created_with_another_schema_version_fails_when_claimed(
     dynamodb_requests.reset()
 
     # When a reference to it is delivered
-    response = worker.handle(sqs_event(sqs_record({"job_id": "version-2"})), FakeLambdaContext())
+    response = worker.handle(sqs_event(sqs_record({"job_id": "version-2"})), InvocationContext())
 
     # Then the job is claimed, then failed without reading its input or calling the provider
     requests = dict(dynamodb_requests.operations)
@@ -150,7 +150,7 @@ def test_a_job_created_with_another_schema_version_fails_when_claimed(
 
 def test_a_job_created_beforehand_runs_from_a_reference_message(
     worker: Worker,
-    store: JobStore,
+    store: DynamoJobStore,
     provider: FakeProvider,
     dynamodb_requests: RequestCounter,
     table: TableReader,
@@ -164,7 +164,7 @@ def test_a_job_created_beforehand_runs_from_a_reference_message(
     dynamodb_requests.reset()
 
     # When a message of only its job id is delivered
-    response = worker.handle(sqs_event(sqs_record({"job_id": "created-1"})), FakeLambdaContext())
+    response = worker.handle(sqs_event(sqs_record({"job_id": "created-1"})), InvocationContext())
 
     # Then it succeeds with one request more than a message-carried job: claim, read input, finish
     requests = dict(dynamodb_requests.operations)
@@ -179,7 +179,7 @@ def test_a_job_created_beforehand_runs_from_a_reference_message(
 
 
 def test_creating_a_job_is_idempotent_and_refuses_a_different_input(
-    store: JobStore, table: TableReader, new_job: Callable[..., NewJob]
+    store: DynamoJobStore, table: TableReader, new_job: Callable[..., NewJob]
 ) -> None:
     # Given a job created once
     message = job_message("classify", "created-2")
@@ -207,7 +207,7 @@ def test_a_reference_to_a_job_that_does_not_exist_is_dead_lettered(
     record = sqs_record({"job_id": "nobody-made-this"})
 
     # When the worker handles it
-    response = worker.handle(sqs_event(record), FakeLambdaContext())
+    response = worker.handle(sqs_event(record), InvocationContext())
 
     # Then it is kept as a dead letter and acknowledged; no job is created
     requests = dict(dynamodb_requests.operations)

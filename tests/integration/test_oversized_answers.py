@@ -9,15 +9,14 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from engine.core import ErrorCode, JobStatus
 from engine.definitions import JobDefinition, JobRegistry, Prompt
 from engine.definitions.base import MAX_OUTPUT_BYTES
 from engine.definitions.summarize import SummarizeInput
-from engine.errors import ErrorCode
-from engine.models import JobStatus
 from engine.worker import Worker
 from tests.conftest import RequestCounter
 from tests.integration.conftest import TableReader, WorkerFactory
-from tests.support.events import FakeLambdaContext, job_message, sqs_event
+from tests.support.events import InvocationContext, job_message, sqs_event
 from tests.support.providers import FakeProvider
 
 Enqueue = Callable[[Any], dict[str, Any]]
@@ -61,7 +60,7 @@ def test_an_answer_longer_than_max_tokens_can_be_ends_the_job_at_once(
     record = enqueue(job_message(job_type, f"huge-{job_type}"))
 
     # When the worker handles the job
-    response = worker.handle(sqs_event(record), FakeLambdaContext())
+    response = worker.handle(sqs_event(record), InvocationContext())
 
     # Then it is acknowledged, not retried nor re-asked, and the job ends in the usual two requests
     assert response == ACKNOWLEDGED
@@ -96,7 +95,7 @@ def test_a_valid_answer_too_large_for_the_jobs_item_ends_the_job_with_its_usage(
     provider.script = lambda _: {"text": "x" * (MAX_OUTPUT_BYTES + 1)}
     record = enqueue(job_message("summarize", "long-1") | {"job_type": "long_writer"})
 
-    response = worker.handle(sqs_event(record), FakeLambdaContext())
+    response = worker.handle(sqs_event(record), InvocationContext())
 
     assert response == ACKNOWLEDGED
     assert dict(dynamodb_requests.operations) == ONE_ROUND_TRIP

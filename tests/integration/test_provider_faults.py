@@ -16,16 +16,17 @@ import httpx
 import pytest
 
 from aijobs.local import FaultKind, LocalProvider
+from engine.core import ErrorCode, JobStatus
+from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import BUILTIN_DEFINITIONS, JobRegistry
 from engine.definitions.classify import CLASSIFY
-from engine.errors import ErrorCode
-from engine.gateway import ModelGateway, ModelTiers, OpenAICompatibleProvider, static_api_key
-from engine.models import JobStatus
+from engine.gateway import ModelGateway, ModelTiers
+from engine.gateway.openai import OpenAICompatibleProvider, static_api_key
 from engine.runner import JobRunner
-from engine.store import JobStore
+from engine.store import DynamoJobStore
 from engine.worker import Worker
 from tests.integration.conftest import RecordingQueue, TableReader
-from tests.support.events import FakeLambdaContext, job_message, sqs_event
+from tests.support.events import InvocationContext, job_message, sqs_event
 
 API_KEY = "sk-local-test"
 MODEL = "local-model"
@@ -47,14 +48,15 @@ def model_server() -> Iterator[LocalProvider]:
 
 
 @pytest.fixture
-def http_worker(store: JobStore, queue: RecordingQueue, model_server: LocalProvider) -> Iterator[WorkerFactory]:
+def http_worker(store: DynamoJobStore, queue: RecordingQueue, model_server: LocalProvider) -> Iterator[WorkerFactory]:
     """A worker whose gateway calls the local provider over real HTTP."""
     client = httpx.Client(trust_env=False)
 
     def build(api_key: str = API_KEY) -> Worker:
         provider = OpenAICompatibleProvider(model_server.url, static_api_key(api_key), client=client)
         registry = JobRegistry([*BUILTIN_DEFINITIONS, QUICK_CLASSIFY])
-        runner = JobRunner(store, ModelGateway(provider, ModelTiers(MODEL)), registry, rng=random.Random(7))
+        gateway = ModelGateway(provider, ModelTiers(MODEL))
+        runner = JobRunner(store, gateway, registry, DeadLetterRecorder(store, registry), rng=random.Random(7))
         return Worker(runner, queue)
 
     yield build
@@ -105,7 +107,7 @@ def test_a_rate_limited_call_requeues_the_job_after_retry_after_with_the_attempt
     record = enqueue(faulty_job("classify", "fault-429", "fault:rate_limited"))
 
     # When the worker handles the job
-    response = http_worker().handle(sqs_event(record), FakeLambdaContext())
+    response = http_worker().handle(sqs_event(record), InvocationContext())
 
     # Then the record comes back after exactly Retry-After, and the attempt is not counted
     assert response == failed_record(record)
@@ -139,7 +141,7 @@ def test_an_unavailable_provider_requeues_the_job_with_a_backoff(
     record = enqueue(faulty_job("summarize", job_id, f"fault:{kind}"))
 
     # When the worker handles the job
-    response = http_worker().handle(sqs_event(record), FakeLambdaContext())
+    response = http_worker().handle(sqs_event(record), InvocationContext())
 
     # Then the job is queued again with provider_unavailable, after a backoff of attempt 1
     assert response == failed_record(record)
@@ -161,7 +163,7 @@ def test_a_provider_that_hangs_past_the_timeout_requeues_the_job(
     record = enqueue({**faulty_job("classify", "fault-hang", "fault:hang"), "job_type": QUICK_CLASSIFY.name})
 
     # When the worker handles the job
-    response = http_worker().handle(sqs_event(record), FakeLambdaContext())
+    response = http_worker().handle(sqs_event(record), InvocationContext())
 
     # Then the call times out and the job is queued again with provider_timeout
     assert response == failed_record(record)
@@ -181,7 +183,7 @@ def test_a_rejected_key_fails_the_job(
     record = enqueue(job_message("classify", "fault-401"))
 
     # When it handles a job
-    response = http_worker(api_key="sk-wrong").handle(sqs_event(record), FakeLambdaContext())
+    response = http_worker(api_key="sk-wrong").handle(sqs_event(record), InvocationContext())
 
     # Then the provider's 401 fails the job for good
     assert response == {"batchItemFailures": []}
@@ -205,7 +207,7 @@ def test_a_fault_served_twice_then_an_answer_succeeds_on_the_third_attempt(
     worker = http_worker()
 
     # When its message is delivered three times
-    responses = [worker.handle(sqs_event(record), FakeLambdaContext()) for record in map(enqueue, [message] * 3)]
+    responses = [worker.handle(sqs_event(record), InvocationContext()) for record in map(enqueue, [message] * 3)]
 
     # Then the first two deliveries come back and the third succeeds
     assert [response["batchItemFailures"] != [] for response in responses] == [True, True, False]
@@ -252,7 +254,7 @@ def test_an_invalid_answer_fails_the_job_after_one_repair_re_ask_paying_for_both
     record = enqueue(faulty_job(job_type, job_id, f"fault:{kind}"))
 
     # When the worker handles the job
-    response = http_worker().handle(sqs_event(record), FakeLambdaContext())
+    response = http_worker().handle(sqs_event(record), InvocationContext())
 
     # Then the model was asked, then re-asked with the validation error, within the one attempt
     assert [(entry.fault, entry.status, entry.repair) for entry in model_server.log] == [
@@ -283,7 +285,7 @@ def test_a_repairable_answer_succeeds_on_the_re_ask_paying_for_both_calls(
     record = enqueue(message)
 
     # When the worker handles the job
-    response = http_worker().handle(sqs_event(record), FakeLambdaContext())
+    response = http_worker().handle(sqs_event(record), InvocationContext())
 
     # Then the job succeeds in one attempt with the repaired answer
     assert response == {"batchItemFailures": []}

@@ -3,22 +3,22 @@ re-enqueued, found through the OpenJobs index and never a scan."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+import handlers.reconciler
 from aijobs.stack import StackResources
-from engine.errors import ErrorCode
-from engine.models import JobErrorInfo, JobStatus
-from engine.reconciler import STOP_MARGIN_MS, Reconciler, get_reconciler
-from engine.store import JobStore, NewJob, Released, Succeeded
+from engine.core import ErrorCode, JobErrorInfo, JobStatus, NewJob, Released, Succeeded
+from engine.reconciler import STOP_MARGIN_MS, Reconciler
+from engine.store import DynamoJobStore
 from engine.store.items import OPEN_SHARDS
-from engine.store.jobs import OPEN_JOBS_INDEX
-from handlers.reconciler import lambda_handler
+from engine.store.reads import OPEN_JOBS_INDEX
+from engine.wiring import entry_point
 from tests.conftest import RequestCounter
 from tests.integration.conftest import RecordingQueue, TableReader, now_ms, open_job_ids, queued_bodies
-from tests.support.events import FakeLambdaContext, job_message
+from tests.support.events import InvocationContext, job_message
 from tests.support.providers import VALID_OUTPUTS
 
 STALE_SECONDS = 600
@@ -56,7 +56,7 @@ def queries(dynamodb: Any) -> QueryRecorder:
 
 
 @pytest.fixture
-def reconciler_at(store: JobStore, queue: RecordingQueue) -> Callable[[int], Reconciler]:
+def reconciler_at(store: DynamoJobStore, queue: RecordingQueue) -> Callable[[int], Reconciler]:
     """A reconciler on the fixtures' (counted) store whose clock reads `at_ms`."""
 
     def build(at_ms: int) -> Reconciler:
@@ -72,7 +72,7 @@ def assert_read_the_index_only(requests: RequestCounter, queries: QueryRecorder)
 
 
 def test_jobs_past_their_deadline_fail_unless_a_worker_holds_them(
-    store: JobStore,
+    store: DynamoJobStore,
     reconciler_at: Callable[[int], Reconciler],
     dynamodb_requests: RequestCounter,
     queries: QueryRecorder,
@@ -112,8 +112,8 @@ def test_jobs_past_their_deadline_fail_unless_a_worker_holds_them(
 
 
 def test_a_cancel_requested_while_no_worker_holds_the_job_ends_it(
-    store: JobStore,
-    side_store: JobStore,
+    store: DynamoJobStore,
+    side_store: DynamoJobStore,
     reconciler_at: Callable[[int], Reconciler],
     dynamodb_requests: RequestCounter,
     table: TableReader,
@@ -144,7 +144,7 @@ def test_a_cancel_requested_while_no_worker_holds_the_job_ends_it(
 def test_a_stale_queued_job_is_re_enqueued_once_when_its_input_is_stored(
     stack: StackResources,
     sqs: Any,
-    store: JobStore,
+    store: DynamoJobStore,
     reconciler_at: Callable[[int], Reconciler],
     dynamodb_requests: RequestCounter,
     queries: QueryRecorder,
@@ -189,8 +189,8 @@ def test_a_stale_queued_job_is_re_enqueued_once_when_its_input_is_stored(
 
 
 def test_a_cancel_requested_job_past_its_deadline_ends_cancelled_as_a_delivery_would_end_it(
-    store: JobStore,
-    side_store: JobStore,
+    store: DynamoJobStore,
+    side_store: DynamoJobStore,
     reconciler_at: Callable[[int], Reconciler],
     table: TableReader,
     new_job: Callable[..., NewJob],
@@ -211,17 +211,14 @@ def test_a_cancel_requested_job_past_its_deadline_ends_cancelled_as_a_delivery_w
 
 
 @pytest.fixture
-def handler(lambda_environment: None) -> Iterator[Callable[[], dict[str, int]]]:
-    """`handlers.reconciler.lambda_handler` as the schedule invokes it, configured from the environment."""
-    get_reconciler.cache_clear()
-    try:
-        yield lambda: lambda_handler({}, FakeLambdaContext(function_name="aijobs-reconciler"))
-    finally:
-        get_reconciler.cache_clear()
+def handler(lambda_environment: None) -> Callable[[], dict[str, int]]:
+    """The entry point of handlers.reconciler as the schedule invokes it, configured from the environment."""
+    lambda_handler = entry_point(handlers.reconciler.build)
+    return lambda: lambda_handler({}, InvocationContext(function_name="aijobs-reconciler"))
 
 
 def test_the_scheduled_function_fails_a_job_past_its_deadline(
-    handler: Callable[[], dict[str, int]], store: JobStore, table: TableReader, new_job: Callable[..., NewJob]
+    handler: Callable[[], dict[str, int]], store: DynamoJobStore, table: TableReader, new_job: Callable[..., NewJob]
 ) -> None:
     # Given a queued job whose 60 s deadline passed a minute ago
     message = job_message("summarize", "handler-late")
@@ -242,7 +239,7 @@ def test_the_scheduled_function_fails_a_job_past_its_deadline(
 
 
 def test_a_job_that_ended_after_the_index_was_read_is_skipped_and_the_pass_goes_on(
-    store: JobStore,
+    store: DynamoJobStore,
     reconciler_at: Callable[[int], Reconciler],
     table: TableReader,
     new_job: Callable[..., NewJob],
@@ -268,7 +265,7 @@ def test_a_job_that_ended_after_the_index_was_read_is_skipped_and_the_pass_goes_
 
 
 def test_one_job_that_cannot_be_reconciled_is_counted_and_the_others_are_handled(
-    store: JobStore,
+    store: DynamoJobStore,
     reconciler_at: Callable[[int], Reconciler],
     table: TableReader,
     new_job: Callable[..., NewJob],
@@ -298,7 +295,7 @@ def test_one_job_that_cannot_be_reconciled_is_counted_and_the_others_are_handled
 
 
 def test_a_pass_reads_no_more_jobs_than_it_handles(
-    store: JobStore,
+    store: DynamoJobStore,
     queue: RecordingQueue,
     dynamodb: Any,
     queries: QueryRecorder,
@@ -324,7 +321,7 @@ def test_a_pass_reads_no_more_jobs_than_it_handles(
 
 
 def test_a_pass_stops_before_its_invocation_runs_out_of_time(
-    store: JobStore,
+    store: DynamoJobStore,
     reconciler_at: Callable[[int], Reconciler],
     dynamodb_requests: RequestCounter,
     new_job: Callable[..., NewJob],
@@ -343,7 +340,7 @@ def test_a_pass_stops_before_its_invocation_runs_out_of_time(
 def test_a_running_job_whose_worker_died_long_ago_is_re_enqueued_and_taken_over(
     stack: StackResources,
     sqs: Any,
-    store: JobStore,
+    store: DynamoJobStore,
     reconciler_at: Callable[[int], Reconciler],
     table: TableReader,
     new_job: Callable[..., NewJob],

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from engine.models import JobStatus
+from engine.core import JobStatus
 from engine.worker import Worker
 from tests.conftest import RequestCounter
 from tests.integration.conftest import MODEL, TableReader
-from tests.support.events import FakeLambdaContext, job_message, sqs_event, sqs_record
+from tests.support.events import InvocationContext, job_message, sqs_event, sqs_record
 from tests.support.providers import VALID_OUTPUTS, FakeProvider
 
 JOB_TYPES = ["summarize", "classify", "answer_with_citations"]
@@ -41,7 +41,7 @@ def test_a_message_carried_job_succeeds_with_two_requests(
     event = sqs_event(sqs_record(job_message(job_type, job_id)))
 
     # When the worker handles it
-    response = worker.handle(event, FakeLambdaContext())
+    response = worker.handle(event, InvocationContext())
 
     # Then it is acknowledged after one claim and one finishing write, and one provider call
     requests = dict(dynamodb_requests.operations)
@@ -84,7 +84,7 @@ def test_a_batch_of_ten_jobs_costs_twenty_requests(
     event = sqs_event(*(sqs_record(message) for message in messages))
 
     # When the worker handles the batch
-    response = worker.handle(event, FakeLambdaContext())
+    response = worker.handle(event, InvocationContext())
 
     # Then every record is acknowledged: 10 claims, 10 finishes, 10 provider calls
     requests = dict(dynamodb_requests.operations)

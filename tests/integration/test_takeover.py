@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from engine.errors import LeaseLostError
+from engine.core import AttemptOutcome, AttemptRecord, Job, JobStatus, NewJob, Succeeded
+from engine.core.errors import LeaseLostError
 from engine.gateway import CompletionRequest
-from engine.models import AttemptRecord, Job, JobStatus
-from engine.store import JobStore, NewJob, Succeeded
+from engine.store import DynamoJobStore
 from tests.conftest import RequestCounter
 from tests.integration.conftest import RecordingQueue, TableReader, WorkerFactory, now_ms, open_job_ids
-from tests.support.events import FakeLambdaContext, job_message, sqs_event
+from tests.support.events import InvocationContext, job_message, sqs_event
 from tests.support.providers import VALID_OUTPUTS, FakeProvider, valid_answer
 
 Enqueue = Callable[[Any], dict[str, Any]]
@@ -27,7 +27,7 @@ ACKNOWLEDGED: dict[str, Any] = {"batchItemFailures": []}
 DEAD_LEASE_MS = 60_000
 
 
-def stale_finish(dead_store: JobStore, dead_job: Job, at_ms: int) -> LeaseLostError:
+def stale_finish(dead_store: DynamoJobStore, dead_job: Job, at_ms: int) -> LeaseLostError:
     """The dead worker wakes up and finishes with the job as it claimed it; returns the refusal."""
     attempt = AttemptRecord(
         job_id=dead_job.job_id,
@@ -36,7 +36,7 @@ def stale_finish(dead_store: JobStore, dead_job: Job, at_ms: int) -> LeaseLostEr
         job_type=dead_job.job_type,
         started_at=at_ms - 1,
         finished_at=at_ms,
-        outcome="succeeded",
+        outcome=AttemptOutcome.SUCCEEDED,
         input_tokens=100,
         output_tokens=20,
     )
@@ -46,7 +46,7 @@ def stale_finish(dead_store: JobStore, dead_job: Job, at_ms: int) -> LeaseLostEr
 
 
 def test_a_job_whose_worker_died_after_the_claim_is_held_until_its_lease_expires_then_taken_over(
-    side_store: JobStore,
+    side_store: DynamoJobStore,
     make_worker: WorkerFactory,
     provider: FakeProvider,
     queue: RecordingQueue,
@@ -64,7 +64,7 @@ def test_a_job_whose_worker_died_after_the_claim_is_held_until_its_lease_expires
 
     # When the message is delivered again 20 s later
     early = make_worker(clock=lambda: (t0 + 20_000) / 1000)
-    response = early.handle(sqs_event(record), FakeLambdaContext())
+    response = early.handle(sqs_event(record), InvocationContext())
 
     # Then the job is held: the record is not deleted but hidden for the 40 s the lease has left
     assert response == {"batchItemFailures": [{"itemIdentifier": record["messageId"]}]}
@@ -86,7 +86,7 @@ def test_a_job_whose_worker_died_after_the_claim_is_held_until_its_lease_expires
 
     provider.script = dead_worker_finishes_first
     late = make_worker(clock=lambda: (t0 + DEAD_LEASE_MS + 1_000) / 1000)
-    response = late.handle(sqs_event(record), FakeLambdaContext())
+    response = late.handle(sqs_event(record), InvocationContext())
 
     # Then the dead worker's fenced finish was refused as a whole, changing nothing
     ((refused, before, after),) = late_finishes
@@ -156,7 +156,7 @@ def test_duplicates_racing_across_workers_complete_every_job_exactly_once(
     def run(index: int) -> list[tuple[str, dict[str, Any]]]:
         start.wait(timeout=10)
         share = deliveries[index::WORKERS]
-        return [(d["messageId"], workers[index].handle(sqs_event(d), FakeLambdaContext())) for d in share]
+        return [(d["messageId"], workers[index].handle(sqs_event(d), InvocationContext())) for d in share]
 
     # When the workers handle their deliveries at the same time
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:

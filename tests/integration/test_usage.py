@@ -5,8 +5,8 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from engine.models import AttemptRecord
-from engine.store import JobStore, UsageLedger, UsageRow
+from engine.core import AttemptOutcome, AttemptRecord
+from engine.store import DynamoJobStore, UsageLedger, UsageRow
 from engine.store.items import attempt_item
 from tests.conftest import RequestCounter
 
@@ -24,7 +24,7 @@ def record(
         job_type=job_type,
         started_at=finished_at - 100,
         finished_at=finished_at,
-        outcome="succeeded",
+        outcome=AttemptOutcome.SUCCEEDED,
         model=model,
         input_tokens=tokens,
         output_tokens=tokens // 10,
@@ -39,7 +39,7 @@ def seed(dynamodb: Any, table_name: str, records: list[AttemptRecord]) -> None:
 
 
 def test_usage_is_summed_by_user_job_type_and_model_within_the_range(
-    store: JobStore, dynamodb: Any, dynamodb_requests: RequestCounter
+    store: DynamoJobStore, dynamodb: Any, dynamodb_requests: RequestCounter
 ) -> None:
     # Given attempts of two users over three days, one of them outside the range
     seed(

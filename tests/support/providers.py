@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aijobs.local.protocol import completion_body
-from engine.errors import JobError
+from engine.core.errors import JobError
 from engine.gateway import Completion, CompletionRequest
 
 # Valid answers for the built-in job types, as the model would return them.

@@ -18,15 +18,15 @@ from botocore.exceptions import (
 )
 from botocore.stub import ANY, Stubber
 
-from engine.definitions import JobRegistry
-from engine.errors import (
-    ErrorCode,
+from engine.core import ErrorCode
+from engine.core.errors import (
     JobError,
     ProviderRateLimitedError,
     ProviderRejectedError,
     ProviderTimeoutError,
     ProviderUnavailableError,
 )
+from engine.definitions import JobRegistry
 from engine.gateway import ChatTurn, CompletionRequest, ModelGateway, ModelTiers
 from engine.gateway.bedrock import BedrockConverseProvider, ConverseClient, default_client_factory
 from tests.support.providers import CLASSIFY_SCHEMA

@@ -8,7 +8,9 @@ from aws_lambda_powertools.utilities import parameters
 from moto import mock_aws
 
 from engine.config import Settings
-from engine.gateway import BedrockConverseProvider, ModelTiers, OpenAICompatibleProvider, api_key_source, build_gateway
+from engine.gateway import ModelTiers, api_key_source, build_gateway
+from engine.gateway.bedrock import BedrockConverseProvider
+from engine.gateway.openai import OpenAICompatibleProvider
 
 BASE = {"jobs_table_name": "jobs", "jobs_queue_url": "http://127.0.0.1:1/q", "jobs_payload_bucket": "payloads"}
 

@@ -6,9 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from engine.errors import ClaimRefusal
-from engine.models import Job, JobStatus
-from engine.store import explain_claim_refusal
+from engine.core import ClaimRefusal, Job, JobStatus, explain_claim_refusal
 
 NOW = 1_800_000_000_000
 HASH = "h" * 64

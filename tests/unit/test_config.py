@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 
 from engine.config import load_settings
-from engine.errors import ConfigurationError
+from engine.core.errors import ConfigurationError
 
 
 @pytest.fixture(autouse=True)
@@ -34,7 +34,8 @@ def test_the_defaults_need_only_the_table_the_queue_and_the_bucket() -> None:
 
     assert settings.jobs_table_name == "aijobs-jobs"
     assert settings.jobs_payload_bucket == "aijobs-payloads"
-    assert settings.jobs_dlq_url is None
+    assert settings.aws_endpoint_url is None
+    assert settings.tracing_enabled is False
     assert settings.ai_provider == "openai"
     assert settings.ai_base_url == "https://api.openai.com/v1"
     assert settings.ai_api_key is None
@@ -130,7 +131,7 @@ def test_job_modules_are_split_on_commas(monkeypatch: pytest.MonkeyPatch, value:
     assert load_settings().aijobs_job_modules == modules
 
 
-@pytest.mark.parametrize("name", ["AI_MODEL_FALLBACK", "JOBS_DLQ_URL", "AI_API_KEY", "AI_API_KEY_SECRET_ARN"])
+@pytest.mark.parametrize("name", ["AI_MODEL_FALLBACK", "AWS_ENDPOINT_URL", "AI_API_KEY", "AI_API_KEY_SECRET_ARN"])
 def test_an_empty_optional_variable_means_unset(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     monkeypatch.setenv(name, "")
 

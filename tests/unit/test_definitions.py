@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
-from engine.definitions import JobDefinition, JobRegistry
-from engine.errors import (
+from engine.core import ErrorCode
+from engine.core.errors import (
     BusinessValidationError,
-    ErrorCode,
     InputValidationError,
     JobError,
     ReferenceValidationError,
     SchemaValidationError,
 )
+from engine.definitions import JobDefinition, JobRegistry
 
 
 @pytest.fixture

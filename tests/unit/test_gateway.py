@@ -10,15 +10,15 @@ from typing import Any
 import httpx
 import pytest
 
-from engine.definitions import JobDefinition, JobRegistry
-from engine.errors import (
-    ErrorCode,
+from engine.core import ErrorCode
+from engine.core.errors import (
     JobError,
     ProviderRateLimitedError,
     ProviderRejectedError,
     ProviderTimeoutError,
     ProviderUnavailableError,
 )
+from engine.definitions import JobDefinition, JobRegistry
 from engine.gateway import (
     ChatTurn,
     Completion,
@@ -26,11 +26,10 @@ from engine.gateway import (
     Execution,
     ModelGateway,
     ModelTiers,
-    OpenAICompatibleProvider,
     PriceTable,
-    static_api_key,
 )
 from engine.gateway.gateway import MIN_CALL_SECONDS, TimeLeft, strip_code_fence
+from engine.gateway.openai import OpenAICompatibleProvider, static_api_key
 from engine.gateway.pricing import DEFAULT_PRICES, ModelPrice
 from tests.support.providers import VALID_OUTPUTS, FakeProvider, Script, openai_completion
 

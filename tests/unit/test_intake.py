@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from engine.core import ErrorCode
 from engine.definitions import MAX_INPUT_BYTES, JobRegistry
-from engine.errors import ErrorCode
 from engine.intake import BadMessageError, JobRequest, parse_message, request_hash
 from engine.models import MAX_DEADLINE_SECONDS, MIN_DEADLINE_SECONDS
 from engine.text import MAX_JSON_DEPTH, MAX_REASON_CHARS

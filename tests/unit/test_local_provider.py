@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from aijobs.local import FaultKind, FaultMarker, LocalProvider, answer_for, estimate_tokens, find_fault_marker
+from engine.core.errors import BusinessValidationError, ReferenceValidationError, SchemaValidationError
 from engine.definitions import JobDefinition, JobRegistry
-from engine.errors import BusinessValidationError, ReferenceValidationError, SchemaValidationError
 from engine.gateway.schema import strict_json_schema
 
 REGISTRY = JobRegistry()

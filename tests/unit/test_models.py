@@ -8,19 +8,17 @@ from decimal import Decimal
 
 import pytest
 
-from engine.errors import ErrorCode
-from engine.models import (
+from engine.core import (
     ALLOWED_TRANSITIONS,
     TERMINAL_STATUSES,
+    ErrorCode,
     Job,
     JobErrorInfo,
-    JobMessage,
     JobStatus,
-    JobView,
     Usage,
     can_transition,
-    iso_timestamp,
 )
+from engine.models import JobMessage, JobView, iso_timestamp
 from tests.support.contract import VIEW_FIELDS
 
 CREATED = int(datetime(2026, 12, 2, 10, 0, 0, tzinfo=UTC).timestamp() * 1000)

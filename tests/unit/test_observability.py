@@ -1,29 +1,37 @@
-"""Tracing: the X-Ray SDK is only loaded when the function traces."""
+"""A Lambda function's handler: its context in the logs (cold start too), metrics flushed once, tracing
+only when the function traces (the X-Ray SDK is loaded then only)."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+import json
+from typing import Any, ClassVar
 
 import pytest
 
-from engine.observability import traced
+from aijobs.local.lambda_events import InvocationContext
+from engine.config import load_settings
+from engine.observability import lambda_function, logger, metrics
+
+BASE = {"JOBS_TABLE_NAME": "jobs", "JOBS_QUEUE_URL": "http://127.0.0.1:1/q", "JOBS_PAYLOAD_BUCKET": "payloads"}
 
 
-def handler(event: dict[str, object], context: object) -> dict[str, object]:
+def handle(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    logger.info("handled")
+    metrics.add_metric(name="Jobs_succeeded", unit="Count", value=1)
     return event
 
 
-def test_outside_lambda_the_handler_is_not_wrapped(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("LAMBDA_TASK_ROOT", raising=False)
-
-    assert traced(handler) is handler
-
-
-def test_in_lambda_with_tracing_disabled_the_handler_is_not_wrapped(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LAMBDA_TASK_ROOT", "/var/task")
-    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
-
-    assert traced(handler) is handler
+@pytest.mark.parametrize(
+    ("environment", "traced"),
+    [
+        ({}, False),
+        ({"LAMBDA_TASK_ROOT": "/var/task", "POWERTOOLS_TRACE_DISABLED": "true"}, False),
+        ({"LAMBDA_TASK_ROOT": "/var/task"}, True),
+        ({"LAMBDA_TASK_ROOT": "/var/task", "POWERTOOLS_TRACE_DISABLED": "false"}, True),
+    ],
+)
+def test_a_function_traces_in_lambda_unless_tracing_is_disabled(environment: dict[str, str], traced: bool) -> None:
+    assert load_settings(BASE | environment).tracing_enabled is traced
 
 
 class RecordingTracer:
@@ -34,14 +42,42 @@ class RecordingTracer:
     def __init__(self, service: str) -> None:
         self.built.append(service)
 
-    def capture_lambda_handler(self, function: object) -> object:
-        return ("traced", function)
+    def capture_lambda_handler(self, function: Any) -> Any:
+        return lambda event, context: ("traced", function(event, context))
 
 
-def test_in_lambda_the_handler_is_traced(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LAMBDA_TASK_ROOT", "/var/task")
-    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "false")
+def test_a_traced_function_is_wrapped_by_the_tracer(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("aws_lambda_powertools.Tracer", RecordingTracer)
 
-    assert traced(handler) == ("traced", handler)
+    handler = lambda_function(handle, tracing=True, emit_metrics=False)
+
+    assert handler({"a": 1}, InvocationContext()) == ("traced", {"a": 1})
     assert RecordingTracer.built == ["aijobs"]
+
+
+def test_each_log_line_carries_the_invocation_and_the_metrics_are_flushed_once(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    def handle_and_look(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        seen.append(dict(logger.get_current_keys()))
+        return handle(event, context)
+
+    context = InvocationContext(function_name="aijobs-worker")
+
+    assert lambda_function(handle_and_look)({"a": 1}, context) == {"a": 1}
+
+    # The keys every log line of the invocation carries, cold start included
+    (keys,) = seen
+    assert (keys["function_name"], keys["function_request_id"]) == ("aijobs-worker", context.aws_request_id)
+    assert "cold_start" in keys
+    # One EMF document with the invocation's metrics
+    (emf,) = [json.loads(line) for line in capfd.readouterr().out.splitlines() if '"_aws"' in line]
+    assert emf["Jobs_succeeded"] == [1.0]
+
+
+def test_a_quiet_function_drops_its_metrics(capfd: pytest.CaptureFixture[str]) -> None:
+    lambda_function(handle, emit_metrics=False)({}, InvocationContext())
+
+    assert not [line for line in capfd.readouterr().out.splitlines() if '"_aws"' in line]

@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from engine.errors import (
-    ErrorCode,
+from engine.core import ErrorCode
+from engine.core.errors import (
     JobError,
     OutputTooLargeError,
     ProviderRateLimitedError,
@@ -20,8 +20,8 @@ from engine.errors import (
     ProviderTimeoutError,
     ProviderUnavailableError,
 )
-from engine.gateway import ChatTurn, OpenAICompatibleProvider, static_api_key
-from engine.gateway.openai import MAX_RESPONSE_BYTES, parse_retry_after
+from engine.gateway import ChatTurn
+from engine.gateway.openai import MAX_RESPONSE_BYTES, OpenAICompatibleProvider, parse_retry_after, static_api_key
 from tests.support.providers import completion_request, openai_completion
 
 Handler = Callable[[httpx.Request], httpx.Response]

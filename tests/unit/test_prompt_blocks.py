@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine.core.errors import InputValidationError
 from engine.definitions import JobRegistry
-from engine.errors import InputValidationError
 
 REGISTRY = JobRegistry()
 # Valid Unicode text, including the characters a prompt injection would use to break out.
@@ -26,7 +26,7 @@ def field_lines(prompt: str) -> dict[str, object]:
     return {match[1]: json.loads(match[2]) for match in re.finditer(r"^(\w+): (.*)$", prompt, flags=re.MULTILINE)}
 
 
-@given(text=TEXT, labels=st.lists(TEXT, min_size=2, max_size=5, unique=True))
+@given(text=TEXT, labels=st.lists(TEXT.filter(lambda label: len(label) <= 200), min_size=2, max_size=5, unique=True))
 @settings(max_examples=200, deadline=None)
 def test_classify_content_stays_inside_its_blocks(text: str, labels: list[str]) -> None:
     definition = REGISTRY.get("classify")

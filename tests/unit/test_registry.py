@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from engine.core import ErrorCode
+from engine.core.errors import ConfigurationError, UnknownJobTypeError
 from engine.definitions import BUILTIN_DEFINITIONS, JobDefinition, JobRegistry, Prompt
-from engine.errors import ConfigurationError, ErrorCode, UnknownJobTypeError
 
 
 class EchoInput(BaseModel):

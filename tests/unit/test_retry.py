@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from engine.errors import InternalError, ProviderRateLimitedError, ProviderTimeoutError, ProviderUnavailableError
+from engine.core.errors import InternalError, ProviderRateLimitedError, ProviderTimeoutError, ProviderUnavailableError
 from engine.retry import (
     BASE_DELAY_SECONDS,
     MAX_BACKOFF_SECONDS,

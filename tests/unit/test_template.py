@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from aijobs.stack import TemplateResolver, load_template
-from engine.queue import QUEUE_VISIBILITY_SECONDS
+from engine.worker import FUNCTION_TIMEOUT_SECONDS, QUEUE_VISIBILITY_SECONDS
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 TEMPLATE = load_template()
@@ -137,6 +137,7 @@ def jobs_queue(text: str) -> None:
     queue = properties("JobsQueue")
     worker_timeout = RESOURCES["WorkerFunction"]["Properties"]["Timeout"]
     assert queue["SqsManagedSseEnabled"] is True
+    assert worker_timeout == FUNCTION_TIMEOUT_SECONDS == 300
     assert queue["VisibilityTimeout"] == 6 * worker_timeout == QUEUE_VISIBILITY_SECONDS == 1800
     assert queue["MessageRetentionPeriod"] == 14 * 86_400
     assert queue["RedrivePolicy"]["maxReceiveCount"] == 100

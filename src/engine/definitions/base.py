@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from engine.errors import (
+from engine.core.errors import (
     BusinessValidationError,
     InputValidationError,
     OutputTooLargeError,

@@ -6,11 +6,11 @@ import importlib
 from collections.abc import Iterable
 
 from engine.config import Settings
+from engine.core.errors import ConfigurationError, UnknownJobTypeError
 from engine.definitions.answer_with_citations import ANSWER_WITH_CITATIONS
 from engine.definitions.base import JobDefinition
 from engine.definitions.classify import CLASSIFY
 from engine.definitions.summarize import SUMMARIZE
-from engine.errors import ConfigurationError, UnknownJobTypeError
 
 BUILTIN_DEFINITIONS: tuple[JobDefinition, ...] = (SUMMARIZE, CLASSIFY, ANSWER_WITH_CITATIONS)
 

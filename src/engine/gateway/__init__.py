@@ -1,19 +1,23 @@
-"""The only modules that talk to model providers."""
+"""The only modules that talk to model providers.
+
+The adapters (openai.py over httpx, bedrock.py over boto3) are imported by `build_gateway` for the
+configured provider only: a worker never loads the other one.
+"""
 
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from engine.config import Settings
-from engine.gateway.bedrock import BedrockConverseProvider
 from engine.gateway.gateway import Execution, ModelGateway, ModelTiers
-from engine.gateway.openai import ApiKeySource, OpenAICompatibleProvider, static_api_key
 from engine.gateway.pricing import PriceTable
 from engine.gateway.provider import ChatTurn, Completion, CompletionRequest, ModelProvider
 
+if TYPE_CHECKING:
+    from engine.gateway.openai import ApiKeySource
+
 __all__ = [
-    "ApiKeySource",
-    "BedrockConverseProvider",
     "ChatTurn",
     "Completion",
     "CompletionRequest",
@@ -21,11 +25,9 @@ __all__ = [
     "ModelGateway",
     "ModelProvider",
     "ModelTiers",
-    "OpenAICompatibleProvider",
     "PriceTable",
     "api_key_source",
     "build_gateway",
-    "static_api_key",
 ]
 
 # Secrets Manager is read at most this often per warm worker.
@@ -34,6 +36,8 @@ SECRET_MAX_AGE_SECONDS = 300
 
 def api_key_source(settings: Settings) -> ApiKeySource:
     """Where the API key comes from: Secrets Manager in Lambda, a plain variable locally."""
+    from engine.gateway.openai import static_api_key
+
     arn = settings.ai_api_key_secret_arn
     if arn:
 
@@ -53,9 +57,13 @@ def api_key_source(settings: Settings) -> ApiKeySource:
 def build_gateway(settings: Settings) -> ModelGateway:
     provider: ModelProvider
     if settings.ai_provider == "bedrock":
+        from engine.gateway.bedrock import BedrockConverseProvider
+
         # IAM-authenticated in the function's own region; no key, no base URL.
         provider = BedrockConverseProvider()
     else:
+        from engine.gateway.openai import OpenAICompatibleProvider
+
         provider = OpenAICompatibleProvider(
             settings.ai_base_url, api_key_source(settings), structured_output=settings.ai_structured_output
         )

@@ -25,7 +25,7 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotocoreConnectionError
 
-from engine.errors import (
+from engine.core.errors import (
     JobError,
     ProviderRateLimitedError,
     ProviderRejectedError,

@@ -14,8 +14,7 @@ from decimal import Decimal
 
 from pydantic import BaseModel
 
-from engine.definitions import JobDefinition, RenderedPrompt
-from engine.errors import (
+from engine.core.errors import (
     BusinessValidationError,
     InternalError,
     JobError,
@@ -24,6 +23,7 @@ from engine.errors import (
     ReferenceValidationError,
     SchemaValidationError,
 )
+from engine.definitions import JobDefinition, RenderedPrompt
 from engine.gateway.pricing import PriceTable
 from engine.gateway.provider import ChatTurn, CompletionRequest, ModelProvider
 from engine.observability import log_unexpected, logger

@@ -11,11 +11,7 @@ from typing import Any, Literal, Protocol
 
 import httpx
 
-from engine.errors import (
-    OutputTooLargeError,
-    ProviderTimeoutError,
-    ProviderUnavailableError,
-)
+from engine.core.errors import OutputTooLargeError, ProviderTimeoutError, ProviderUnavailableError
 from engine.gateway.provider import Completion, CompletionRequest, error_for_status, token_count
 from engine.gateway.schema import strict_json_schema
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from engine.errors import (
+from engine.core.errors import (
     JobError,
     ProviderRateLimitedError,
     ProviderRejectedError,

@@ -1,19 +1,21 @@
-"""The only package that talks to DynamoDB."""
+"""The DynamoDB store (and, in payloads.py, the S3 payload bucket): the only code that talks to either.
 
-from engine.store.jobs import Cancelled, Failed, JobStore, NewJob, Outcome, Released, Succeeded, explain_claim_refusal
+DynamoJobStore keeps every Protocol of engine.core.ports, one role per module: worker_writes
+(claim, finish, settle), dead_letter_writes, admin_writes (submit, cancel, retry, re-enqueue),
+reads; table.py holds what they share. listing.py and usage.py read the listing and usage indexes.
+"""
+
+from engine.store.admin_writes import AdminWrites
+from engine.store.dead_letter_writes import DeadLetterWrites
 from engine.store.listing import JobListing
+from engine.store.payloads import PayloadStore
+from engine.store.reads import JobReads
 from engine.store.usage import UsageLedger, UsageRow
+from engine.store.worker_writes import WorkerWrites
 
-__all__ = [
-    "Cancelled",
-    "Failed",
-    "JobListing",
-    "JobStore",
-    "NewJob",
-    "Outcome",
-    "Released",
-    "Succeeded",
-    "UsageLedger",
-    "UsageRow",
-    "explain_claim_refusal",
-]
+
+class DynamoJobStore(WorkerWrites, DeadLetterWrites, AdminWrites, JobReads):
+    """The jobs table, in every role: what is deployed."""
+
+
+__all__ = ["DynamoJobStore", "JobListing", "PayloadStore", "UsageLedger", "UsageRow"]

@@ -14,8 +14,7 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
-from engine.errors import ErrorCode
-from engine.models import AttemptRecord, Job, JobErrorInfo, JobStatus, Usage
+from engine.core import AttemptOutcome, AttemptRecord, DeadLetter, ErrorCode, Job, JobErrorInfo, JobStatus, Usage
 from engine.text import bounded, one_line
 
 Item = dict[str, Any]  # a DynamoDB item in the low-level AttributeValue form
@@ -32,8 +31,11 @@ def job_key(job_id: str, sk: str = JOB_SK) -> Item:
     return {"pk": {"S": f"JOB#{job_id}"}, "sk": {"S": sk}}
 
 
+ATTEMPT_PREFIX = "ATTEMPT#"
+
+
 def attempt_sk(attempt: int) -> str:
-    return f"ATTEMPT#{attempt:04d}"
+    return f"{ATTEMPT_PREFIX}{attempt:04d}"
 
 
 def dead_letter_key(message_id: str) -> Item:
@@ -115,9 +117,18 @@ OPEN_SHARD = "open_shard"
 OPEN_SHARDS = 8
 
 
-def listing_keys(created_at: int) -> dict[str, str]:
+# Shards of a day in the JobsByDay index (list_day = "2026-12-02#3"): every job created that day
+# writes its day's key, and one key takes ~1000 writes a second (docs/scale.md).
+LIST_DAY_SHARDS = 8
+
+
+def listing_keys(job_id: str, created_at: int) -> dict[str, str]:
     """The key of the JobsByDay index, on job items only."""
-    return {"list_day": utc_day(created_at)}
+    return {"list_day": list_day_partition(utc_day(created_at), _shard(job_id, LIST_DAY_SHARDS))}
+
+
+def list_day_partition(day: str, shard: int) -> str:
+    return f"{day}#{shard}"
 
 
 def open_shard(job_id: str) -> str:
@@ -156,7 +167,7 @@ def attempt_item(record: AttemptRecord, expires_at: int) -> Item:
             "job_type": record.job_type,
             "started_at": record.started_at,
             "finished_at": record.finished_at,
-            "outcome": record.outcome,
+            "outcome": record.outcome.value,
             "error_code": record.error_code.value if record.error_code else None,
             "provider": _name(record.provider),
             "tier": _name(record.tier),
@@ -170,6 +181,46 @@ def attempt_item(record: AttemptRecord, expires_at: int) -> Item:
             "latency_ms": record.latency_ms,
             "expires_at": expires_at,
         }
+    )
+
+
+def attempt_from_item(item: Item) -> AttemptRecord:
+    data = from_item(item)
+    return AttemptRecord(
+        job_id=data["job_id"],
+        attempt=int(data["attempt"]),
+        user_id=data.get("user_id"),
+        job_type=data.get("job_type"),
+        started_at=int(data["started_at"]),
+        finished_at=int(data["finished_at"]),
+        outcome=AttemptOutcome(data["outcome"]),
+        error_code=ErrorCode(data["error_code"]) if data.get("error_code") else None,
+        provider=data.get("provider"),
+        tier=data.get("tier"),
+        model=data.get("model"),
+        calls=int(data.get("calls", 0)),
+        prompt_key=data.get("prompt_key"),
+        prompt_version=data.get("prompt_version"),
+        input_tokens=int(data.get("input_tokens", 0)),
+        output_tokens=int(data.get("output_tokens", 0)),
+        cost_usd=Decimal(data.get("cost_usd", 0)),
+        latency_ms=int(data.get("latency_ms", 0)),
+    )
+
+
+def dead_letter_from_item(item: Item, body: str | None = None) -> DeadLetter:
+    """A dead letter from its item; `body` when it was read back from the payload bucket."""
+    data = from_item(item)
+    return DeadLetter(
+        message_id=data["message_id"],
+        body=body if body is not None else data.get("body"),
+        body_key=data.get("body_key"),
+        body_bytes=int(data.get("body_bytes", 0)),
+        body_sha256=data.get("body_sha256", ""),
+        attributes=dict(data.get("attributes", {})),
+        receive_count=int(data.get("receive_count", 0)),
+        reason=data.get("reason", ""),
+        recorded_at=int(data.get("recorded_at", 0)),
     )
 
 

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from engine.models import Job, JobStatus
+from engine.core import Job, JobStatus
 from engine.store.expressions import index_query
-from engine.store.items import Item, utc_day
-from engine.store.jobs import batch_get_jobs, default_client
+from engine.store.items import LIST_DAY_SHARDS, Item, list_day_partition, utc_day
+from engine.store.reads import batch_get_jobs
+from engine.store.table import default_client
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 BY_DAY_INDEX = "JobsByDay"
-# BatchGetItem reads at most 100 items a request.
+# BatchGetItem reads at most 100 items a request; index pages are read in the same size.
 _BATCH = 100
 DAY_MS = 86_400_000
 
@@ -48,20 +51,44 @@ class JobListing:
         return jobs[:limit]
 
     def _keys(self, now_ms: int, days: int, user_id: str | None) -> Iterator[Item]:
-        for offset in range(days):
-            yield from self._query(utc_day(now_ms - offset * DAY_MS), user_id)
+        """Job keys, newest first: each day's shards merged by creation time.
 
-    def _query(self, day: str, user_id: str | None) -> Iterator[Item]:
+        A day's shards are read side by side (their first pages at once), so a listing waits for
+        about one query a day, not one per shard.
+        """
+        with ThreadPoolExecutor(max_workers=LIST_DAY_SHARDS, thread_name_prefix="aijobs-list") as pool:
+            for offset in range(days):
+                day = utc_day(now_ms - offset * DAY_MS)
+                partitions = [list_day_partition(day, shard) for shard in range(LIST_DAY_SHARDS)]
+                first_pages = list(pool.map(lambda partition: self._page(partition, user_id, None), partitions))
+                shards = [
+                    self._shard(partition, user_id, page)
+                    for partition, page in zip(partitions, first_pages, strict=True)
+                ]
+                for _, item in heapq.merge(*shards, key=lambda entry: entry[0], reverse=True):
+                    yield item
+
+    def _shard(self, partition: str, user_id: str | None, page: dict[str, Any]) -> Iterator[tuple[int, Item]]:
+        """A shard's keys, newest first, from its first page on (the next pages as they are needed)."""
+        while True:
+            for item in page.get("Items", []):
+                yield int(item["created_at"]["N"]), {"pk": item["pk"], "sk": item["sk"]}
+            if "LastEvaluatedKey" not in page:
+                return
+            page = self._page(partition, user_id, page["LastEvaluatedKey"])
+
+    def _page(self, partition: str, user_id: str | None, start: dict[str, Any] | None) -> dict[str, Any]:
         params = index_query(
             self.table_name,
             BY_DAY_INDEX,
             "#day = :day",
             {"#day": "list_day"},
-            {":day": {"S": day}},
+            {":day": {"S": partition}},
             user_id,
             ScanIndexForward=False,
+            Limit=_BATCH,
         )
-        pages = self._client.get_paginator("query").paginate(**params)
-        for page in pages:
-            for item in page.get("Items", []):
-                yield {"pk": item["pk"], "sk": item["sk"]}
+        if start is not None:
+            params["ExclusiveStartKey"] = start
+        page: dict[str, Any] = self._client.query(**params)  # type: ignore[assignment]
+        return page

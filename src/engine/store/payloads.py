@@ -10,12 +10,13 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import boto3
 from botocore.exceptions import ClientError
 
-from engine.errors import AiJobsError
+from engine.core.errors import AiJobsError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -41,18 +42,23 @@ def dead_letter_body_key(message_id: str) -> str:
     return f"dead-letters/{part}"
 
 
+def default_s3_client() -> S3Client:
+    return boto3.client("s3")
+
+
 class PayloadStore:
-    def __init__(self, bucket: str, client: S3Client | None = None) -> None:
+    def __init__(self, bucket: str, connect: Callable[[], S3Client] = default_s3_client) -> None:
         self.bucket = bucket
-        self._s3 = client
+        self._connect = connect
+        self._s3: S3Client | None = None
         self._lock = threading.Lock()
 
     @property
     def _client(self) -> S3Client:
-        # Built on first use: most jobs never need the bucket, and an S3 client costs memory and time.
+        # Connected on first use: most jobs never need the bucket, and an S3 client costs memory and time.
         with self._lock:
             if self._s3 is None:
-                self._s3 = boto3.client("s3")
+                self._s3 = self._connect()
             return self._s3
 
     def put(self, key: str, data: bytes) -> None:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine.store.expressions import index_query
 from engine.store.items import USAGE_DAY_SHARDS, from_item, usage_day_partition
-from engine.store.jobs import default_client
+from engine.store.table import default_client
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

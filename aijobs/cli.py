@@ -17,8 +17,10 @@ from rich.live import Live
 
 from aijobs.client import AiJobsClient
 from aijobs.render import job_table, jobs_table, json_line, usage_json, usage_table
-from engine.errors import AiJobsError
-from engine.models import JobStatus, JobView
+from engine.core import JobStatus
+from engine.core.errors import AiJobsError
+from engine.models import JobView
+from engine.worker import FUNCTION_TIMEOUT_SECONDS
 
 app = typer.Typer(help="Run AI jobs reliably on SQS, Lambda and DynamoDB.", no_args_is_help=True, add_completion=False)
 # Piped output is not cut to 80 columns: tables stay readable in logs and CI.
@@ -239,21 +241,23 @@ def worker(
     wait_seconds: Annotated[
         int, typer.Option("--wait-seconds", min=0, max=20, help="Long-poll wait; Ctrl-C waits one out.")
     ] = 20,
+    function_timeout: Annotated[
+        int, typer.Option("--function-timeout", min=1, max=900, help="The handler's time, as Lambda's Timeout.")
+    ] = FUNCTION_TIMEOUT_SECONDS,
 ) -> None:
     """A local event source mapping: long-polls the jobs queue and runs the worker handler on batches."""
     from aijobs.local.poller import EventSourceMapping
-    from aijobs.stack import DEFAULT_TEMPLATE, function_timeout, load_template
-    from engine.config import get_settings
+    from engine.config import load_settings
     from handlers.worker import lambda_handler
 
-    settings = get_settings()
+    settings = load_settings()
     mapping = EventSourceMapping(
         settings.jobs_queue_url,
         lambda_handler,
         batch_size=batch_size,
         batching_window_seconds=window,
         wait_seconds=wait_seconds,
-        function_timeout_seconds=function_timeout(load_template(DEFAULT_TEMPLATE), "WorkerFunction"),
+        function_timeout_seconds=function_timeout,
         concurrency=concurrency,
     )
     err.print(f"polling {settings.jobs_queue_url} with {concurrency} pollers; Ctrl-C stops", highlight=False)
@@ -270,17 +274,20 @@ def dev(
     provider_port: Annotated[int, typer.Option("--provider-port", help="Port of the local provider.")] = 8700,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, max=64, help="Worker pollers.")] = 2,
     fault_rate: Annotated[float, typer.Option("--fault-rate", min=0, max=1, help="Share of provider faults.")] = 0.0,
+    ai_base_url: Annotated[
+        str | None,
+        typer.Option("--ai-base-url", envvar="AI_BASE_URL", help="A provider to use instead of the local one."),
+    ] = None,
 ) -> None:
     """The embedded stack: local AWS endpoint, local provider (unless AI_BASE_URL is set) and the worker."""
     import shlex
 
     from aijobs.local.devstack import DevStack, DevStackOptions
-    from engine.config import read_ai_base_url
 
     options = DevStackOptions(
         aws_port=port,
         provider_port=provider_port,
-        ai_base_url=read_ai_base_url(),
+        ai_base_url=ai_base_url or None,
         concurrency=concurrency,
         fault_rate=fault_rate,
     )

@@ -1,15 +1,18 @@
 """The embedded stack of `aijobs dev` and `aijobs demo`: everything `sam deploy` makes, on one machine.
 
-- a local AWS endpoint (moto) with the queue, dead-letter queue and table created from
-  template.yaml's own properties;
-- a local OpenAI-compatible provider over real HTTP (or the one AI_BASE_URL names);
-- the worker and dead-letter functions, run in this process by local event source mappings
-  with Lambda's batch shape, partial batch responses and the template's timeouts.
+- a local AWS endpoint (moto) with the queues, table and bucket created from template.yaml's own
+  properties;
+- a local OpenAI-compatible provider over real HTTP (or the one `ai_base_url` names);
+- the worker and dead-letter functions, built with the engine's own wiring from Settings that
+  point at the local endpoint, and run by local event source mappings with Lambda's batch shape,
+  partial batch responses and the template's timeouts.
+
+Nothing here reads or changes os.environ: `environment` holds the variables another process
+needs to use the stack (printed by `aijobs dev`), and `settings`/`session` serve this one.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import boto3
@@ -17,7 +20,10 @@ import boto3
 from aijobs.local.aws import LocalAws
 from aijobs.local.poller import EventSourceMapping
 from aijobs.local.provider import LocalProvider
-from aijobs.stack import DEFAULT_TEMPLATE, create_stack_resources, function_timeout, load_template
+from aijobs.stack import DEFAULT_TEMPLATE, StackResources, create_stack_resources, function_timeout, load_template
+from engine.config import Settings, load_settings
+from engine.observability import lambda_function
+from engine.wiring import build_recorder, build_worker
 
 # The model id the local provider answers as; priced like the real one, so the demo shows costs.
 LOCAL_MODEL = "gpt-4o-mini"
@@ -40,6 +46,17 @@ class DevStackOptions:
     fault_rate: float = 0.0
     concurrency: int = 2
     stack_name: str = "aijobs"
+    # The functions' metrics (EMF on stdout) dropped: a live terminal would be torn by them.
+    quiet: bool = False
+
+
+def local_session() -> boto3.Session:
+    """A boto3 session with the local stack's throwaway credentials."""
+    return boto3.Session(
+        aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        region_name=LOCAL_CREDENTIALS["AWS_DEFAULT_REGION"],
+    )
 
 
 class DevStack:
@@ -48,15 +65,29 @@ class DevStack:
         self._aws = LocalAws(port=self.options.aws_port)
         self.provider: LocalProvider | None = None
         self._mappings: list[EventSourceMapping] = []
+        self.session = local_session()
         self.environment: dict[str, str] = {}
+        self._settings: Settings | None = None
+        self._resources: StackResources | None = None
+
+    @property
+    def settings(self) -> Settings:
+        """The engine's settings for this stack (what `environment` says, parsed)."""
+        if self._settings is None:
+            raise RuntimeError("the stack is not started")
+        return self._settings
+
+    @property
+    def resources(self) -> StackResources:
+        if self._resources is None:
+            raise RuntimeError("the stack is not started")
+        return self._resources
 
     def start(self) -> DevStack:
-        """Start everything; this process's environment then points at the stack."""
         options = self.options
         self._aws.start()
-        aws_environment = {"AWS_ENDPOINT_URL": self._aws.endpoint_url, **LOCAL_CREDENTIALS}
-        os.environ.update(aws_environment)
-        resources = create_stack_resources(options.stack_name, session=boto3.Session())
+        endpoint = self._aws.endpoint_url
+        self._resources = create_stack_resources(options.stack_name, session=self.session, endpoint_url=endpoint)
         if options.ai_base_url:
             ai_environment = {"AI_BASE_URL": options.ai_base_url}
         else:
@@ -71,37 +102,40 @@ class DevStack:
                 "AI_API_KEY": LOCAL_API_KEY,
                 "AI_MODEL_PRIMARY": LOCAL_MODEL,
             }
-        self.environment = aws_environment | resources.environment() | {"AI_PROVIDER": "openai"} | ai_environment
-        os.environ.update(self.environment)
-        self._start_functions(resources.queue_url, resources.dlq_url)
+        self.environment = (
+            {"AWS_ENDPOINT_URL": endpoint, **LOCAL_CREDENTIALS}
+            | self._resources.environment()
+            | {"AI_PROVIDER": "openai"}
+            | ai_environment
+        )
+        self._settings = load_settings(self.environment)
+        self._start_functions()
         return self
 
-    def _start_functions(self, queue_url: str, dlq_url: str) -> None:
-        # Imported here: the engine reads its settings from the environment set up above.
-        from engine.config import get_settings
-        from engine.dead_letters import get_recorder
-        from engine.worker import get_worker
-        from handlers import dead_letter, worker
-
-        for cached in (get_settings, get_worker, get_recorder):
-            cached.cache_clear()
+    def _start_functions(self) -> None:
         template = load_template(DEFAULT_TEMPLATE)
+        worker = build_worker(self.settings, self.session)
+        recorder = build_recorder(self.settings, self.session)
+        resources = self.resources
+        sqs = self.session.client("sqs", endpoint_url=self.settings.aws_endpoint_url)
         # Short long polls: a local endpoint costs nothing per receive, and stop() waits one out.
         self._mappings = [
             EventSourceMapping(
-                queue_url,
-                worker.lambda_handler,
+                resources.queue_url,
+                lambda_function(worker.handle, emit_metrics=not self.options.quiet),
                 function_timeout_seconds=function_timeout(template, "WorkerFunction"),
                 concurrency=self.options.concurrency,
                 function_name="aijobs-worker",
                 wait_seconds=LOCAL_WAIT_SECONDS,
+                sqs_client=sqs,
             ).start(),
             EventSourceMapping(
-                dlq_url,
-                dead_letter.lambda_handler,
+                resources.dlq_url,
+                lambda_function(recorder.handle, emit_metrics=not self.options.quiet),
                 function_timeout_seconds=function_timeout(template, "DeadLetterFunction"),
                 function_name="aijobs-dead-letters",
                 wait_seconds=LOCAL_WAIT_SECONDS,
+                sqs_client=sqs,
             ).start(),
         ]
 

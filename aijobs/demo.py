@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import statistics
 import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-import boto3
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -23,8 +21,9 @@ from rich.table import Table
 from aijobs.client import AiJobsClient
 from aijobs.local.devstack import DevStack, DevStackOptions
 from aijobs.render import status_text
-from engine.errors import ErrorCode, JobNotFoundError
-from engine.models import JobStatus, JobView
+from engine.core import ErrorCode, JobStatus
+from engine.core.errors import JobNotFoundError
+from engine.models import JobView
 from engine.observability import logger as engine_logger
 
 POLL_SECONDS = 0.5
@@ -136,8 +135,9 @@ def sample_jobs(run: str) -> list[SampleJob]:
     return jobs
 
 
-def submit(client: AiJobsClient, queue_url: str, jobs: list[SampleJob]) -> None:
-    sqs = boto3.client("sqs")
+def submit(client: AiJobsClient, stack: DevStack, jobs: list[SampleJob]) -> None:
+    sqs = stack.session.client("sqs", endpoint_url=stack.settings.aws_endpoint_url)
+    queue_url = stack.settings.jobs_queue_url
     for job in jobs:
         if job.as_message:
             body = {"job_id": job.job_id, "job_type": job.job_type, "user_id": "demo", "input": job.job_input}
@@ -175,13 +175,12 @@ def ended_as_meant(job: SampleJob, view: JobView | None) -> bool:
 def run_demo(console: Console, timeout_seconds: float = 90.0) -> bool:
     """Run the demo; True when every job ended as it was meant to."""
     # The live table is the demo's output: the functions' own logs and metrics would tear it.
-    os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
     engine_logger.setLevel(logging.ERROR)
-    with DevStack(DevStackOptions(aws_port=0, provider_port=0, concurrency=2)) as stack:
-        client = AiJobsClient.from_settings()
+    with DevStack(DevStackOptions(aws_port=0, provider_port=0, concurrency=2, quiet=True)) as stack:
+        client = AiJobsClient.from_settings(stack.settings, stack.session)
         jobs = sample_jobs(f"demo{int(time.time())}")
         started = time.monotonic()
-        submit(client, stack.environment["JOBS_QUEUE_URL"], jobs)
+        submit(client, stack, jobs)
         views: dict[str, JobView | None] = {}
         ended_after: dict[str, float] = {}
         deadline = started + timeout_seconds

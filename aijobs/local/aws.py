@@ -1,35 +1,18 @@
-"""A local AWS endpoint: moto's server on 127.0.0.1, with DynamoDB requests made linearizable.
+"""A local AWS endpoint: moto's server on 127.0.0.1, fitted by aijobs.local.moto_patches.
 
-moto checks a condition and applies the write without a lock, so two concurrent conditional
-writes can both pass where DynamoDB lets one. The engine's claims depend on that guarantee, so
-DynamoDB requests are served one at a time here (SQS requests stay concurrent: long polls).
+moto alone would let two concurrent conditional writes both pass where DynamoDB lets one; the
+fitted backend serves DynamoDB operations one at a time (SQS requests stay concurrent: long polls).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
-from typing import Any
 
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import BaseWSGIServer, make_server
 
-WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-
-
-class OneDynamoDbRequestAtATime:
-    """WSGI middleware: serve DynamoDB requests (X-Amz-Target DynamoDB_*) one at a time."""
-
-    def __init__(self, app: WsgiApp) -> None:
-        self._app = app
-        self._lock = threading.Lock()
-
-    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if str(environ.get("HTTP_X_AMZ_TARGET", "")).startswith("DynamoDB"):
-            with self._lock:
-                return list(self._app(environ, start_response))
-        return self._app(environ, start_response)
+from aijobs.local.moto_patches import fit_moto
 
 
 class LocalAws:
@@ -48,7 +31,8 @@ class LocalAws:
     def start(self) -> LocalAws:
         # One access-log line per request would drown everything else out.
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
-        app = OneDynamoDbRequestAtATime(DomainDispatcherApplication(create_backend_app))
+        fit_moto()
+        app = DomainDispatcherApplication(create_backend_app)
         self._server = make_server(self._host, self._port, app, threaded=True, request_handler=MotoRequestHandler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="aijobs-local-aws", daemon=True)
         self._thread.start()

@@ -6,31 +6,9 @@ for DynamoDB), by exception type and HTTP status, never by reading message text.
 
 from __future__ import annotations
 
-from enum import StrEnum
-from typing import TYPE_CHECKING
-
+from engine.core.codes import ClaimRefusal, ErrorCode
+from engine.core.job import Job, JobErrorInfo
 from engine.text import one_line
-
-if TYPE_CHECKING:
-    from engine.models import Job
-
-
-class ErrorCode(StrEnum):
-    PROVIDER_RATE_LIMITED = "provider_rate_limited"
-    PROVIDER_TIMEOUT = "provider_timeout"
-    PROVIDER_UNAVAILABLE = "provider_unavailable"
-    PROVIDER_REJECTED = "provider_rejected"
-    SCHEMA_VALIDATION_FAILED = "schema_validation_failed"
-    BUSINESS_VALIDATION_FAILED = "business_validation_failed"
-    REFERENCE_VALIDATION_FAILED = "reference_validation_failed"
-    INPUT_VALIDATION_FAILED = "input_validation_failed"
-    UNKNOWN_JOB_TYPE = "unknown_job_type"
-    SCHEMA_VERSION_MISMATCH = "schema_version_mismatch"
-    MAX_ATTEMPTS_EXCEEDED = "max_attempts_exceeded"
-    DEADLINE_EXCEEDED = "deadline_exceeded"
-    DEAD_LETTERED = "dead_lettered"
-    OUTPUT_TOO_LARGE = "output_too_large"
-    INTERNAL_ERROR = "internal_error"
 
 
 class AiJobsError(Exception):
@@ -55,6 +33,10 @@ class JobError(AiJobsError):
         message = one_line(message)
         super().__init__(message)
         self.message = message
+
+    def info(self) -> JobErrorInfo:
+        """The error as the job records it."""
+        return JobErrorInfo(code=self.code, message=self.message, retryable=self.retryable)
 
 
 class RetryableError(JobError):
@@ -143,18 +125,6 @@ class ConditionRefusedError(AiJobsError):
     def __init__(self, message: str, job: Job | None) -> None:
         super().__init__(message)
         self.job = job
-
-
-class ClaimRefusal(StrEnum):
-    """Why a claim's condition failed, read from the item it met (ALL_OLD)."""
-
-    FINISHED = "finished"
-    HELD = "held"
-    CONFLICT = "conflict"
-    CANCEL_REQUESTED = "cancel_requested"
-    ATTEMPTS_SPENT = "attempts_spent"
-    DEADLINE_PASSED = "deadline_passed"
-    RACED = "raced"
 
 
 class ClaimRefusedError(ConditionRefusedError):

@@ -13,13 +13,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import boto3
+
 from engine.config import Settings, load_settings
+from engine.core import JobStatus
+from engine.core.errors import InputValidationError, JobNotFoundError
+from engine.core.ports import AdminStore
 from engine.definitions import JobRegistry
-from engine.errors import InputValidationError, JobNotFoundError
 from engine.intake import BadMessageError, parse_message
-from engine.models import JobStatus, JobView
+from engine.models import JobView
 from engine.queue import JobQueue
-from engine.store import JobListing, JobStore, UsageLedger, UsageRow
+from engine.store import JobListing, UsageLedger, UsageRow
+from engine.wiring import Aws, build_store
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,26 +37,33 @@ class SubmitResult:
 class AiJobsClient:
     def __init__(
         self,
-        store: JobStore,
+        store: AdminStore,
         queue: JobQueue,
         registry: JobRegistry,
         *,
-        listing: JobListing | None = None,
-        ledger: UsageLedger | None = None,
+        listing: JobListing,
+        ledger: UsageLedger,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
         self._queue = queue
         self._registry = registry
-        self._listing = listing or JobListing(store.table_name)
-        self._ledger = ledger or UsageLedger(store.table_name)
+        self._listing = listing
+        self._ledger = ledger
         self._clock = clock
 
     @classmethod
-    def from_settings(cls, settings: Settings | None = None) -> AiJobsClient:
+    def from_settings(cls, settings: Settings | None = None, session: boto3.Session | None = None) -> AiJobsClient:
+        """The client of the stack the settings name (the environment's when none are given)."""
         settings = settings or load_settings()
+        aws = Aws(settings, session)
+        dynamodb = aws.client("dynamodb")
         return cls(
-            JobStore.from_settings(settings), JobQueue(settings.jobs_queue_url), JobRegistry.from_settings(settings)
+            build_store(settings, aws),
+            JobQueue(settings.jobs_queue_url, aws.client("sqs")),
+            JobRegistry.from_settings(settings),
+            listing=JobListing(settings.jobs_table_name, dynamodb),
+            ledger=UsageLedger(settings.jobs_table_name, dynamodb),
         )
 
     def submit(

@@ -6,16 +6,20 @@ the same key schema, indexes, TTL, visibility timeout and redrive policy.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import boto3
 import yaml
 
-DEFAULT_TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
+# The stack's template, shipped with the package (a link to the repository's template.yaml in a
+# checkout, a copy in a built wheel), so that `aijobs dev` runs from an installed package too.
+DEFAULT_TEMPLATE = Path(str(resources.files("aijobs") / "template.yaml"))
 REGION_ACCOUNT = ("us-east-1", "123456789012")
 
 
@@ -40,7 +44,9 @@ def _construct_tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dic
 _CloudFormationLoader.add_multi_constructor("!", _construct_tag)
 
 
+@functools.cache
 def load_template(path: Path = DEFAULT_TEMPLATE) -> dict[str, Any]:
+    """The template, parsed once per process: a shared document that callers read and never change."""
     loaded: dict[str, Any] = yaml.load(path.read_text(), Loader=_CloudFormationLoader)
     return loaded
 
@@ -148,16 +154,19 @@ class TemplateResolver:
 
 
 def create_stack_resources(
-    stack_name: str = "aijobs", template_path: Path = DEFAULT_TEMPLATE, session: boto3.Session | None = None
+    stack_name: str = "aijobs",
+    template_path: Path = DEFAULT_TEMPLATE,
+    session: boto3.Session | None = None,
+    endpoint_url: str | None = None,
 ) -> StackResources:
-    """Create the template's queues and table (moto or any endpoint boto3 is pointed at)."""
+    """Create the template's queues, table and bucket (on moto, or any endpoint `endpoint_url` names)."""
     template = load_template(template_path)
-    session = session or boto3.Session()
+    session = session or _default_session()
     region = session.region_name or REGION_ACCOUNT[0]
     resolver = TemplateResolver(template, stack_name, region, REGION_ACCOUNT[1])
     resources = template["Resources"]
-    sqs = session.client("sqs")
-    dynamodb = session.client("dynamodb")
+    sqs = session.client("sqs", endpoint_url=endpoint_url)
+    dynamodb = session.client("dynamodb", endpoint_url=endpoint_url)
     queues = {name: spec for name, spec in resources.items() if spec["Type"] == "AWS::SQS::Queue"}
     # Queues that others name in a redrive policy first.
     for name in sorted(queues, key=lambda n: "RedrivePolicy" in queues[n]["Properties"]):
@@ -176,7 +185,7 @@ def create_stack_resources(
         table_names[name] = table_name
     buckets = {name: spec for name, spec in resources.items() if spec["Type"] == "AWS::S3::Bucket"}
     bucket_names = {}
-    s3 = session.client("s3")
+    s3 = session.client("s3", endpoint_url=endpoint_url)
     for name, spec in buckets.items():
         properties = resolver.resolve(spec["Properties"])
         bucket_name = properties.get("BucketName", f"{stack_name}-payloads")
@@ -188,6 +197,14 @@ def create_stack_resources(
         dlq_url=resolver.physical["JobsDeadLetterQueue"],
         payload_bucket=bucket_names["PayloadBucket"],
     )
+
+
+def _default_session() -> boto3.Session:
+    """boto3's default session: its loaders keep the service models parsed between stacks."""
+    if boto3.DEFAULT_SESSION is None:
+        boto3.setup_default_session()
+    assert boto3.DEFAULT_SESSION is not None
+    return boto3.DEFAULT_SESSION
 
 
 def _queue_attribute(value: Any) -> str:

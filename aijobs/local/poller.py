@@ -12,12 +12,10 @@ Plain boto3: it runs against a local endpoint (AWS_ENDPOINT_URL) or a real queue
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
@@ -27,12 +25,13 @@ import boto3
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
 
+from aijobs.local.lambda_events import InvocationContext, received_record, sqs_event
+
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
     from mypy_boto3_sqs.type_defs import (
         ChangeMessageVisibilityBatchRequestEntryTypeDef,
         DeleteMessageBatchRequestEntryTypeDef,
-        MessageAttributeValueOutputTypeDef,
         MessageTypeDef,
     )
 
@@ -52,27 +51,6 @@ MAX_BATCHING_WINDOW_SECONDS = 300.0
 _WINDOW_POLL_PAUSE_SECONDS = 0.05
 # After a failed SQS call a poller waits this long before it polls again.
 _ERROR_PAUSE_SECONDS = 1.0
-
-
-class InvocationContext(LambdaContext):
-    """The Lambda context of one invocation; the remaining time counts down from the function's timeout."""
-
-    def __init__(self, function_name: str, memory_limit_in_mb: int, timeout_seconds: float, region: str) -> None:
-        self._function_name = function_name
-        self._function_version = "$LATEST"
-        self._invoked_function_arn = f"arn:aws:lambda:{region}:000000000000:function:{function_name}"
-        self._memory_limit_in_mb = memory_limit_in_mb
-        self._aws_request_id = str(uuid.uuid4())
-        self._log_group_name = f"/aws/lambda/{function_name}"
-        self._log_stream_name = f"{time.strftime('%Y/%m/%d')}/[$LATEST]{uuid.uuid4().hex}"
-        self._deadline = time.monotonic() + timeout_seconds
-
-    def get_remaining_time_in_millis(self) -> int:  # type: ignore[override]  # an instance's own clock
-        return max(0, int((self._deadline - time.monotonic()) * 1000))
-
-    @property
-    def timed_out(self) -> bool:
-        return time.monotonic() >= self._deadline
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,39 +102,6 @@ def failed_message_ids(response: object, message_ids: Sequence[str]) -> set[str]
             raise BatchResponseError(f"batch item failure {identifier!r} is not a message of this batch")
         failed.add(identifier)
     return failed
-
-
-def _message_attribute(value: MessageAttributeValueOutputTypeDef) -> dict[str, Any]:
-    """One message attribute in the shape Lambda puts in the event (camelCase, binaries base64)."""
-    attribute: dict[str, Any] = {}
-    if "StringValue" in value:
-        attribute["stringValue"] = value["StringValue"]
-    if "BinaryValue" in value:
-        attribute["binaryValue"] = base64.b64encode(value["BinaryValue"]).decode()
-    attribute["stringListValues"] = list(value.get("StringListValues", []))
-    attribute["binaryListValues"] = [base64.b64encode(item).decode() for item in value.get("BinaryListValues", [])]
-    attribute["dataType"] = value["DataType"]
-    return attribute
-
-
-def sqs_record(message: MessageTypeDef, queue_arn: str) -> dict[str, Any]:
-    """The Lambda event record of one received SQS message."""
-    record: dict[str, Any] = {
-        "messageId": message["MessageId"],
-        "receiptHandle": message["ReceiptHandle"],
-        "body": message["Body"],
-        "attributes": dict(message.get("Attributes", {})),
-        "messageAttributes": {
-            name: _message_attribute(value) for name, value in message.get("MessageAttributes", {}).items()
-        },
-        "md5OfBody": message["MD5OfBody"],
-    }
-    if "MD5OfMessageAttributes" in message:
-        record["md5OfMessageAttributes"] = message["MD5OfMessageAttributes"]
-    record["eventSource"] = "aws:sqs"
-    record["eventSourceARN"] = queue_arn
-    record["awsRegion"] = queue_arn.split(":")[3]
-    return record
 
 
 class EventSourceMapping:
@@ -329,10 +274,10 @@ class EventSourceMapping:
 
     def _invoke(self, messages: list[MessageTypeDef]) -> None:
         assert self._queue_arn is not None
-        event = {"Records": [sqs_record(message, self._queue_arn) for message in messages]}
+        event = sqs_event(*(received_record(message, self._queue_arn) for message in messages))
         message_ids = [message["MessageId"] for message in messages]
         region = self._queue_arn.split(":")[3]
-        context = InvocationContext(self._function_name, self._memory_limit_in_mb, self._timeout_seconds, region)
+        context = InvocationContext(self._function_name, self._timeout_seconds, self._memory_limit_in_mb, region)
         try:
             response = self._handler(event, context)
             if context.timed_out:

@@ -9,7 +9,8 @@ from typing import Any
 
 from rich.table import Table
 
-from engine.models import JobStatus, JobView
+from engine.core import JobStatus
+from engine.models import JobView
 from engine.store import UsageRow
 
 STATUS_STYLES = {

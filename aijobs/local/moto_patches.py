@@ -1,0 +1,116 @@
+"""moto, fitted to stand in for DynamoDB under the engine: one place, used by the embedded stack, the
+tests, the soak and the bench.
+
+- Linearizable: moto checks a write's condition and applies the write without a lock, so two
+  concurrent conditional writes can both pass where DynamoDB lets only one. Every operation of
+  moto's DynamoDB backend here takes one process-wide lock, so that a race tests the engine's
+  conditions and not moto's: in process (`mock_aws`) and in the local server alike, since both
+  run the same backend.
+- Fast enough for thousands of items: moto deep-copies every table a transaction names as its
+  rollback copy (O(table) per transaction); here a transaction keeps a copy of the items it
+  touches and puts them back when it fails, with the same outcome. And moto's server lists its
+  own package directory on every request; that list is cached.
+
+`fit_moto()` applies all of it once per process; it changes moto in this process only.
+"""
+
+from __future__ import annotations
+
+import copy as stdlib_copy
+import functools
+import inspect
+import threading
+from collections.abc import Callable
+from typing import Any
+
+_LOCK = threading.RLock()
+_fitted = False
+
+
+def fit_moto() -> None:
+    """Make moto's DynamoDB linearizable and its transactions and server routing cheap (idempotent)."""
+    global _fitted
+    with _LOCK:
+        if _fitted:
+            return
+        _cheap_transaction_rollback()
+        _serialize_dynamodb()
+        _cache_server_routing()
+        _fitted = True
+
+
+def _serialize_dynamodb() -> None:
+    from moto.dynamodb.models import DynamoDBBackend
+
+    for name, function in list(vars(DynamoDBBackend).items()):
+        if not name.startswith("_") and inspect.isfunction(function):
+            setattr(DynamoDBBackend, name, _under_lock(function))
+
+
+def _under_lock(function: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(function)
+    def serialized(*args: Any, **kwargs: Any) -> Any:
+        with _LOCK:
+            return function(*args, **kwargs)
+
+    return serialized
+
+
+def _cheap_transaction_rollback() -> None:
+    from moto.dynamodb import models as dynamodb_models
+    from moto.dynamodb.models.table import Table
+
+    if getattr(dynamodb_models, "copy", None) is not stdlib_copy:
+        raise RuntimeError("moto.dynamodb.models no longer deep-copies through `copy`: revisit fit_moto")
+    backend_class = dynamodb_models.DynamoDBBackend
+    original = backend_class.transact_write_items
+
+    class _CopyKeepingTables:
+        """`copy` as moto.dynamodb.models sees it: deep copies of a Table are the table itself."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(stdlib_copy, name)
+
+        @staticmethod
+        def deepcopy(value: Any, memo: dict[int, Any] | None = None) -> Any:
+            return value if isinstance(value, Table) else stdlib_copy.deepcopy(value, memo)
+
+    def touched_items(backend: Any, transact_items: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any], Any]]:
+        touched = []
+        for entry in transact_items:
+            for operation, request in entry.items():
+                table = backend.tables.get(request.get("TableName"))
+                if table is None:
+                    continue
+                attributes = request["Item"] if operation == "Put" else request.get("Key", {})
+                key_names = [name for name in (table.hash_key_attr, table.range_key_attr) if name]
+                key = {name: attributes[name] for name in key_names if name in attributes}
+                if len(key) != len(key_names):
+                    continue  # moto itself rejects the request
+                current = backend.get_item(table.name, key)
+                touched.append(
+                    (table.name, key, stdlib_copy.deepcopy(current.to_json()["Attributes"]) if current else None)
+                )
+        return touched
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        touched = touched_items(self, transact_items)
+        try:
+            original(self, transact_items)
+        except Exception:
+            for table_name, key, attributes in reversed(touched):
+                if attributes is None:
+                    self.delete_item(table_name, key)
+                else:
+                    self.put_item(table_name, attributes)
+            raise
+
+    dynamodb_models.copy = _CopyKeepingTables()  # type: ignore[attr-defined,assignment]
+    backend_class.transact_write_items = transact_write_items  # type: ignore[method-assign]
+
+
+def _cache_server_routing() -> None:
+    from moto import backends
+
+    modules = tuple(backends.list_of_moto_modules())
+    backends.list_of_moto_modules = functools.cache(lambda: modules)

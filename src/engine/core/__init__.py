@@ -1,0 +1,61 @@
+"""The job's lifecycle: its types, states and rules, and what it needs of a store. No AWS in here.
+
+- job.py: the job, its statuses and transitions, attempts, dead letters, the claim's condition
+- codes.py: error codes and claim refusals
+- errors.py: the error taxonomy
+- outcomes.py: how an attempt ends, as a store writes it
+- deliveries.py: a delivery of a message and what becomes of it
+- ports.py: the store Protocols the runner, reconciler, recorder and client depend on
+- memory.py: those Protocols in memory, for tests of the decisions
+"""
+
+from engine.core.codes import ClaimRefusal, ErrorCode
+from engine.core.deliveries import Ack, Delivery, Disposition, Fate, Retry
+from engine.core.job import (
+    ALLOWED_TRANSITIONS,
+    DEFAULT_DEADLINE_SECONDS,
+    TERMINAL_STATUSES,
+    AttemptOutcome,
+    AttemptRecord,
+    DeadLetter,
+    Job,
+    JobErrorInfo,
+    JobStatus,
+    NewJob,
+    Usage,
+    can_transition,
+    claimable,
+    explain_claim_refusal,
+)
+from engine.core.outcomes import Cancelled, Failed, Outcome, Released, Succeeded, outcome_error, target_status
+
+__all__ = [
+    "ALLOWED_TRANSITIONS",
+    "DEFAULT_DEADLINE_SECONDS",
+    "TERMINAL_STATUSES",
+    "Ack",
+    "AttemptOutcome",
+    "AttemptRecord",
+    "Cancelled",
+    "ClaimRefusal",
+    "DeadLetter",
+    "Delivery",
+    "Disposition",
+    "ErrorCode",
+    "Failed",
+    "Fate",
+    "Job",
+    "JobErrorInfo",
+    "JobStatus",
+    "NewJob",
+    "Outcome",
+    "Released",
+    "Retry",
+    "Succeeded",
+    "Usage",
+    "can_transition",
+    "claimable",
+    "explain_claim_refusal",
+    "outcome_error",
+    "target_status",
+]

@@ -1,0 +1,54 @@
+"""A delivery of a message, and what becomes of it: acknowledged, or returned to be seen again later."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One SQS record, as the runner needs it."""
+
+    message_id: str
+    body: str
+    receive_count: int = 1
+    attributes: Mapping[str, str] = field(default_factory=dict)
+
+
+class Fate(StrEnum):
+    """What became of a delivery; each is counted as the metric `Jobs_<fate>`."""
+
+    # The message is done with (acknowledged).
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    DUPLICATE = "duplicate"  # its job had ended already
+    DEAD_LETTERED = "dead_lettered"  # kept as a dead letter (it named no usable job, or was given up on)
+    # The message comes back later (returned as a batch item failure).
+    RETRIED = "retried"  # a retryable failure: the job is queued again
+    HELD = "held"  # another worker holds the job
+    RACED = "raced"  # the job changed while it was being claimed or settled
+    DEFERRED = "deferred"  # too little time left in this invocation
+    LEASE_LOST = "lease_lost"  # this worker's lease ended before its finish
+    ERROR = "error"  # nothing was recorded: an unexpected error, tried again
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """The message is done with: let the event source mapping delete it."""
+
+    fate: Fate
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Report the record as failed after hiding it for `visibility_seconds`."""
+
+    fate: Fate
+    visibility_seconds: int
+    reason: str
+
+
+Disposition = Ack | Retry

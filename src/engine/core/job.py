@@ -1,0 +1,185 @@
+"""The job: its states and their transitions, what it records, and when it may be claimed.
+
+The rules here are the ones every store enforces with its own conditions (docs/protocol.md);
+`claimable` and `explain_claim_refusal` are the claim's condition, read once as a yes and once
+as a reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any
+
+from engine.core.codes import ClaimRefusal, ErrorCode
+
+# The deadline a retried job gets when it was created before jobs recorded their own.
+DEFAULT_DEADLINE_SECONDS = 86_400
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+
+TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+
+# The state machine (docs/architecture.md). `failed -> queued` is the explicit retry.
+ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
+    JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.FAILED}),
+    JobStatus.RUNNING: frozenset(
+        {JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED}
+    ),
+    JobStatus.SUCCEEDED: frozenset(),
+    JobStatus.FAILED: frozenset({JobStatus.QUEUED}),
+    JobStatus.CANCELLED: frozenset(),
+}
+
+
+def can_transition(current: JobStatus, target: JobStatus) -> bool:
+    return target in ALLOWED_TRANSITIONS[current]
+
+
+class AttemptOutcome(StrEnum):
+    SUCCEEDED = "succeeded"
+    RETRYABLE = "retryable"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class JobErrorInfo:
+    code: ErrorCode
+    message: str
+    retryable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: Decimal = Decimal(0)
+    attempts: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """What a full message (or a submission) creates when its job does not exist yet."""
+
+    job_type: str
+    user_id: str
+    schema_version: int
+    max_attempts: int
+    deadline_seconds: int
+    request_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job as a store holds it. Times are epoch milliseconds."""
+
+    job_id: str
+    job_type: str | None
+    user_id: str | None
+    status: JobStatus
+    created_at: int
+    updated_at: int
+    max_attempts: int = 0
+    attempt_count: int = 0
+    claim_count: int = 0
+    schema_version: int | None = None
+    deadline_seconds: int | None = None
+    deadline_at: int | None = None
+    request_hash: str | None = None
+    lease_owner: str | None = None
+    lease_expires_at: int | None = None
+    cancel_requested: bool = False
+    input_stored: bool = False
+    started_at: int | None = None
+    finished_at: int | None = None
+    output: dict[str, Any] | None = None
+    output_hash: str | None = None
+    error: JobErrorInfo | None = None
+    usage: Usage = field(default_factory=Usage)
+
+    @property
+    def attempts_left(self) -> int:
+        return max(self.max_attempts - self.attempt_count, 0)
+
+    def lease_remaining_ms(self, now_ms: int) -> int:
+        if self.status is not JobStatus.RUNNING or self.lease_expires_at is None:
+            return 0
+        return max(self.lease_expires_at - now_ms, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """What one attempt cost and how it ended; one per claim that reached the provider."""
+
+    job_id: str
+    attempt: int
+    user_id: str | None
+    job_type: str | None
+    started_at: int
+    finished_at: int
+    outcome: AttemptOutcome
+    error_code: ErrorCode | None = None
+    provider: str | None = None
+    tier: str | None = None
+    model: str | None = None
+    calls: int = 0
+    prompt_key: str | None = None
+    prompt_version: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: Decimal = Decimal(0)
+    latency_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A message kept because the engine gave up on it; its body, or the key of its payload."""
+
+    message_id: str
+    body: str | None
+    body_key: str | None
+    body_bytes: int
+    body_sha256: str
+    attributes: dict[str, str]
+    receive_count: int
+    reason: str
+    recorded_at: int
+
+
+def claimable(job: Job, now_ms: int) -> bool:
+    """The claim's condition on a job that exists: waiting (or abandoned), and with budget and time left."""
+    waiting = job.status is JobStatus.QUEUED or (
+        job.status is JobStatus.RUNNING and job.lease_expires_at is not None and job.lease_expires_at < now_ms
+    )
+    within_deadline = job.deadline_at is not None and job.deadline_at > now_ms
+    return waiting and not job.cancel_requested and job.attempt_count < job.max_attempts and within_deadline
+
+
+def explain_claim_refusal(job: Job, now_ms: int, request_hash: str | None) -> ClaimRefusal:
+    """Why a claim's condition failed, from the job it met (no extra read)."""
+    if request_hash is not None and job.request_hash != request_hash:
+        return ClaimRefusal.CONFLICT
+    if job.status.is_terminal:
+        return ClaimRefusal.FINISHED
+    if job.status is JobStatus.RUNNING and (job.lease_expires_at is None or job.lease_expires_at >= now_ms):
+        return ClaimRefusal.HELD
+    if job.cancel_requested:
+        return ClaimRefusal.CANCEL_REQUESTED
+    if job.deadline_at is None or job.deadline_at <= now_ms:
+        return ClaimRefusal.DEADLINE_PASSED
+    if job.attempts_left == 0:
+        return ClaimRefusal.ATTEMPTS_SPENT
+    # The job satisfies the condition now: it changed between the write and this reading.
+    return ClaimRefusal.RACED

@@ -1,0 +1,351 @@
+"""InMemoryJobStore: every store Protocol of engine.core.ports, in memory, one write at a time.
+
+It enforces the same conditions as the DynamoDB store (docs/protocol.md) and answers refusals the
+same way, so that the runner's, the reconciler's and the dead-letter recorder's decisions can be
+tested in milliseconds; tests/contract runs one suite against both stores so that this one cannot
+lie. It keeps no expiry (TTL) and no index shards: open jobs come back oldest deadline first.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from decimal import Decimal
+from typing import Any
+
+from engine.core.errors import (
+    CancelRequestedError,
+    ClaimRefusedError,
+    ConditionRefusedError,
+    JobConflictError,
+    JobNotFoundError,
+    JobStateError,
+    LeaseLostError,
+)
+from engine.core.job import (
+    DEFAULT_DEADLINE_SECONDS,
+    AttemptRecord,
+    DeadLetter,
+    Job,
+    JobErrorInfo,
+    JobStatus,
+    NewJob,
+    Usage,
+    can_transition,
+    claimable,
+    explain_claim_refusal,
+)
+from engine.core.outcomes import Cancelled, Outcome, Released, Succeeded, outcome_error, target_status
+from engine.text import MAX_REASON_CHARS, bounded, one_line, valid_text
+
+
+class InMemoryJobStore:
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._jobs: dict[str, Job] = {}
+        # job id -> (input, the request hash it was stored with)
+        self._inputs: dict[str, tuple[dict[str, Any], str | None]] = {}
+        self._attempts: dict[str, dict[int, AttemptRecord]] = {}
+        self._dead_letters: dict[str, DeadLetter] = {}
+
+    # --- reads -------------------------------------------------------------------------------
+
+    def get_job(self, job_id: str) -> Job | None:
+        with self._lock:
+            return self._jobs.get(job_id)
+
+    def get_input(self, job_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            stored = self._inputs.get(job_id)
+            return copy.deepcopy(stored[0]) if stored else None
+
+    def attempts(self, job_id: str) -> list[AttemptRecord]:
+        with self._lock:
+            return [record for _, record in sorted(self._attempts.get(job_id, {}).items())]
+
+    def dead_letter(self, message_id: str) -> DeadLetter | None:
+        with self._lock:
+            return self._dead_letters.get(message_id)
+
+    def open_jobs(self, limit: int) -> Iterator[Job]:
+        with self._lock:
+            open_jobs = [job for job in self._jobs.values() if not job.status.is_terminal]
+        open_jobs.sort(key=lambda job: (job.deadline_at or 0, job.job_id))
+        yield from open_jobs[:limit]
+
+    # --- the worker's path -------------------------------------------------------------------
+
+    def claim_job(self, job_id: str, owner: str, lease_ms: int, now_ms: int, new_job: NewJob | None) -> Job:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                if new_job is None:
+                    raise JobNotFoundError(job_id)
+                job = _created(job_id, new_job, now_ms, JobStatus.QUEUED)
+            else:
+                request_hash = new_job.request_hash if new_job else None
+                same_request = request_hash is None or job.request_hash == request_hash
+                if not (same_request and claimable(job, now_ms)):
+                    raise ClaimRefusedError(job, explain_claim_refusal(job, now_ms, request_hash))
+            claimed = replace(
+                job,
+                status=JobStatus.RUNNING,
+                lease_owner=owner,
+                lease_expires_at=now_ms + lease_ms,
+                updated_at=now_ms,
+                started_at=job.started_at if job.started_at is not None else now_ms,
+                attempt_count=job.attempt_count + 1,
+                claim_count=job.claim_count + 1,
+            )
+            self._jobs[job_id] = claimed
+            return claimed
+
+    def finish_job(
+        self,
+        job: Job,
+        outcome: Outcome,
+        now_ms: int,
+        attempt: AttemptRecord | None = None,
+        store_input: dict[str, Any] | None = None,
+    ) -> None:
+        target = target_status(outcome)
+        if not can_transition(job.status, target):
+            raise ValueError(f"job {job.job_id}: {job.status} -> {target} is not a transition")
+        with self._lock:
+            current = self._jobs.get(job.job_id)
+            held = current is not None and current.lease_owner == job.lease_owner
+            cancelled = current is not None and current.cancel_requested
+            if (
+                current is None
+                or not held
+                or current.status is not JobStatus.RUNNING
+                or (cancelled and not isinstance(outcome, Cancelled))
+            ):
+                if held and cancelled:
+                    raise CancelRequestedError(job.job_id)
+                raise LeaseLostError(f"job {job.job_id}: the lease of {job.lease_owner} was lost", current)
+            finished = _transition(current, target, outcome_error(outcome), now_ms)
+            match outcome:
+                case Succeeded(output=output, output_hash=output_hash):
+                    finished = replace(finished, output=copy.deepcopy(output), output_hash=output_hash, error=None)
+                case Released(refund_attempt=True):
+                    finished = replace(finished, attempt_count=finished.attempt_count - 1)
+            if attempt is not None:
+                finished = self._record_attempt(finished, attempt)
+            self._keep_input(finished, store_input)
+
+    def settle_job(
+        self,
+        job: Job,
+        status: JobStatus,
+        error: JobErrorInfo | None,
+        now_ms: int,
+        store_input: dict[str, Any] | None = None,
+    ) -> bool:
+        if not can_transition(job.status, status):
+            raise ValueError(f"job {job.job_id}: {job.status} -> {status} is not a transition")
+        with self._lock:
+            current = self._jobs.get(job.job_id)
+            if current is None or (current.status, current.claim_count) != (job.status, job.claim_count):
+                return False
+            self._keep_input(_transition(current, status, error, now_ms), store_input)
+            return True
+
+    def record_orphan_attempt(self, attempt: AttemptRecord, now_ms: int) -> None:
+        with self._lock:
+            current = self._jobs.get(attempt.job_id)
+            if current is None:
+                raise ConditionRefusedError("the job's condition failed", None)
+            self._jobs[attempt.job_id] = self._record_attempt(current, attempt)
+
+    # --- dead letters ------------------------------------------------------------------------
+
+    def record_dead_letter(
+        self, message_id: str, body: str, attributes: dict[str, str], receive_count: int, reason: str, now_ms: int
+    ) -> None:
+        text = valid_text(body)
+        data = text.encode()
+        with self._lock:
+            self._dead_letters[message_id] = DeadLetter(
+                message_id=message_id,
+                body=text,
+                body_key=None,
+                body_bytes=len(data),
+                body_sha256=hashlib.sha256(data).hexdigest(),
+                attributes={
+                    bounded(name, MAX_REASON_CHARS): bounded(str(value), MAX_REASON_CHARS)
+                    for name, value in attributes.items()
+                },
+                receive_count=receive_count,
+                reason=one_line(reason),
+                recorded_at=now_ms,
+            )
+
+    def create_failed_job(
+        self,
+        job_id: str,
+        error: JobErrorInfo,
+        now_ms: int,
+        job_type: str | None = None,
+        user_id: str | None = None,
+        max_attempts: int = 0,
+        message_hash: str | None = None,
+    ) -> Job | None:
+        with self._lock:
+            existing = self._jobs.get(job_id)
+            if existing is not None:
+                return existing
+            self._jobs[job_id] = Job(
+                job_id=job_id,
+                job_type=job_type,
+                user_id=user_id,
+                status=JobStatus.FAILED,
+                created_at=now_ms,
+                updated_at=now_ms,
+                max_attempts=max_attempts,
+                request_hash=message_hash,
+                finished_at=now_ms,
+                error=_kept(error),
+            )
+            return None
+
+    def create_dead_lettered_job(
+        self, job_id: str, new_job: NewJob, job_input: dict[str, Any], error: JobErrorInfo, now_ms: int
+    ) -> Job | None:
+        with self._lock:
+            existing = self._jobs.get(job_id)
+            if existing is not None:
+                return existing
+            if job_id in self._inputs:
+                # An input without its job (a submission that stopped half-way) is another request's.
+                return self.create_failed_job(
+                    job_id,
+                    error,
+                    now_ms,
+                    job_type=new_job.job_type,
+                    user_id=new_job.user_id,
+                    max_attempts=new_job.max_attempts,
+                    message_hash=new_job.request_hash,
+                )
+            created = _created(job_id, new_job, now_ms, JobStatus.FAILED)
+            self._jobs[job_id] = replace(created, finished_at=now_ms, error=_kept(error), input_stored=True)
+            self._inputs[job_id] = (copy.deepcopy(job_input), new_job.request_hash)
+            return None
+
+    # --- administration ----------------------------------------------------------------------
+
+    def create_job(self, job_id: str, new_job: NewJob, job_input: dict[str, Any], now_ms: int) -> tuple[Job, bool]:
+        with self._lock:
+            stored = self._inputs.get(job_id)
+            if stored is not None and stored[1] != new_job.request_hash:
+                raise JobConflictError(job_id)
+            self._inputs[job_id] = (copy.deepcopy(job_input), new_job.request_hash)
+            existing = self._jobs.get(job_id)
+            if existing is None:
+                created = replace(_created(job_id, new_job, now_ms, JobStatus.QUEUED), input_stored=True)
+                self._jobs[job_id] = created
+                return created, True
+            if existing.request_hash != new_job.request_hash:
+                raise JobConflictError(job_id)
+            return existing, False
+
+    def request_cancel(self, job_id: str, now_ms: int) -> Job:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                raise JobNotFoundError(job_id)
+            if job.status is JobStatus.QUEUED:
+                cancelled = _transition(job, JobStatus.CANCELLED, None, now_ms)
+                job = replace(cancelled, cancel_requested=True)
+            elif job.status is JobStatus.RUNNING:
+                job = replace(job, cancel_requested=True, updated_at=now_ms)
+            self._jobs[job_id] = job
+            return job
+
+    def requeue_failed_job(self, job_id: str, now_ms: int) -> Job:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                raise JobNotFoundError(job_id)
+            if job.status is not JobStatus.FAILED:
+                raise JobStateError(f"job {job_id} is {job.status.value}; only a failed job can be retried")
+            if not job.input_stored:
+                raise JobStateError(f"job {job_id} has no stored input to run again")
+            requeued = replace(
+                job,
+                status=JobStatus.QUEUED,
+                updated_at=now_ms,
+                attempt_count=0,
+                cancel_requested=False,
+                deadline_at=now_ms + (job.deadline_seconds or DEFAULT_DEADLINE_SECONDS) * 1000,
+                error=None,
+                finished_at=None,
+            )
+            self._jobs[job_id] = requeued
+            return requeued
+
+    def touch_job(self, job: Job, now_ms: int) -> bool:
+        with self._lock:
+            current = self._jobs.get(job.job_id)
+            if current is None or (current.status, current.claim_count) != (job.status, job.claim_count):
+                return False
+            self._jobs[job.job_id] = replace(current, updated_at=now_ms)
+            return True
+
+    # --- parts -------------------------------------------------------------------------------
+
+    def _record_attempt(self, job: Job, attempt: AttemptRecord) -> Job:
+        """The job with the attempt's usage added, and the attempt kept (replacing one of its number)."""
+        self._attempts.setdefault(attempt.job_id, {})[attempt.attempt] = attempt
+        usage = job.usage
+        added = replace(
+            job,
+            usage=Usage(
+                input_tokens=usage.input_tokens + attempt.input_tokens,
+                output_tokens=usage.output_tokens + attempt.output_tokens,
+                cost_usd=usage.cost_usd + Decimal(attempt.cost_usd),
+                attempts=usage.attempts + 1,
+            ),
+        )
+        self._jobs[job.job_id] = added
+        return added
+
+    def _keep_input(self, job: Job, store_input: dict[str, Any] | None) -> None:
+        if store_input is not None:
+            job = replace(job, input_stored=True)
+            self._inputs[job.job_id] = (copy.deepcopy(store_input), job.request_hash)
+        self._jobs[job.job_id] = job
+
+
+def _created(job_id: str, new_job: NewJob, now_ms: int, status: JobStatus) -> Job:
+    """A job as a message's claim or a submission creates it."""
+    return Job(
+        job_id=job_id,
+        job_type=new_job.job_type,
+        user_id=new_job.user_id,
+        status=status,
+        created_at=now_ms,
+        updated_at=now_ms,
+        max_attempts=new_job.max_attempts,
+        schema_version=new_job.schema_version,
+        deadline_seconds=new_job.deadline_seconds,
+        deadline_at=now_ms + new_job.deadline_seconds * 1000,
+        request_hash=new_job.request_hash,
+    )
+
+
+def _kept(error: JobErrorInfo) -> JobErrorInfo:
+    return replace(error, message=one_line(error.message))
+
+
+def _transition(job: Job, status: JobStatus, error: JobErrorInfo | None, now_ms: int) -> Job:
+    """What every state change writes: status and time, the error if any, the lease let go."""
+    changed = replace(job, status=status, updated_at=now_ms, lease_owner=None, lease_expires_at=None)
+    if error is not None:
+        changed = replace(changed, error=_kept(error))
+    if status.is_terminal:
+        changed = replace(changed, finished_at=now_ms)
+    return changed

@@ -1,0 +1,51 @@
+"""How an attempt ends, as a store writes it: the four outcomes of a claimed job."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from engine.core.job import JobErrorInfo, JobStatus
+
+
+@dataclass(frozen=True, slots=True)
+class Succeeded:
+    output: dict[str, Any]
+    output_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    error: JobErrorInfo
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """Back to `queued` for a later delivery; `refund_attempt` when the attempt did not count."""
+
+    error: JobErrorInfo | None
+    refund_attempt: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """A cancel was requested while this worker ran the job: its output is discarded."""
+
+
+Outcome = Succeeded | Failed | Released | Cancelled
+
+
+def target_status(outcome: Outcome) -> JobStatus:
+    match outcome:
+        case Succeeded():
+            return JobStatus.SUCCEEDED
+        case Failed():
+            return JobStatus.FAILED
+        case Released():
+            return JobStatus.QUEUED
+        case Cancelled():
+            return JobStatus.CANCELLED
+
+
+def outcome_error(outcome: Outcome) -> JobErrorInfo | None:
+    return outcome.error if isinstance(outcome, Failed | Released) else None

@@ -1,0 +1,162 @@
+"""What the lifecycle needs of a store, one Protocol per role.
+
+The runner, the dead-letter recorder, the reconciler and the client depend on these, never on a
+particular store. Two implementations keep them: DynamoDB (engine.store, the one deployed) and
+memory (engine.core.memory, for tests of the decisions above it); one contract test suite runs
+against both (tests/contract), so that the two cannot drift apart. docs/protocol.md gives the
+conditions each write is fenced on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from engine.core.job import AttemptRecord, DeadLetter, Job, JobErrorInfo, JobStatus, NewJob
+from engine.core.outcomes import Outcome
+
+
+class JobReader(Protocol):
+    """Reads of one job and what it recorded."""
+
+    def get_job(self, job_id: str) -> Job | None:
+        """The job as it is now (a strongly consistent read), or None."""
+        ...
+
+    def get_input(self, job_id: str) -> dict[str, Any] | None:
+        """The input stored for the job (on its item or in the payload bucket), or None."""
+        ...
+
+    def attempts(self, job_id: str) -> list[AttemptRecord]:
+        """The job's attempt records, oldest first."""
+        ...
+
+    def dead_letter(self, message_id: str) -> DeadLetter | None:
+        """The dead letter kept for a message, its body read back, or None."""
+        ...
+
+
+class WorkerStore(Protocol):
+    """The worker's path: the claim, the finish, and ending a job a refused claim found spent."""
+
+    def claim_job(self, job_id: str, owner: str, lease_ms: int, now_ms: int, new_job: NewJob | None) -> Job:
+        """Take the job for `owner` until now + lease and count the attempt; with `new_job`, create it when absent.
+
+        Raises JobNotFoundError (absent, and no `new_job`) or ClaimRefusedError (with the job it
+        met and why).
+        """
+        ...
+
+    def finish_job(
+        self,
+        job: Job,
+        outcome: Outcome,
+        now_ms: int,
+        attempt: AttemptRecord | None = None,
+        store_input: dict[str, Any] | None = None,
+    ) -> None:
+        """Write the attempt's outcome, its record and (for a failed job) its input, fenced on `job`'s lease.
+
+        Raises CancelRequestedError when a cancel was requested meanwhile, LeaseLostError (with the
+        job as it is) when this lease ended.
+        """
+        ...
+
+    def settle_job(
+        self,
+        job: Job,
+        status: JobStatus,
+        error: JobErrorInfo | None,
+        now_ms: int,
+        store_input: dict[str, Any] | None = None,
+    ) -> bool:
+        """End a job no worker holds, fenced on the status and claim count it was read with; False if it changed."""
+        ...
+
+    def record_orphan_attempt(self, attempt: AttemptRecord, now_ms: int) -> None:
+        """Keep the usage of an attempt whose result was discarded (its lease was lost)."""
+        ...
+
+    def get_input(self, job_id: str) -> dict[str, Any] | None: ...
+
+
+class DeadLetterStore(Protocol):
+    """What gives up on a message: keep it, and record or end the job it names."""
+
+    def record_dead_letter(
+        self, message_id: str, body: str, attributes: dict[str, str], receive_count: int, reason: str, now_ms: int
+    ) -> None:
+        """Keep a message durably (its body in the payload bucket past 256 KiB)."""
+        ...
+
+    def create_failed_job(
+        self,
+        job_id: str,
+        error: JobErrorInfo,
+        now_ms: int,
+        job_type: str | None = None,
+        user_id: str | None = None,
+        max_attempts: int = 0,
+        message_hash: str | None = None,
+    ) -> Job | None:
+        """Record a job whose message could not run; None when recorded, else the job already there."""
+        ...
+
+    def create_dead_lettered_job(
+        self, job_id: str, new_job: NewJob, job_input: dict[str, Any], error: JobErrorInfo, now_ms: int
+    ) -> Job | None:
+        """Record a full request whose job was never created as `failed`, its input stored; None when recorded."""
+        ...
+
+    def get_job(self, job_id: str) -> Job | None: ...
+
+    def settle_job(
+        self,
+        job: Job,
+        status: JobStatus,
+        error: JobErrorInfo | None,
+        now_ms: int,
+        store_input: dict[str, Any] | None = None,
+    ) -> bool: ...
+
+
+class ReconcilerStore(Protocol):
+    """What the reconciler reads and writes: open jobs, ended or re-enqueued."""
+
+    def open_jobs(self, limit: int) -> Iterator[Job]:
+        """Non-terminal jobs as they are now, oldest deadline first within each shard, at most `limit`."""
+        ...
+
+    def touch_job(self, job: Job, now_ms: int) -> bool:
+        """Mark an open job as just re-enqueued, fenced like settle_job; False if it changed."""
+        ...
+
+    def settle_job(
+        self,
+        job: Job,
+        status: JobStatus,
+        error: JobErrorInfo | None,
+        now_ms: int,
+        store_input: dict[str, Any] | None = None,
+    ) -> bool: ...
+
+
+class AdminStore(Protocol):
+    """Administration: what the client and the CLI do to jobs."""
+
+    def create_job(self, job_id: str, new_job: NewJob, job_input: dict[str, Any], now_ms: int) -> tuple[Job, bool]:
+        """Create a `queued` job with its input stored once; idempotent on the id: (the job, whether created).
+
+        Raises JobConflictError when the id is taken by a different request.
+        """
+        ...
+
+    def request_cancel(self, job_id: str, now_ms: int) -> Job:
+        """A queued job ends `cancelled` at once, a running one at its finishing fence; a finished one stays."""
+        ...
+
+    def requeue_failed_job(self, job_id: str, now_ms: int) -> Job:
+        """A failed job with a stored input goes back to `queued` with a fresh budget and deadline."""
+        ...
+
+    def get_job(self, job_id: str) -> Job | None: ...

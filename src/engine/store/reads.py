@@ -1,0 +1,116 @@
+"""Reads of jobs in DynamoDB: one job, its input, attempts and dead letters, and the open jobs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from engine.core import AttemptRecord, DeadLetter, Job
+from engine.store.items import (
+    ATTEMPT_PREFIX,
+    INPUT_SK,
+    OPEN_SHARD,
+    OPEN_SHARDS,
+    Item,
+    attempt_from_item,
+    dead_letter_from_item,
+    dead_letter_key,
+    job_from_item,
+    job_key,
+    open_shard_key,
+)
+from engine.store.table import JobTable
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+OPEN_JOBS_INDEX = "OpenJobs"
+# BatchGetItem reads at most 100 items a request.
+BATCH_GET_LIMIT = 100
+
+
+class JobReads(JobTable):
+    def get_job(self, job_id: str) -> Job | None:
+        response = self._client.get_item(TableName=self.table_name, Key=job_key(job_id), ConsistentRead=True)
+        item = response.get("Item")
+        return job_from_item(item) if item else None
+
+    def get_input(self, job_id: str) -> dict[str, Any] | None:
+        response = self._client.get_item(TableName=self.table_name, Key=job_key(job_id, INPUT_SK), ConsistentRead=True)
+        item = response.get("Item")
+        if not item:
+            return None
+        if "input_key" in item:
+            loaded: dict[str, Any] = json.loads(self._payload_store().get(item["input_key"]["S"]))
+        else:
+            loaded = json.loads(item["input"]["S"])
+        return loaded
+
+    def attempts(self, job_id: str) -> list[AttemptRecord]:
+        """The job's attempt records, oldest first: one Query of its partition."""
+        pages = self._client.get_paginator("query").paginate(
+            TableName=self.table_name,
+            KeyConditionExpression="#pk = :pk AND begins_with(#sk, :prefix)",
+            ExpressionAttributeNames={"#pk": "pk", "#sk": "sk"},
+            ExpressionAttributeValues={":pk": job_key(job_id)["pk"], ":prefix": {"S": ATTEMPT_PREFIX}},
+            ConsistentRead=True,
+        )
+        return [attempt_from_item(item) for page in pages for item in page.get("Items", [])]
+
+    def dead_letter(self, message_id: str) -> DeadLetter | None:
+        response = self._client.get_item(
+            TableName=self.table_name, Key=dead_letter_key(message_id), ConsistentRead=True
+        )
+        item = response.get("Item")
+        if not item:
+            return None
+        letter = dead_letter_from_item(item)
+        if letter.body_key is not None:
+            return dead_letter_from_item(item, body=self._payload_store().get(letter.body_key).decode())
+        return letter
+
+    def open_jobs(self, limit: int) -> Iterator[Job]:
+        """Non-terminal jobs from the OpenJobs index: up to limit / shards per shard, oldest deadline first.
+
+        Read as they are used, and no more than that: a shard's keys page by page up to its share,
+        then its jobs 100 at a time with strongly consistent reads (the index lags the table, so a
+        job may have ended since it was indexed; the caller sees it as it is now).
+        """
+        per_shard = max(1, limit // OPEN_SHARDS)
+        for shard in range(OPEN_SHARDS):
+            keys = self._open_keys(shard, per_shard)
+            for start in range(0, len(keys), BATCH_GET_LIMIT):
+                batch = keys[start : start + BATCH_GET_LIMIT]
+                yield from (job for job in batch_get_jobs(self._client, self.table_name, batch, True) if job)
+
+    def _open_keys(self, shard: int, wanted: int) -> list[Item]:
+        keys: list[Item] = []
+        params: dict[str, Any] = {
+            "TableName": self.table_name,
+            "IndexName": OPEN_JOBS_INDEX,
+            "KeyConditionExpression": "#shard = :shard",
+            "ExpressionAttributeNames": {"#shard": OPEN_SHARD},
+            "ExpressionAttributeValues": {":shard": {"S": open_shard_key(shard)}},
+        }
+        while len(keys) < wanted:
+            page = self._client.query(**params, Limit=wanted - len(keys))
+            keys.extend({"pk": item["pk"], "sk": item["sk"]} for item in page.get("Items", []))
+            if "LastEvaluatedKey" not in page:
+                break
+            params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return keys
+
+
+def batch_get_jobs(
+    client: DynamoDBClient, table_name: str, keys: list[Item], consistent: bool = False
+) -> list[Job | None]:
+    """The jobs of up to 100 `keys`, in their order (None where a job is gone)."""
+    found: dict[str, Job] = {}
+    request: dict[str, Any] = {table_name: {"Keys": keys, "ConsistentRead": consistent}}
+    while request:
+        response = client.batch_get_item(RequestItems=request)
+        for item in response.get("Responses", {}).get(table_name, []):
+            found[item["pk"]["S"]] = job_from_item(item)
+        request = dict(response.get("UnprocessedKeys") or {})
+    return [found.get(key["pk"]["S"]) for key in keys]

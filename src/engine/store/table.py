@@ -1,0 +1,199 @@
+"""JobTable: what every DynamoDB write of the store is made of.
+
+One table holds a job's small state item, its input stored once, one record per attempt and the
+dead letters (docs/protocol.md has the layout). Writes are conditional; a refused condition
+becomes ConditionRefusedError carrying the job as DynamoDB had it (ALL_OLD), never an extra read.
+The role modules (worker_writes, dead_letter_writes, admin_writes, reads) build on this.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from engine.core import AttemptRecord, Job, JobErrorInfo, JobStatus, NewJob
+from engine.core.errors import ConditionRefusedError, ConfigurationError
+from engine.store.expressions import Expression
+from engine.store.items import (
+    OPEN_SHARD,
+    Item,
+    error_attribute,
+    input_item,
+    input_json,
+    job_from_item,
+    job_key,
+    listing_keys,
+    open_shard,
+)
+from engine.store.payloads import INLINE_BYTES, PayloadStore, input_key
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+DAY_MS = 86_400_000
+
+
+def default_client() -> DynamoDBClient:
+    # Enough pooled connections for a whole batch running concurrently.
+    return boto3.client("dynamodb", config=Config(max_pool_connections=32, retries={"mode": "standard"}))
+
+
+class JobTable:
+    def __init__(
+        self,
+        table_name: str,
+        client: DynamoDBClient | None = None,
+        retention_days: int = 90,
+        payloads: PayloadStore | None = None,
+    ) -> None:
+        self.table_name = table_name
+        self._client = client or default_client()
+        self._retention_ms = retention_days * DAY_MS
+        self._payloads = payloads
+
+    # --- one request -------------------------------------------------------------------------
+
+    def _update(self, expr: Expression, job_id: str) -> Job:
+        """One conditional UpdateItem of the job returning it as written (ALL_NEW)."""
+        try:
+            response = self._client.update_item(
+                **expr.update_params(self.table_name, job_key(job_id)),
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if not is_condition_failure(exc):
+                raise
+            old = refused_item(exc)
+            raise ConditionRefusedError("the job's condition failed", job_from_item(old) if old else None) from exc
+        return job_from_item(response["Attributes"])
+
+    def _transact(self, update: dict[str, Any], puts: list[Item]) -> None:
+        """The job's conditional update and unconditional puts in one TransactWriteItems."""
+        items: list[dict[str, Any]] = [{"Update": update | {"ReturnValuesOnConditionCheckFailure": "ALL_OLD"}}]
+        items.extend({"Put": {"TableName": self.table_name, "Item": item}} for item in puts)
+        try:
+            self._client.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "TransactionCanceledException":
+                raise
+            reasons = exc.response.get("CancellationReasons") or []
+            first = reasons[0] if reasons else {}
+            if first.get("Code") != "ConditionalCheckFailed":
+                raise
+            old: Item | None = first.get("Item")  # type: ignore[assignment]
+            raise ConditionRefusedError("the job's condition failed", job_from_item(old) if old else None) from exc
+
+    def _write(
+        self, expr: Expression, job: Job, puts: list[Item], store_input: dict[str, Any] | None, now_ms: int
+    ) -> None:
+        """One request: the job's conditional update alone, or in a transaction with the puts.
+
+        `store_input` (the input a message carried) is written as the job's input item too.
+        Raises ConditionRefusedError, with the job as it was, when the condition fails.
+        """
+        if store_input is not None:
+            expr.set("input_stored", True)
+            stored = self._stored_input(job.job_id, store_input)
+            puts = [*puts, input_item(job.job_id, stored, job.request_hash, self._expiry(now_ms))]
+        if puts:
+            self._transact(expr.update_params(self.table_name, job_key(job.job_id)), puts)
+        else:
+            self._update(expr, job.job_id)
+
+    def _put_if_absent(self, item: Item) -> Job | None:
+        """Create a job item; None when created, else the job already there (ALL_OLD)."""
+        try:
+            self._client.put_item(
+                TableName=self.table_name,
+                Item=item,
+                ConditionExpression="attribute_not_exists(pk)",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            old = refused_item(exc)
+            if not is_condition_failure(exc) or old is None:
+                raise
+            return job_from_item(old)
+        return None
+
+    # --- parts -------------------------------------------------------------------------------
+
+    def _transition(self, status: JobStatus, error: JobErrorInfo | None, now_ms: int) -> Expression:
+        """The parts every state change writes: status, times, error, and the lease let go."""
+        expr = Expression()
+        expr.set("status", status.value)
+        expr.set("updated_at", now_ms)
+        if error:
+            expr.set("error", error_attribute(error))
+        if status.is_terminal:
+            expr.set("finished_at", now_ms)
+            expr.set("expires_at", self._expiry(now_ms))
+            expr.remove(OPEN_SHARD)
+        expr.remove("lease_owner", "lease_expires_at")
+        return expr
+
+    def _expiry(self, from_ms: int) -> int:
+        """The TTL attribute: retention after `from_ms`, in epoch seconds as DynamoDB's TTL wants it."""
+        return (from_ms + self._retention_ms) // 1000
+
+    def _payload_store(self) -> PayloadStore:
+        if self._payloads is None:
+            raise ConfigurationError("JOBS_PAYLOAD_BUCKET: not set; large inputs and bodies are kept in that bucket")
+        return self._payloads
+
+    def _stored_input(self, job_id: str, job_input: dict[str, Any]) -> dict[str, str]:
+        """How an input is stored: its JSON on the item, or past INLINE_BYTES in the bucket by key."""
+        text = input_json(job_input)
+        data = text.encode()
+        if len(data) <= INLINE_BYTES:
+            return {"input": text}
+        key = input_key(job_id)
+        self._payload_store().put(key, data)
+        return {"input_key": key}
+
+    @staticmethod
+    def _add_usage(expr: Expression, attempt: AttemptRecord) -> None:
+        expr.add("input_tokens", attempt.input_tokens)
+        expr.add("output_tokens", attempt.output_tokens)
+        expr.add("cost_usd", Decimal(attempt.cost_usd))
+        expr.add("usage_attempts", 1)
+
+    @staticmethod
+    def _fenced_on_read(expr: Expression, job: Job) -> str:
+        """The condition of a write by a process that holds no lease: the job is as it was read."""
+        return (
+            f"{expr.name('status')} = {expr.value('old_status', job.status.value)}"
+            f" AND {expr.name('claim_count')} = {expr.value('old_claim_count', job.claim_count)}"
+        )
+
+
+def creation_attributes(job_id: str, new_job: NewJob, now_ms: int) -> dict[str, Any]:
+    """What a job is made of when it is created, by a message's claim or by a submission."""
+    return {
+        "job_id": job_id,
+        "job_type": new_job.job_type,
+        "user_id": new_job.user_id,
+        "schema_version": new_job.schema_version,
+        "max_attempts": new_job.max_attempts,
+        "deadline_seconds": new_job.deadline_seconds,
+        "deadline_at": now_ms + new_job.deadline_seconds * 1000,
+        "request_hash": new_job.request_hash,
+        "created_at": now_ms,
+        "cancel_requested": False,
+        OPEN_SHARD: open_shard(job_id),
+        **listing_keys(job_id, now_ms),
+    }
+
+
+def is_condition_failure(exc: ClientError) -> bool:
+    return exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException"
+
+
+def refused_item(exc: ClientError) -> Item | None:
+    item: Item | None = exc.response.get("Item")  # type: ignore[assignment]
+    return item

@@ -1,0 +1,152 @@
+"""The worker's path in DynamoDB: the claim (one UpdateItem) and the finish (one fenced write)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from engine.core import (
+    AttemptRecord,
+    Cancelled,
+    Job,
+    JobErrorInfo,
+    JobStatus,
+    NewJob,
+    Outcome,
+    Released,
+    Succeeded,
+    can_transition,
+    explain_claim_refusal,
+    outcome_error,
+    target_status,
+)
+from engine.core.errors import (
+    CancelRequestedError,
+    ClaimRefusedError,
+    ConditionRefusedError,
+    JobNotFoundError,
+    LeaseLostError,
+)
+from engine.store.expressions import Expression
+from engine.store.items import attempt_item, job_key
+from engine.store.table import JobTable, creation_attributes
+
+
+class WorkerWrites(JobTable):
+    def claim_job(self, job_id: str, owner: str, lease_ms: int, now_ms: int, new_job: NewJob | None) -> Job:
+        """Take the job for `owner` until now + lease: one UpdateItem, ALL_NEW on success.
+
+        With `new_job` the item is created when absent; without it the job must exist already.
+        The condition is engine.core.job.claimable, written as a condition expression.
+        """
+        expr = Expression()
+        expr.set("status", JobStatus.RUNNING.value)
+        expr.set("lease_owner", owner)
+        expr.set("lease_expires_at", now_ms + lease_ms)
+        expr.set("updated_at", now_ms)
+        expr.set_if_absent("started_at", now_ms)
+        expr.add("attempt_count", 1)
+        expr.add("claim_count", 1)
+        claimable = _claimable(expr, now_ms)
+        if new_job is None:
+            expr.condition = f"attribute_exists({expr.name('pk')}) AND {claimable}"
+        else:
+            for attribute, value in creation_attributes(job_id, new_job, now_ms).items():
+                expr.set_if_absent(attribute, value)
+            expr.set_if_absent("input_stored", False)
+            same_request = f"{expr.name('request_hash')} = {expr.value('request_hash', new_job.request_hash)}"
+            expr.condition = f"attribute_not_exists({expr.name('pk')}) OR ({same_request} AND {claimable})"
+        try:
+            return self._update(expr, job_id)
+        except ConditionRefusedError as exc:
+            if exc.job is None:
+                raise JobNotFoundError(job_id) from exc
+            request_hash = new_job.request_hash if new_job else None
+            raise ClaimRefusedError(exc.job, explain_claim_refusal(exc.job, now_ms, request_hash)) from exc
+
+    def finish_job(
+        self,
+        job: Job,
+        outcome: Outcome,
+        now_ms: int,
+        attempt: AttemptRecord | None = None,
+        store_input: dict[str, Any] | None = None,
+    ) -> None:
+        """Write the attempt's outcome, fenced on this worker's lease: one request.
+
+        The job update, the attempt record and (for a failed job whose input only the message
+        held) the input go together in one TransactWriteItems; alone, the update is an UpdateItem.
+        """
+        target = target_status(outcome)
+        if not can_transition(job.status, target):
+            raise ValueError(f"job {job.job_id}: {job.status} -> {target} is not a transition")
+        expr = self._transition(target, outcome_error(outcome), now_ms)
+        match outcome:
+            case Succeeded(output=output, output_hash=output_hash):
+                expr.set("output", json.dumps(output, separators=(",", ":"), ensure_ascii=False))
+                expr.set("output_hash", output_hash)
+                expr.remove("error")
+            case Released(refund_attempt=True):
+                expr.add("attempt_count", -1)
+        if attempt:
+            self._add_usage(expr, attempt)
+        expr.condition = (
+            f"{expr.name('lease_owner')} = {expr.value('owner', job.lease_owner)}"
+            f" AND {expr.name('status')} = {expr.value('running', JobStatus.RUNNING.value)}"
+        )
+        if not isinstance(outcome, Cancelled):
+            # A cancel requested meanwhile wins over any other outcome (docs/architecture.md).
+            expr.condition += f" AND {expr.name('cancel_requested')} = {expr.value('false', False)}"
+        puts = [attempt_item(attempt, self._expiry(now_ms))] if attempt else []
+        try:
+            self._write(expr, job, puts, store_input, now_ms)
+        except ConditionRefusedError as exc:
+            current = exc.job
+            if current and current.lease_owner == job.lease_owner and current.cancel_requested:
+                raise CancelRequestedError(job.job_id) from exc
+            raise LeaseLostError(f"job {job.job_id}: the lease of {job.lease_owner} was lost", current) from exc
+
+    def settle_job(
+        self,
+        job: Job,
+        status: JobStatus,
+        error: JobErrorInfo | None,
+        now_ms: int,
+        store_input: dict[str, Any] | None = None,
+    ) -> bool:
+        """End a job that no worker holds (spent, past its deadline, cancel requested).
+
+        Fenced on the status and claim count it was read with; False when it changed meanwhile.
+        """
+        if not can_transition(job.status, status):
+            raise ValueError(f"job {job.job_id}: {job.status} -> {status} is not a transition")
+        expr = self._transition(status, error, now_ms)
+        expr.condition = self._fenced_on_read(expr, job)
+        try:
+            self._write(expr, job, [], store_input, now_ms)
+        except ConditionRefusedError:
+            return False
+        return True
+
+    def record_orphan_attempt(self, attempt: AttemptRecord, now_ms: int) -> None:
+        """Keep the usage of an attempt whose result was discarded (its lease was lost)."""
+        expr = Expression()
+        self._add_usage(expr, attempt)
+        expr.condition = f"attribute_exists({expr.name('pk')})"
+        self._transact(
+            expr.update_params(self.table_name, job_key(attempt.job_id)),
+            [attempt_item(attempt, self._expiry(now_ms))],
+        )
+
+
+def _claimable(expr: Expression, now_ms: int) -> str:
+    """engine.core.job.claimable as a condition expression."""
+    status, lease = expr.name("status"), expr.name("lease_expires_at")
+    now = expr.value("now", now_ms)
+    return (
+        f"({status} = {expr.value('queued', JobStatus.QUEUED.value)}"
+        f" OR ({status} = {expr.value('running', JobStatus.RUNNING.value)} AND {lease} < {now}))"
+        f" AND {expr.name('cancel_requested')} = {expr.value('false', False)}"
+        f" AND {expr.name('attempt_count')} < {expr.name('max_attempts')}"
+        f" AND {expr.name('deadline_at')} > {now}"
+    )
