@@ -36,7 +36,7 @@ class SampleJob:
     job_input: dict[str, Any]
     expected: JobStatus
     expected_code: ErrorCode | None = None
-    # Sent as a raw SQS message (SPEC section 2) instead of through the client.
+    # Sent as a raw SQS message (docs/messages.md) instead of through the client.
     as_message: bool = False
     note: str = ""
 

@@ -16,8 +16,9 @@ Concessions to the harness, none to the engine (the table's caption repeats them
 - the visibility the engine sets (backoff, Retry-After, a held duplicate's remaining lease) is capped
   at --visibility-clamp seconds, so that retries happen within the run; the table counts the capped
   ones and the longest delay asked for;
-- the engine asks for `json_object` output (AI_STRUCTURED_OUTPUT), by which the local provider
-  recognises the soak's own quick classify type (1 s timeout, for the hangs) as classify.
+- the engine asks for `json_object` output (AI_STRUCTURED_OUTPUT): the schema then travels in the
+  system message, and the local provider answers from it alone, the soak's own quick classify type
+  (1 s timeout, for the hangs) like any other.
 
 Usage: python -m bench.soak [--jobs 1000] [--concurrency 3] [--budget 300] [--seed 7] (or make soak)
 """
@@ -44,22 +45,19 @@ import boto3
 from rich.console import Console
 from rich.table import Table
 
-from aijobs.local import LocalProvider, ServedRequest, prompt_hash
 from aijobs.local.aws import LocalAws
 from aijobs.local.devstack import local_session
+from aijobs.local.faults import prompt_hash
 from aijobs.local.poller import EventSourceMapping
+from aijobs.local.provider import LocalProvider, ServedRequest
 from aijobs.stack import StackResources, create_stack_resources
-from engine.aws_errors import is_transient
 from engine.config import Settings, load_settings
 from engine.core import ErrorCode, Job, JobStatus
-from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import BUILTIN_DEFINITIONS, JobRegistry
 from engine.definitions.classify import CLASSIFY
-from engine.gateway import build_gateway
 from engine.queue import JobQueue
-from engine.runner import JobRunner
 from engine.store.items import from_item, job_from_item, job_key
-from engine.wiring import Aws, build_store
+from engine.wiring import Aws, build_worker
 from engine.worker import Worker
 
 if TYPE_CHECKING:
@@ -74,7 +72,7 @@ PRICE_PER_MILLION = (Decimal("0.15"), Decimal("0.60"))
 QUICK_CLASSIFY = replace(CLASSIFY, name="soak_quick_classify", timeout_seconds=1.0)
 HANG_SECONDS = 3.0
 PROVIDER_LATENCY_SECONDS = 0.01
-# The shortest deadline a message may set (SPEC section 2): how long a job rate-limited for ever lasts.
+# The shortest deadline a message may set (docs/messages.md): how long a job rate-limited for ever lasts.
 SHORT_DEADLINE_SECONDS = 60
 DRAIN_SECONDS = 30.0
 PROGRESS_SECONDS = 5.0
@@ -213,18 +211,8 @@ def build_soak_worker(settings: Settings, session: boto3.Session, clamp_seconds:
     """engine.wiring.build_worker, with the quick job type and the clamp."""
     registry = JobRegistry([*BUILTIN_DEFINITIONS, QUICK_CLASSIFY])
     registry.load_modules(settings.aijobs_job_modules)
-    aws = Aws(settings, session)
-    store = build_store(settings, aws)
-    runner = JobRunner(
-        store,
-        build_gateway(settings),
-        registry,
-        DeadLetterRecorder(store, registry),
-        default_lease_ms=settings.aijobs_default_lease_seconds * 1000,
-        is_transient=is_transient,
-    )
-    queue = ClampedQueue(settings.jobs_queue_url, aws.client("sqs"), clamp_seconds)
-    return Worker(runner, queue), queue
+    queue = ClampedQueue(settings.jobs_queue_url, Aws(settings, session).client("sqs"), clamp_seconds)
+    return build_worker(settings, session, registry=registry, queue=queue), queue
 
 
 class LogTally(logging.Handler):
@@ -613,8 +601,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "AI_BASE_URL": provider.url,
                 "AI_API_KEY": API_KEY,
                 "AI_MODEL_PRIMARY": MODEL,
-                # The local provider knows the built-in job types by their json_schema name, or in
-                # json_object mode by their system prompt: the latter also covers soak_quick_classify.
+                # json_object mode: the schema rides in the system message (after SCHEMA_PREAMBLE), from
+                # which the local provider answers any job type, soak_quick_classify included.
                 "AI_STRUCTURED_OUTPUT": "json_object",
                 "AIJOBS_MODEL_PRICES": json.dumps({MODEL: [str(price) for price in PRICE_PER_MILLION]}),
             }

@@ -1,33 +1,54 @@
-"""Deterministic answers for the built-in job types, and the rule-breaking answers of the content faults.
+"""Answers computed from a request's JSON schema alone, and the rule-breaking answers of the content faults.
 
-Answers are computed from the prompt the engine renders, so they pass the job types' own validation.
+No prompt wording is read: the schema the engine sends (JobDefinition.output_schema, narrowed to the
+input, e.g. classify's label to an enum of the labels offered) says what a valid answer is, so any
+job type is answered, built-in or not. The schema is walked: an object gets its required
+properties, a string with an enum one of its values, a plain string a short text, a number one
+within its bounds, an array at least its minItems items. Choices come from a stable hash of the
+request's user content, so the same request always gets the same answer.
+
+Texts are made of the words of the longest JSON string in the user content (the engine renders
+every prompt field as a JSON literal), else of the whole content, never more than MAX_TEXT_WORDS.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from aijobs.local.faults import FaultKind, find_fault_marker
 
+# A plain string's answer is at most this many words: within any summarize word budget (>= 10).
+MAX_TEXT_WORDS = 10
+# The rule-breaking text: more words than 1.2 x the largest summarize budget (1000), and, at most
+# LONG_WORD_CHARS + 1 characters a word, far within the characters max_tokens allows (2048 x 16).
+LONG_TEXT_WORDS = 1250
+LONG_WORD_CHARS = 10
+_FALLBACK_WORDS = ("A", "short", "answer.")
+# Past this depth arrays get only their minItems items, so a recursive schema ends; past the
+# limit a value is null.
+_SHALLOW_DEPTH = 8
+_MAX_DEPTH = 64
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+# Values for the string formats pydantic emits.
+_FORMATS = {
+    "date-time": "2024-01-01T00:00:00Z",
+    "date": "2024-01-01",
+    "time": "00:00:00",
+    "duration": "P1D",
+    "email": "someone@example.com",
+    "uri": "https://example.com/",
+    "ipv4": "192.0.2.1",
+    "ipv6": "2001:db8::1",
+}
+_PATTERN_CANDIDATES = ("a", "A", "1", "a1", "abc", "ABC", "x-1", "2024-01-01")
 
-def _field(prompt: str, label: str) -> Any:
-    """The JSON value the prompt gives on its `<label>: <json>` line (the engine renders fields as JSON)."""
-    match = re.search(rf"^{label}: (.*)$", prompt, flags=re.MULTILINE)
-    if match is None:
-        return None
-    try:
-        return json.loads(match.group(1))
-    except ValueError:
-        return None
-
-
-def _text(prompt: str, label: str = "Text") -> str:
-    value = _field(prompt, label)
-    return value if isinstance(value, str) else ""
+Path = tuple[str | int, ...]
 
 
 def _stable_int(text: str) -> int:
@@ -39,100 +60,324 @@ def _words(text: str) -> list[str]:
     return [word for word in text.split() if find_fault_marker(word) is None]
 
 
-def _labels(prompt: str) -> list[str]:
-    labels = _field(prompt, "Labels")
-    return [label for label in labels if isinstance(label, str)] if isinstance(labels, list) else []
+def source_words(content: str) -> list[str]:
+    """The words texts are made of: the longest JSON string's in `content`, else the content's own."""
+    longest = ""
+    for match in _JSON_STRING.finditer(content):
+        try:
+            value = json.loads(match.group())
+        except ValueError:
+            continue
+        if isinstance(value, str) and len(value) > len(longest):
+            longest = value
+    return _words(longest) or _words(content)
 
 
-def _classify(prompt: str) -> dict[str, Any]:
-    text = _text(prompt) or prompt
-    labels = _labels(prompt) or ["unknown"]
-    digest = _stable_int(text)
-    return {"label": labels[digest % len(labels)], "confidence": round(0.5 + (digest >> 8) % 50 / 100, 2)}
+@dataclass(frozen=True, slots=True)
+class _Site:
+    """Where in the answer a string was chosen from an enum, or made up as text."""
+
+    path: Path
+    enum: tuple[str, ...] = ()
+    # True when the string is an item of an array (a list of references, like citations).
+    in_array: bool = False
 
 
-def _word_budget(prompt: str) -> int:
-    match = re.search(r"at most (\d+) words", prompt)
-    return int(match.group(1)) if match else 100
+@dataclass
+class _Builder:
+    root: Mapping[str, Any]
+    content: str
+    words: list[str] = field(default_factory=list)
+    enum_sites: list[_Site] = field(default_factory=list)
+    text_sites: list[_Site] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self.words = source_words(self.content)
 
-def _summarize(prompt: str) -> dict[str, Any]:
-    words = _words(_text(prompt) or prompt)
-    return {"summary": " ".join(words[: _word_budget(prompt)]) or "Nothing to summarize."}
+    def _hash(self, path: Path) -> int:
+        return _stable_int(self.content + "\x1f" + "/".join(map(str, path)))
 
-
-def _documents(prompt: str) -> list[tuple[str, str]]:
-    """(id, text) of the documents the prompt gives as a JSON list of {"id", "text"} objects."""
-    documents = _field(prompt, "Documents")
-    if not isinstance(documents, list):
-        return []
-    return [
-        (str(document.get("id")), str(document.get("text", "")))
-        for document in documents
-        if isinstance(document, dict) and "id" in document
-    ]
-
-
-def _answer_with_citations(prompt: str) -> dict[str, Any]:
-    documents = _documents(prompt)
-    if not documents:
-        return {"answer": "The documents do not say.", "citations": ["unknown"]}
-    document_id, text = documents[0]
-    excerpt = " ".join(_words(text)[:40]) or "the document"
-    return {"answer": f"According to [{document_id}]: {excerpt}", "citations": [document_id]}
-
-
-def answer_for(schema_name: str | None, prompt: str) -> dict[str, Any]:
-    """The valid answer to a rendered prompt of a built-in job type; `{}` for any other schema."""
-    match schema_name:
-        case "classify":
-            return _classify(prompt)
-        case "summarize":
-            return _summarize(prompt)
-        case "answer_with_citations":
-            return _answer_with_citations(prompt)
-        case _:
+    def _resolve(self, node: Any) -> Mapping[str, Any]:
+        """The schema `node` is: $refs followed, allOf merged; {} for anything that is not a schema."""
+        for _ in range(_MAX_DEPTH):
+            if not isinstance(node, Mapping):
+                return {}
+            reference = node.get("$ref")
+            if not isinstance(reference, str):
+                break
+            node = self._pointer(reference)
+        if not isinstance(node, Mapping):
             return {}
+        parts = node.get("allOf")
+        if isinstance(parts, list) and parts:
+            merged: dict[str, Any] = {key: value for key, value in node.items() if key != "allOf"}
+            for part in parts:
+                for key, value in self._resolve(part).items():
+                    if key == "properties" and isinstance(value, Mapping):
+                        merged["properties"] = {**merged.get("properties", {}), **value}
+                    elif key == "required" and isinstance(value, list):
+                        merged["required"] = [*merged.get("required", []), *value]
+                    else:
+                        merged.setdefault(key, value)
+            return merged
+        return node
+
+    def _pointer(self, reference: str) -> Any:
+        if not reference.startswith("#"):
+            return {}
+        node: Any = self.root
+        for token in reference[1:].split("/")[1:]:
+            token = token.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, Mapping) and token in node:
+                node = node[token]
+            elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+                node = node[int(token)]
+            else:
+                return {}
+        return node
+
+    def value(self, raw: Any, path: Path = (), depth: int = 0, in_array: bool = False) -> Any:
+        """A valid value for the schema `raw` at `path` of the answer."""
+        if depth > _MAX_DEPTH:
+            return None
+        node = self._resolve(raw)
+        if "const" in node:
+            return node["const"]
+        enum = node.get("enum")
+        if isinstance(enum, list) and enum:
+            chosen = enum[self._hash(path) % len(enum)]
+            if all(isinstance(item, str) for item in enum):
+                self.enum_sites.append(_Site(path, tuple(enum), in_array))
+            return chosen
+        for union in ("anyOf", "oneOf"):
+            branches = node.get(union)
+            if isinstance(branches, list) and branches:
+                resolved = [self._resolve(branch) for branch in branches]
+                chosen_branch = next((branch for branch in resolved if branch.get("type") != "null"), resolved[0])
+                return self.value(chosen_branch, path, depth + 1, in_array)
+        match _type_of(node):
+            case "object":
+                return self._object(node, path, depth)
+            case "array":
+                return self._array(node, path, depth)
+            case "integer":
+                return self._number(node, path, integer=True)
+            case "number":
+                return self._number(node, path, integer=False)
+            case "boolean":
+                return self._hash(path) % 2 == 0
+            case "null":
+                return None
+            case _:
+                return self._string(node, path, in_array)
+
+    def _object(self, node: Mapping[str, Any], path: Path, depth: int) -> dict[str, Any]:
+        properties = node.get("properties")
+        properties = properties if isinstance(properties, Mapping) else {}
+        required = node.get("required")
+        names = [name for name in required if isinstance(name, str)] if isinstance(required, list) else []
+        return {name: self.value(properties.get(name, {}), (*path, name), depth + 1) for name in names}
+
+    def _array(self, node: Mapping[str, Any], path: Path, depth: int) -> list[Any]:
+        prefix = node.get("prefixItems")
+        prefix = prefix if isinstance(prefix, list) else []
+        items = node.get("items", {})
+        min_items = _int(node.get("minItems")) or 0
+        count = max(min_items, len(prefix), 0 if depth > _SHALLOW_DEPTH or items is False else 1)
+        if items is False:
+            count = len(prefix)
+        max_items = _int(node.get("maxItems"))
+        if max_items is not None:
+            count = min(count, max(max_items, min_items))
+        values: list[Any] = []
+        seen: set[str] = set()
+        for index in range(count):
+            schema = prefix[index] if index < len(prefix) else items
+            item = self.value(schema, (*path, index), depth + 1, in_array=True)
+            if node.get("uniqueItems") is True:
+                item = self._distinct(schema, item, seen, index)
+            values.append(item)
+        return values
+
+    def _distinct(self, schema: Any, item: Any, seen: set[str], index: int) -> Any:
+        """`item`, or another valid value when an equal one is already in the array (uniqueItems)."""
+        enum = self._resolve(schema).get("enum")
+        candidates = [item]
+        if isinstance(enum, list):
+            candidates += enum
+        elif isinstance(item, str):
+            candidates.append(f"{item} {index + 1}")
+        elif isinstance(item, int) and not isinstance(item, bool):
+            candidates.append(item + index)
+        for candidate in candidates:
+            key = json.dumps(candidate, sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                return candidate
+        return item
+
+    def _number(self, node: Mapping[str, Any], path: Path, integer: bool) -> int | float:
+        low, high = _number(node.get("minimum")), _number(node.get("maximum"))
+        low_open, high_open = _number(node.get("exclusiveMinimum")), _number(node.get("exclusiveMaximum"))
+        step = _number(node.get("multipleOf"))
+        digest = self._hash(path)
+        if integer:
+            lowest = _tightest(
+                (
+                    math.ceil(low) if low is not None else None,
+                    math.floor(low_open) + 1 if low_open is not None else None,
+                ),
+                max,
+            )
+            highest = _tightest(
+                (
+                    math.floor(high) if high is not None else None,
+                    math.ceil(high_open) - 1 if high_open is not None else None,
+                ),
+                min,
+            )
+            unit = int(step) if step is not None and step >= 1 and step.is_integer() else 1
+            first = -(-lowest // unit) if lowest is not None else None
+            last = highest // unit if highest is not None else None
+            if first is not None and last is not None:
+                return unit * (first + digest % max(last - first + 1, 1))
+            if first is not None:
+                return unit * (first + digest % 100)
+            if last is not None:
+                return unit * (last - digest % 100)
+            return unit * (digest % 100)
+        floor_ = max((value for value in (low, low_open) if value is not None), default=None)
+        ceiling = min((value for value in (high, high_open) if value is not None), default=None)
+        fraction = 0.5 + (digest >> 8) % 50 / 100  # 0.50 .. 0.99
+        if floor_ is not None and ceiling is not None:
+            value = floor_ + (ceiling - floor_) * fraction
+            if not floor_ <= round(value, 2) <= ceiling or round(value, 2) in (low_open, high_open):
+                return value
+            return round(value, 2)
+        if floor_ is not None:
+            return round(floor_ + 100 * fraction, 2)
+        if ceiling is not None:
+            return round(ceiling - 100 * fraction, 2)
+        return fraction
+
+    def _string(self, node: Mapping[str, Any], path: Path, in_array: bool) -> str:
+        format_ = node.get("format")
+        if isinstance(format_, str) and format_ in _FORMATS:
+            return _FORMATS[format_]
+        if format_ == "uuid":
+            digest = f"{self._hash(path):016x}" * 2
+            return f"{digest[:8]}-{digest[8:12]}-4{digest[13:16]}-8{digest[17:20]}-{digest[20:32]}"
+        text = " ".join(self.words[:MAX_TEXT_WORDS]) or " ".join(_FALLBACK_WORDS)
+        max_length, min_length = _int(node.get("maxLength")), _int(node.get("minLength")) or 1
+        if max_length is not None:
+            text = text[:max_length].rstrip() or text[:max_length]
+        if len(text) < min_length:
+            text += "x" * (min_length - len(text))
+        pattern = node.get("pattern")
+        if isinstance(pattern, str):
+            text = _matching(pattern, [text, *_PATTERN_CANDIDATES]) or text
+        elif max_length is None:  # a free text: the rule-breaking long one would pass its schema too
+            self.text_sites.append(_Site(path, in_array=in_array))
+        return text
 
 
-def _unknown_name(known: Iterable[str], candidate: str) -> str:
-    taken = set(known)
+def _type_of(node: Mapping[str, Any]) -> str:
+    kind = node.get("type")
+    if isinstance(kind, list):
+        kind = next((item for item in kind if item != "null"), "null")
+    if isinstance(kind, str):
+        return kind
+    if "properties" in node:
+        return "object"
+    if "items" in node or "prefixItems" in node:
+        return "array"
+    return "string"
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _tightest(bounds: Iterable[int | None], pick: Callable[[list[int]], int]) -> int | None:
+    """The tightest of the bounds given (`pick` is max for lower bounds, min for upper ones)."""
+    present = [bound for bound in bounds if bound is not None]
+    return pick(present) if present else None
+
+
+def _matching(pattern: str, candidates: Iterable[str]) -> str | None:
+    try:
+        compiled = re.compile(pattern)
+    except re.error:
+        return None
+    return next((candidate for candidate in candidates if compiled.search(candidate)), None)
+
+
+def answer_for(schema: Mapping[str, Any] | None, content: str) -> Any:
+    """The valid answer to a request whose output schema is `schema` and whose user content is `content`.
+
+    `{}` when the request carries no schema.
+    """
+    if schema is None:
+        return {}
+    return _Builder(schema, content).value(schema)
+
+
+def _replaced(answer: Any, path: Path, value: Any) -> Any:
+    """A copy of `answer` with `value` at `path`."""
+    if not path:
+        return value
+    head, rest = path[0], path[1:]
+    if isinstance(answer, dict) and isinstance(head, str):
+        return {**answer, head: _replaced(answer[head], rest, value)}
+    if isinstance(answer, list) and isinstance(head, int):
+        return [_replaced(item, rest, value) if index == head else item for index, item in enumerate(answer)]
+    raise AssertionError("the path was recorded while building this answer")
+
+
+def _outside(enum: Iterable[str], candidate: str) -> str:
+    """A value that is none of `enum`'s."""
+    taken = set(enum)
     while candidate in taken:
         candidate += "-x"
     return candidate
 
 
-def _rule_breaking_answer(schema_name: str | None, prompt: str) -> dict[str, Any] | list[Any]:
-    """An answer of the right shape that breaks the job type's one rule.
+def _long_text(words: list[str]) -> str:
+    """LONG_TEXT_WORDS short ASCII words: over any word budget, within any answer's character bound."""
+    usable = [word[:LONG_WORD_CHARS] for word in words if word.isascii() and word.isalnum()] or ["word"]
+    return " ".join(usable[index % len(usable)] for index in range(LONG_TEXT_WORDS))
 
-    Each built-in type has one rule (classify and summarize a business rule, answer_with_citations a
-    reference rule), so business_invalid and reference_invalid break that same rule; any other
-    schema gets a wrong shape.
+
+def _rule_breaking_answer(schema: Mapping[str, Any] | None, content: str, *, reference: bool) -> Any:
+    """An answer of the right shape that breaks the job type's rule.
+
+    A string chosen from an enum gets a value outside it: for reference_invalid preferably an array
+    item (a list of references: citations), for business_invalid preferably a single choice (a
+    label). A schema without any enum string gets a text far past any word budget (summarize's
+    rule); one with neither, a wrong shape.
     """
-    valid = answer_for(schema_name, prompt)
-    match schema_name:
-        case "classify":
-            return {**valid, "label": _unknown_name(_labels(prompt), "label-not-offered")}
-        case "summarize":
-            budget = _word_budget(prompt)
-            filler = _words(_text(prompt) or prompt) or ["word"]
-            return {"summary": " ".join(filler[i % len(filler)] for i in range(budget * 2 + 10))}
-        case "answer_with_citations":
-            return {
-                **valid,
-                "citations": [
-                    _unknown_name((document_id for document_id, _ in _documents(prompt)), "doc-not-in-input")
-                ],
-            }
-        case _:
-            return [valid]
+    if schema is None:
+        return [{}]
+    builder = _Builder(schema, content)
+    valid = builder.value(schema)
+    sites = [site for site in builder.enum_sites if site.in_array is reference] or builder.enum_sites
+    if sites:
+        site = sites[0]
+        return _replaced(valid, site.path, _outside(site.enum, "not-in-input" if reference else "not-offered"))
+    if builder.text_sites:
+        return _replaced(valid, builder.text_sites[0].path, _long_text(builder.words))
+    return [valid]
 
 
-def faulty_content(kind: FaultKind, schema_name: str | None, prompt: str) -> str:
+def faulty_content(kind: FaultKind, schema: Mapping[str, Any] | None, content: str) -> str:
     """The 200 answer's content for a content fault (non_json, wrong_shape, *_invalid, repairable)."""
     if kind is FaultKind.NON_JSON:
         return "Sure! Here is the answer you asked for, in plain words rather than JSON."
     if kind in (FaultKind.WRONG_SHAPE, FaultKind.REPAIRABLE):
         # The right answer wrapped in a list: a model's plausible slip, and not any object model.
-        return json.dumps([answer_for(schema_name, prompt)])
-    return json.dumps(_rule_breaking_answer(schema_name, prompt))
+        return json.dumps([answer_for(schema, content)])
+    return json.dumps(_rule_breaking_answer(schema, content, reference=kind is FaultKind.REFERENCE_INVALID))

@@ -1,5 +1,8 @@
 """The Chat Completions wire format: parsing a request, the replies, and the bodies they carry.
 
+A request is understood by its structure only, never by its prompts' wording: its output schema
+(response_format's json_schema, or in json_object mode the schema the engine's adapter appends to
+the system message after SCHEMA_PREAMBLE) and its job type (the X-Aijobs-Job-Type header).
 Token counts are about a token per four characters, like a real tokenizer on English text.
 """
 
@@ -10,10 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.definitions import BUILTIN_DEFINITIONS
-
-# json_object mode names no schema; the built-in job types are told apart by their system prompts.
-_SCHEMA_BY_SYSTEM_PROMPT = {definition.prompt.system: definition.name for definition in BUILTIN_DEFINITIONS}
+from engine.gateway.openai import SCHEMA_PREAMBLE
 
 
 def estimate_tokens(text: str) -> int:
@@ -31,7 +31,12 @@ class ChatRequest:
     system: str
     # The first user message: the prompt the engine rendered from the job's input.
     prompt: str
+    # The JSON schema the answer must meet; None when the request carries none.
+    schema: dict[str, Any] | None
+    # response_format's json_schema name, else (json_object mode names none) the job type header.
     schema_name: str | None
+    # The X-Aijobs-Job-Type header.
+    job_type: str | None
     repair: bool
     prompt_tokens: int
 
@@ -44,16 +49,30 @@ def _content_text(content: Any) -> str:
     return ""
 
 
-def _schema_name(body: dict[str, Any], system: str) -> str | None:
+def _json_schema(body: dict[str, Any]) -> dict[str, Any] | None:
+    """response_format's json_schema object, when the request asks for json_schema output."""
     response_format = body.get("response_format")
     if isinstance(response_format, dict) and response_format.get("type") == "json_schema":
         json_schema = response_format.get("json_schema")
-        if isinstance(json_schema, dict) and isinstance(json_schema.get("name"), str):
-            return str(json_schema["name"])
-    return _SCHEMA_BY_SYSTEM_PROMPT.get(system)
+        if isinstance(json_schema, dict):
+            return json_schema
+    return None
 
 
-def parse_chat_request(raw: bytes) -> ChatRequest:
+def schema_in_system(system: str) -> dict[str, Any] | None:
+    """The JSON schema after the last SCHEMA_PREAMBLE in a system message (json_object mode)."""
+    at = system.rfind(SCHEMA_PREAMBLE)
+    if at < 0:
+        return None
+    try:
+        schema, _ = json.JSONDecoder().raw_decode(system[at + len(SCHEMA_PREAMBLE) :].lstrip())
+    except ValueError:
+        return None
+    return schema if isinstance(schema, dict) else None
+
+
+def parse_chat_request(raw: bytes, job_type: str | None = None) -> ChatRequest:
+    """The request in `raw`; `job_type` is its X-Aijobs-Job-Type header, if it had one."""
     try:
         body = json.loads(raw)
     except ValueError as exc:
@@ -68,11 +87,20 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     turns = [(str(message.get("role")), _content_text(message.get("content"))) for message in messages]
     system = next((text for role, text in turns if role == "system"), "")
     users = [text for role, text in turns if role == "user"]
+    json_schema = _json_schema(body)
+    if json_schema is not None:
+        schema = json_schema.get("schema")
+        name = json_schema.get("name")
+        schema_name = name if isinstance(name, str) else job_type
+    else:
+        schema, schema_name = schema_in_system(system), job_type
     return ChatRequest(
         model=model,
         system=system,
         prompt=users[0] if users else "",
-        schema_name=_schema_name(body, system),
+        schema=schema if isinstance(schema, dict) else None,
+        schema_name=schema_name,
+        job_type=job_type or None,
         repair=len(users) > 1 or any(role == "assistant" for role, _ in turns),
         prompt_tokens=estimate_tokens("".join(text for _, text in turns)),
     )

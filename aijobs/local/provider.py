@@ -1,9 +1,12 @@
-"""A local OpenAI-compatible model provider: deterministic answers for the built-in job types, faults on demand.
+"""A local OpenAI-compatible model provider: deterministic answers for any job type, faults on demand.
 
 `LocalProvider` serves `POST /v1/chat/completions` and `GET /v1/models` on 127.0.0.1 from a daemon
-thread, for the tests and for `aijobs dev` / `aijobs demo`. Answers are computed from the prompt the
-engine renders, so they pass the job types' own validation; token counts are about a token per four
-characters, like a real tokenizer on English text.
+thread, for the tests and for `aijobs dev` / `aijobs demo`. Answers are computed from the request's
+structure alone (aijobs.local.answers): the output schema it carries (response_format's json_schema,
+or in json_object mode the one after SCHEMA_PREAMBLE in the system message), which the engine
+narrows to the job's input, so they pass the job types' own validation whatever their prompts say.
+The job type comes in the X-Aijobs-Job-Type header and is logged. Token counts are about a token
+per four characters, like a real tokenizer on English text.
 
 A request gets a fault in one of two ways:
 - its prompt (the first user message, so: the job's input) holds a marker, `fault:<kind>` (every
@@ -44,6 +47,7 @@ from aijobs.local.protocol import (
     estimate_tokens,
     parse_chat_request,
 )
+from engine.gateway.openai import JOB_TYPE_HEADER
 
 DEFAULT_MODEL = "local-model"
 DEFAULT_LATENCY_SECONDS = 0.05
@@ -72,6 +76,8 @@ class ServedRequest:
     prompt_hash: str = ""
     # True when the request carried a re-ask (an assistant turn, or more than one user turn).
     repair: bool = False
+    # The request's X-Aijobs-Job-Type header: the job type the engine asked for.
+    job_type: str | None = None
 
 
 class LocalProvider:
@@ -173,8 +179,11 @@ class LocalProvider:
 
     # --- answering ---
 
-    def respond(self, method: str, path: str, authorization: str | None, raw: bytes) -> Reply:
-        """The reply to one HTTP request; every chat completion request is logged."""
+    def respond(
+        self, method: str, path: str, authorization: str | None, raw: bytes, job_type: str | None = None
+    ) -> Reply:
+        """The reply to one HTTP request (`job_type`: its X-Aijobs-Job-Type header); every chat completion
+        request is logged."""
         path = path.split("?", 1)[0].rstrip("/")
         if (method, path) == ("GET", MODELS_PATH):
             if not self._authorized(authorization):
@@ -186,20 +195,23 @@ class LocalProvider:
             return error_reply(404, f"no route {method} {path}", "invalid_request_error", "not_found")
         if method != "POST":
             return error_reply(405, f"{method} is not allowed on {path}", "invalid_request_error")
-        return self._complete(authorization, raw)
+        return self._complete(authorization, raw, job_type or None)
 
-    def _complete(self, authorization: str | None, raw: bytes) -> Reply:
+    def _complete(self, authorization: str | None, raw: bytes, job_type: str | None) -> Reply:
         if not self._authorized(authorization):
-            self._record(ServedRequest(time.time(), "", None, None, 401, 0, 0))
+            self._record(ServedRequest(time.time(), "", None, None, 401, 0, 0, job_type=job_type))
             return self._unauthorized()
         try:
-            request = parse_chat_request(raw)
+            request = parse_chat_request(raw, job_type)
         except BadRequestError as exc:
-            self._record(ServedRequest(time.time(), "", None, None, 400, 0, 0))
+            self._record(ServedRequest(time.time(), "", None, None, 400, 0, 0, job_type=job_type))
             return error_reply(400, str(exc), "invalid_request_error")
         key = prompt_hash(request.prompt)
         if self._models is not None and request.model not in self._models:
-            self._record(ServedRequest(time.time(), request.model, request.schema_name, None, 404, 0, 0, key))
+            entry = ServedRequest(
+                time.time(), request.model, request.schema_name, None, 404, 0, 0, key, job_type=job_type
+            )
+            self._record(entry)
             message = f"The model {request.model!r} does not exist"
             return error_reply(404, message, "invalid_request_error", "model_not_found")
         with self._lock:
@@ -233,9 +245,9 @@ class LocalProvider:
         reply = self._fault_reply(fault)
         if reply is None:
             if fault is None:
-                content = json.dumps(answer_for(request.schema_name, request.prompt))
+                content = json.dumps(answer_for(request.schema, request.prompt))
             else:
-                content = faulty_content(fault, request.schema_name, request.prompt)
+                content = faulty_content(fault, request.schema, request.prompt)
             completion_tokens = estimate_tokens(content)
             body = completion_body(content, request.model, request.prompt_tokens, completion_tokens, number)
             reply = Reply(200, body, delay_seconds=self._latency_seconds)
@@ -243,7 +255,15 @@ class LocalProvider:
         else:
             billed = (0, 0)
         entry = ServedRequest(
-            time.time(), request.model, request.schema_name, fault, reply.status, *billed, key, request.repair
+            time.time(),
+            request.model,
+            request.schema_name,
+            fault,
+            reply.status,
+            *billed,
+            key,
+            request.repair,
+            request.job_type,
         )
         return reply, entry
 
@@ -351,7 +371,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         raw = self.rfile.read(length) if length else b""
         provider = self._server.provider
-        reply = provider.respond(method, self.path, self.headers.get("Authorization"), raw)
+        reply = provider.respond(
+            method, self.path, self.headers.get("Authorization"), raw, self.headers.get(JOB_TYPE_HEADER)
+        )
         provider.wait(reply.delay_seconds)
         self._send(reply)
 

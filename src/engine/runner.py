@@ -162,7 +162,7 @@ class JobRunner:
             return self._dead_letter(delivery, reason)
         except ClaimRefusedError as refused:
             return self._on_refusal(delivery, request, refused)
-        return self._run_claimed(job, request, remaining_ms)
+        return self._run_claimed(job, request, remaining_ms, delivery.receive_count)
 
     def _reject(self, delivery: Delivery, bad: BadMessageError) -> Disposition:
         if bad.job_id is None:
@@ -213,7 +213,9 @@ class JobRunner:
 
     # --- after the claim ----------------------------------------------------------------------
 
-    def _run_claimed(self, job: Job, request: JobRequest, remaining_ms: RemainingMs | None) -> Disposition:
+    def _run_claimed(
+        self, job: Job, request: JobRequest, remaining_ms: RemainingMs | None, receive_count: int
+    ) -> Disposition:
         attempt: AttemptRecord | None = None
         try:
             try:
@@ -238,12 +240,13 @@ class JobRunner:
                 return self._finish(job, request, succeeded, attempt) or Ack(Fate.SUCCEEDED)
             error = execution.error or InternalError("the gateway returned neither output nor error")
             if isinstance(error, RetryableError):
-                return self._retry(job, request, error, attempt)
+                return self._retry(job, request, error, attempt, receive_count)
             return self._finish(job, request, Failed(error.info()), attempt) or Ack(Fate.FAILED)
         except Exception as exc:
             # The job is still this worker's: hand it back (its usage kept) rather than wait for the lease.
             log_unexpected("job attempt failed unexpectedly", exc, job_id=job.job_id)
-            return self._retry(job, request, InternalError(f"internal error: {type(exc).__name__}"), attempt)
+            internal = InternalError(f"internal error: {type(exc).__name__}")
+            return self._retry(job, request, internal, attempt, receive_count)
 
     def _resolve(self, job: Job, request: JobRequest) -> tuple[JobDefinition, BaseModel]:
         if request.definition is not None and request.job_input is not None:
@@ -254,20 +257,25 @@ class JobRunner:
             raise SchemaVersionMismatchError(
                 f"job schema_version {job.schema_version} != {definition.name} schema version {expected}"
             )
-        stored = self._store.get_input(job.job_id)
+        # Only a job that records its input as stored has one of its own: an input item left by
+        # another request under the same id (a submission refused as a conflict) is not its input.
+        stored = self._store.get_input(job.job_id) if job.input_stored else None
         if stored is None:
             raise InputValidationError(f"job {job.job_id} has no stored input")
         return definition, definition.parse_input(stored)
 
     def _retry(
-        self, job: Job, request: JobRequest, error: RetryableError, attempt: AttemptRecord | None
+        self, job: Job, request: JobRequest, error: RetryableError, attempt: AttemptRecord | None, receive_count: int
     ) -> Disposition:
         """Hand a job back for a later try, or end it when its attempts or its deadline are spent."""
         if error.consumes_attempt and job.attempt_count >= job.max_attempts:
             budget = f"({job.attempt_count} of {job.max_attempts})"
             spent = MaxAttemptsExceededError(f"attempt budget spent {budget}; last error {error.code}: {error.message}")
             return self._finish(job, request, Failed(spent.info()), attempt) or Ack(Fate.FAILED)
-        delay = retry_delay_seconds(error, job.attempt_count, self._rng)
+        # Backoff grows with the attempts, or with the receives when attempts are refunded (a provider
+        # rate-limiting without Retry-After): else a throttled job would come back every second or two
+        # and spend the queue's maxReceiveCount in minutes, long before its deadline.
+        delay = retry_delay_seconds(error, max(job.attempt_count, receive_count), self._rng)
         if job.deadline_at is not None and self._now_ms() + delay * 1000 >= job.deadline_at:
             late = DeadlineExceededError(
                 f"the deadline passes before the next try; last error {error.code}: {error.message}"

@@ -1,13 +1,15 @@
 """Wiring: each function's parts, built once from one Settings object and one boto3 session.
 
 A Lambda handler is `entry_point(build)`: on its first invocation it reads the settings and builds
-its parts, then keeps them for every warm invocation. Tests and the embedded stack call the same
-`build_*` functions with Settings and a session of their own, and wrap the result with
-`lambda_function`; nothing reads or rewrites os.environ to reconfigure the engine.
+its parts, then keeps them for every warm invocation (with SnapStart, before the snapshot: see
+`EntryPoint.prepare`). Tests and the embedded stack call the same `build_*` functions with
+Settings and a session of their own, and wrap the result with `lambda_function`; nothing reads or
+rewrites os.environ to reconfigure the engine.
 """
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -54,19 +56,29 @@ def build_store(settings: Settings, aws: Aws) -> DynamoJobStore:
     )
 
 
-def build_worker(settings: Settings, session: boto3.Session | None = None) -> Worker:
+def build_worker(
+    settings: Settings,
+    session: boto3.Session | None = None,
+    *,
+    registry: JobRegistry | None = None,
+    queue: JobQueue | None = None,
+) -> Worker:
+    """The worker the settings describe; `registry` and `queue` replace the ones they would give."""
     aws = Aws(settings, session)
     store = build_store(settings, aws)
-    registry = JobRegistry.from_settings(settings)
+    registry = registry or JobRegistry.from_settings(settings)
     runner = JobRunner(
         store,
         build_gateway(settings),
         registry,
         DeadLetterRecorder(store, registry),
         default_lease_ms=settings.aijobs_default_lease_seconds * 1000,
+        # No state to copy into a snapshot: environments restored from one SnapStart snapshot must
+        # not share a jitter sequence.
+        rng=random.SystemRandom(),
         is_transient=is_transient,
     )
-    return Worker(runner, JobQueue(settings.jobs_queue_url, aws.client("sqs")))
+    return Worker(runner, queue or JobQueue(settings.jobs_queue_url, aws.client("sqs")))
 
 
 def build_recorder(settings: Settings, session: boto3.Session | None = None) -> DeadLetterRecorder:
@@ -78,17 +90,44 @@ def build_reconciler(settings: Settings, session: boto3.Session | None = None) -
     return Reconciler(build_store(settings, aws), JobQueue(settings.jobs_queue_url, aws.client("sqs")))
 
 
-def entry_point(build: Callable[[Settings], Handle]) -> Handle:
-    """A Lambda handler whose parts are built on its first invocation, from the settings read once."""
-    built: Handle | None = None
-    lock = threading.Lock()
+class EntryPoint:
+    """A Lambda handler whose parts are built once, from the settings read once.
 
-    def lambda_handler(event: Event, context: Any) -> Any:
-        nonlocal built
-        with lock:
-            if built is None:
+    They are built on the first invocation, or by `prepare` before then: the handler modules call it
+    from SnapStart's before-snapshot hook, so that a restored environment starts with them built.
+    """
+
+    def __init__(self, build: Callable[[Settings], Handle]) -> None:
+        self._build = build
+        self._built: Handle | None = None
+        self._lock = threading.Lock()
+
+    def prepare(self) -> Handle:
+        with self._lock:
+            if self._built is None:
                 settings = load_settings()
-                built = lambda_function(build(settings), tracing=settings.tracing_enabled)
-        return built(event, context)
+                self._built = lambda_function(self._build(settings), tracing=settings.tracing_enabled)
+            return self._built
 
-    return lambda_handler
+    def __call__(self, event: Event, context: Any) -> Any:
+        return self.prepare()(event, context)
+
+
+def entry_point(build: Callable[[Settings], Handle]) -> EntryPoint:
+    """The Lambda handler of a function whose parts `build` makes from its settings."""
+    handler = EntryPoint(build)
+    _before_snapshot(handler.prepare)
+    return handler
+
+
+def _before_snapshot(prepare: Callable[[], object]) -> None:
+    """With SnapStart, build the function's parts during the snapshot's initialization.
+
+    snapshot_restore_py is the runtime's hook library (Python 3.12+ managed runtimes); elsewhere
+    (locally, in tests) it is absent and the parts are built on the first invocation.
+    """
+    try:
+        from snapshot_restore_py import register_before_snapshot  # type: ignore[import-not-found]
+    except ImportError:
+        return
+    register_before_snapshot(prepare)

@@ -74,7 +74,7 @@ def test_submit_refuses_a_reused_id_with_other_content(endpoint_env: StackResour
     ("args", "message"),
     [
         (["--type", "classify", "--input", json.dumps({"text": "x", "labels": ["a"]})], "input.labels"),
-        (["--type", "translate", "--input", CLASSIFY_INPUT], "no job type 'translate' is registered"),
+        (["--type", "translate", "--input", CLASSIFY_INPUT], "no job type 'translate' is registered (known:"),
         (["--type", "classify", "--input", "{not json"], "--input is not valid JSON"),
         (["--type", "classify", "--input", "[1]"], "--input must be a JSON object"),
         (["--type", "classify", "--input", "@/nonexistent/input.json"], "No such file"),

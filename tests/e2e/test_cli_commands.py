@@ -152,11 +152,12 @@ def test_submit_of_a_600_kb_input_file_keeps_it_in_the_payload_bucket_and_runs_i
         "--job-id", job_id, "--wait", "--timeout", str(BOUND), "--json",
     )  # fmt: skip
 
-    # Then the worker read it back from the bucket and the job succeeded, citing a document
+    # Then the worker read it back from the bucket and the job succeeded, citing one of its documents
     assert result.exit_code == 0, result.output
     view = json_out(result)
     assert view["status"] == "succeeded"
-    assert view["output"]["citations"] == ["d0"]
+    (cited,) = view["output"]["citations"]
+    assert cited in {document["id"] for document in documents}
     key = boto3.client("s3").list_objects_v2(Bucket=dev_env.environment["JOBS_PAYLOAD_BUCKET"], Prefix="inputs/")
     assert f"inputs/{job_id}.json" in {entry["Key"] for entry in key.get("Contents", [])}
 

@@ -20,7 +20,6 @@ from engine.core import Job, NewJob
 from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
 from engine.gateway import ModelGateway, ModelTiers
-from engine.intake import request_hash
 from engine.queue import JobQueue
 from engine.runner import JobRunner
 from engine.store import DynamoJobStore, JobListing, UsageLedger
@@ -28,7 +27,7 @@ from engine.store.items import INPUT_SK, OPEN_SHARDS, attempt_sk, dead_letter_ke
 from engine.store.payloads import PayloadStore
 from engine.store.reads import OPEN_JOBS_INDEX
 from engine.worker import Worker
-from tests.support.events import sqs_record
+from tests.support.events import new_job_for, sqs_record
 from tests.support.providers import FakeProvider
 
 MODEL = "gpt-4o-mini"
@@ -148,20 +147,6 @@ def enqueue(stack: StackResources, sqs: Any) -> Callable[[Any], dict[str, Any]]:
         return sqs_record(message["Body"], message_id=message["MessageId"], receipt_handle=message["ReceiptHandle"])
 
     return send_and_receive
-
-
-def new_job_for(message: dict[str, Any], **overrides: Any) -> NewJob:
-    """The NewJob a full message creates (what store.create_job / claim_job take)."""
-    fields: dict[str, Any] = {
-        "job_type": message["job_type"],
-        "user_id": message["user_id"],
-        "schema_version": 1,
-        "max_attempts": 3,
-        "deadline_seconds": 86_400,
-        "request_hash": request_hash(message["job_type"], message["user_id"], message["input"]),
-    }
-    fields.update(overrides)
-    return NewJob(**fields)
 
 
 @pytest.fixture

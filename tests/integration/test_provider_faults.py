@@ -15,18 +15,20 @@ from typing import Any
 import httpx
 import pytest
 
-from aijobs.local import FaultKind, LocalProvider
+from aijobs.local.faults import FaultKind
+from aijobs.local.provider import LocalProvider
 from engine.core import ErrorCode, JobStatus
 from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import BUILTIN_DEFINITIONS, JobRegistry
 from engine.definitions.classify import CLASSIFY
 from engine.gateway import ModelGateway, ModelTiers
-from engine.gateway.openai import OpenAICompatibleProvider, static_api_key
+from engine.gateway.openai import OpenAICompatibleProvider, StructuredOutput, static_api_key
 from engine.runner import JobRunner
 from engine.store import DynamoJobStore
 from engine.worker import Worker
 from tests.integration.conftest import RecordingQueue, TableReader
 from tests.support.events import InvocationContext, job_message, sqs_event
+from tests.support.http_provider import expected_output
 
 API_KEY = "sk-local-test"
 MODEL = "local-model"
@@ -34,6 +36,7 @@ RETRY_AFTER_SECONDS = 7
 # classify with a 1 s provider timeout, so that a hang costs the test about a second.
 QUICK_CLASSIFY = replace(CLASSIFY, name="quick_classify", timeout_seconds=1.0)
 HANG_SECONDS = 3.0
+REGISTERED = (*BUILTIN_DEFINITIONS, QUICK_CLASSIFY)
 
 Enqueue = Callable[[Any], dict[str, Any]]
 WorkerFactory = Callable[..., Worker]
@@ -52,9 +55,11 @@ def http_worker(store: DynamoJobStore, queue: RecordingQueue, model_server: Loca
     """A worker whose gateway calls the local provider over real HTTP."""
     client = httpx.Client(trust_env=False)
 
-    def build(api_key: str = API_KEY) -> Worker:
-        provider = OpenAICompatibleProvider(model_server.url, static_api_key(api_key), client=client)
-        registry = JobRegistry([*BUILTIN_DEFINITIONS, QUICK_CLASSIFY])
+    def build(api_key: str = API_KEY, structured_output: StructuredOutput = "json_schema") -> Worker:
+        provider = OpenAICompatibleProvider(
+            model_server.url, static_api_key(api_key), structured_output=structured_output, client=client
+        )
+        registry = JobRegistry(REGISTERED)
         gateway = ModelGateway(provider, ModelTiers(MODEL))
         runner = JobRunner(store, gateway, registry, DeadLetterRecorder(store, registry), rng=random.Random(7))
         return Worker(runner, queue)
@@ -239,10 +244,12 @@ def test_a_fault_served_twice_then_an_answer_succeeds_on_the_third_attempt(
         pytest.param("reference_invalid", "answer_with_citations", ErrorCode.REFERENCE_VALIDATION_FAILED, id="ref"),
     ],
 )
+@pytest.mark.parametrize("mode", ["json_schema", "json_object"])
 def test_an_invalid_answer_fails_the_job_after_one_repair_re_ask_paying_for_both_calls(
     kind: str,
     job_type: str,
     code: ErrorCode,
+    mode: StructuredOutput,
     http_worker: WorkerFactory,
     model_server: LocalProvider,
     queue: RecordingQueue,
@@ -250,11 +257,11 @@ def test_an_invalid_answer_fails_the_job_after_one_repair_re_ask_paying_for_both
     enqueue: Enqueue,
 ) -> None:
     # Given a provider whose every answer to this prompt is invalid, re-asks included
-    job_id = f"fault-{kind}-{job_type}"
+    job_id = f"fault-{kind}-{job_type}-{mode}"
     record = enqueue(faulty_job(job_type, job_id, f"fault:{kind}"))
 
     # When the worker handles the job
-    response = http_worker().handle(sqs_event(record), InvocationContext())
+    response = http_worker(structured_output=mode).handle(sqs_event(record), InvocationContext())
 
     # Then the model was asked, then re-asked with the validation error, within the one attempt
     assert [(entry.fault, entry.status, entry.repair) for entry in model_server.log] == [
@@ -300,3 +307,32 @@ def test_a_repairable_answer_succeeds_on_the_re_ask_paying_for_both_calls(
     assert len(job.output["summary"].split()) <= message["input"]["max_words"]
     # And the tokens of both calls are recorded
     assert_usage_is_what_the_provider_billed(table, "fault-repairable", model_server, attempts=1)
+
+
+# --- any job type, in either structured output mode ------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["json_schema", "json_object"])
+@pytest.mark.parametrize("job_type", [definition.name for definition in REGISTERED])
+def test_every_registered_job_type_gets_the_answer_its_schema_calls_for(
+    job_type: str,
+    mode: StructuredOutput,
+    http_worker: WorkerFactory,
+    model_server: LocalProvider,
+    table: TableReader,
+    enqueue: Enqueue,
+) -> None:
+    # Given a job of each type, the soak's own quick classify too (a type the provider knows nothing of)
+    message = job_message("classify" if job_type == QUICK_CLASSIFY.name else job_type, f"any-{job_type}-{mode}")
+    record = enqueue({**message, "job_type": job_type})
+
+    # When the worker handles it, asking for structured output in either mode
+    response = http_worker(structured_output=mode).handle(sqs_event(record), InvocationContext())
+
+    # Then one call answers it with the output computed from the schema the engine sent
+    assert response == {"batchItemFailures": []}
+    job = table.job(f"any-{job_type}-{mode}")
+    assert job.status is JobStatus.SUCCEEDED
+    assert job.output == expected_output(job_type, message["input"], JobRegistry(REGISTERED))
+    assert [(entry.status, entry.job_type, entry.repair) for entry in model_server.log] == [(200, job_type, False)]
+    assert_usage_is_what_the_provider_billed(table, f"any-{job_type}-{mode}", model_server, attempts=1)

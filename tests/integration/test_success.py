@@ -69,7 +69,7 @@ def test_a_message_carried_job_succeeds_with_two_requests(
     assert (attempt["input_tokens"], attempt["output_tokens"]) == (100, 20)
     assert attempt["outcome"] == "succeeded"
     assert Decimal(attempt["cost_usd"]) == COST_OF_ONE_CALL
-    # And the input stays in the message: no input item, and none on the job item (SPEC section 4)
+    # And the input stays in the message: no input item, and none on the job item (docs/protocol.md)
     assert table.input_item(job_id) is None
     job_item = table.job_item(job_id)
     assert job_item is not None

@@ -1,6 +1,6 @@
-"""Facts of the product contract (SPEC.md) that several test tiers check."""
+"""Facts of the documented contract (docs/messages.md) that several test tiers check."""
 
-# The job view's fields, in the order of SPEC section 9.
+# The job view's fields, in the order docs/messages.md gives.
 VIEW_FIELDS = [
     "job_id",
     "job_type",

@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from aijobs.local.lambda_events import InvocationContext, sqs_event, sqs_record
+from engine.core import NewJob
+from engine.intake import request_hash
 
-__all__ = ["InvocationContext", "job_message", "load_event", "sqs_event", "sqs_record"]
+__all__ = ["InvocationContext", "job_message", "load_event", "new_job_for", "sqs_event", "sqs_record"]
 
 EVENTS_DIR = Path(__file__).resolve().parents[2] / "events"
 
@@ -34,3 +36,17 @@ def job_message(job_type: str = "classify", job_id: str | None = None, **overrid
         message["job_id"] = job_id
     message.update(overrides)
     return message
+
+
+def new_job_for(message: dict[str, Any], **overrides: Any) -> NewJob:
+    """The NewJob a full message creates (what the store's claim_job and create_job take)."""
+    fields: dict[str, Any] = {
+        "job_type": message["job_type"],
+        "user_id": message["user_id"],
+        "schema_version": 1,
+        "max_attempts": 3,
+        "deadline_seconds": 86_400,
+        "request_hash": request_hash(message["job_type"], message["user_id"], message["input"]),
+    }
+    fields.update(overrides)
+    return NewJob(**fields)

@@ -478,6 +478,9 @@ def test_a_classify_job_runs_through_the_gateway(stubber: Stubber, client: Any) 
     # Given the built-in classify job type on Nova Lite, whose first answer offers no such label
     definition = JobRegistry().get("classify")
     job_input = definition.parse_input({"text": "Win a free cruise now!", "labels": ["spam", "ham"]})
+    # The tool's input schema is the one for this input: the label is one of the labels offered.
+    input_schema = definition.output_schema(job_input)
+    assert input_schema["properties"]["label"] == {"type": "string", "enum": ["spam", "ham"]}
     first_request = {
         "modelId": MODEL,
         "system": [{"text": ANY}],
@@ -489,7 +492,7 @@ def test_a_classify_job_runs_through_the_gateway(stubber: Stubber, client: Any) 
                     "toolSpec": {
                         "name": "classify",
                         "description": ANY,
-                        "inputSchema": {"json": definition.output_json_schema},
+                        "inputSchema": {"json": input_schema},
                     }
                 }
             ],

@@ -1,8 +1,9 @@
-"""The built-in job types: input bounds (SPEC section 6), output validation, rules and prompts."""
+"""The built-in job types: input bounds (README, Job types), output validation, rules and prompts."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from engine.core.errors import (
     SchemaValidationError,
 )
 from engine.definitions import JobDefinition, JobRegistry
+from engine.gateway.schema import strict_json_schema
 
 
 @pytest.fixture
@@ -293,3 +295,81 @@ def test_answer_prompt_carries_the_question_and_each_document_with_its_id(answer
 def test_a_definition_carries_its_output_models_json_schema(classify: JobDefinition) -> None:
     assert classify.output_json_schema["properties"].keys() == {"label", "confidence"}
     assert classify.output_json_schema == classify.output_model.model_json_schema()
+
+
+# --- output schemas per input -------------------------------------------------------------------
+
+
+def test_the_classify_schema_offers_the_inputs_labels_as_an_enum(classify: JobDefinition) -> None:
+    job_input = classify.parse_input({"text": "Win a cruise", "labels": ["spam", "ham", "other"]})
+
+    schema = classify.output_schema(job_input)
+
+    assert schema["properties"]["label"] == {"type": "string", "enum": ["spam", "ham", "other"]}
+    assert schema["properties"]["confidence"] == classify.output_json_schema["properties"]["confidence"]
+    assert schema["required"] == ["label", "confidence"]
+    # And the static schema is left as the output model's
+    assert classify.output_json_schema == classify.output_model.model_json_schema()
+
+
+def test_the_answer_schema_allows_only_the_inputs_document_ids_as_citations(answer: JobDefinition) -> None:
+    job_input = answer.parse_input({"question": "How long?", "documents": docs("d1", "doc-7")})
+
+    citations = answer.output_schema(job_input)["properties"]["citations"]
+
+    assert citations["items"] == {"type": "string", "enum": ["d1", "doc-7"]}
+    assert (citations["type"], citations["minItems"]) == ("array", 1)
+
+
+def test_the_summarize_schema_is_the_output_models_whatever_the_input(summarize: JobDefinition) -> None:
+    job_input = summarize.parse_input({"text": "x", "max_words": 10})
+
+    assert summarize.output_schema(job_input) == summarize.output_model.model_json_schema()
+
+
+def test_schemas_of_different_inputs_do_not_share_their_parts(classify: JobDefinition) -> None:
+    first = classify.output_schema(classify.parse_input({"text": "a", "labels": ["x", "y"]}))
+    second = classify.output_schema(classify.parse_input({"text": "b", "labels": ["p", "q"]}))
+    first["properties"]["confidence"]["maximum"] = 99
+
+    assert second["properties"]["label"]["enum"] == ["p", "q"]
+    assert second["properties"]["confidence"]["maximum"] == 1.0
+
+
+@pytest.mark.parametrize("name", ["classify", "answer_with_citations"])
+def test_the_strict_schema_keeps_the_enums(registry: JobRegistry, name: str) -> None:
+    definition = registry.get(name)
+    raw = {"text": "t", "labels": ["a", "b"]} if name == "classify" else {"question": "q", "documents": docs("d1")}
+    schema = definition.output_schema(definition.parse_input(raw))
+
+    strict = strict_json_schema(schema)
+
+    enums = [node["enum"] for node in _nodes(strict) if "enum" in node]
+    assert enums == ([["a", "b"]] if name == "classify" else [["d1"]])
+
+
+def test_the_rules_still_check_what_the_enums_already_say(classify: JobDefinition, answer: JobDefinition) -> None:
+    label_input = classify.parse_input({"text": "t", "labels": ["a", "b"]})
+    cited_input = answer.parse_input({"question": "q", "documents": docs("d1")})
+
+    with pytest.raises(BusinessValidationError):
+        classify.validate_output(label_input, '{"label": "c", "confidence": 0.5}')
+    with pytest.raises(ReferenceValidationError):
+        answer.validate_output(cited_input, '{"answer": "a", "citations": ["d2"]}')
+
+
+def test_a_custom_job_type_without_a_hook_gets_its_static_schema(classify: JobDefinition) -> None:
+    plain = replace(classify, output_schema_for=None)
+
+    job_input = plain.parse_input({"text": "t", "labels": ["a", "b"]})
+
+    assert plain.output_schema(job_input) == classify.output_json_schema
+
+
+def _nodes(node: Any) -> list[dict[str, Any]]:
+    """Every dict in a schema, however deep."""
+    if isinstance(node, dict):
+        return [node, *(child for value in node.values() for child in _nodes(value))]
+    if isinstance(node, list):
+        return [child for value in node for child in _nodes(value)]
+    return []

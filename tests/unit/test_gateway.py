@@ -103,7 +103,6 @@ def test_a_valid_answer_carries_output_tokens_and_cost(job_type: str) -> None:
     assert execution.error is None
     assert execution.output is not None
     assert execution.output.model_dump() == VALID_OUTPUTS[job_type]
-    assert execution.answered is True
     assert (execution.input_tokens, execution.output_tokens) == (100, 20)
     assert execution.cost_usd == GPT_4O_MINI_100_20
     assert execution.latency_ms == 5
@@ -124,13 +123,54 @@ def test_the_provider_is_asked_with_the_definitions_prompt_schema_and_limits() -
         system=execution.prompt.system,
         user=execution.prompt.user,
         schema_name="classify",
-        output_schema=definition.output_json_schema,
+        output_schema=definition.output_schema(definition.parse_input(INPUTS["classify"])),
         max_tokens=256,
         timeout_seconds=60.0,  # the definition's timeout: no invocation clock was given
         conversation=(),
     )
     assert "Win a free cruise now!" in request.user
     assert (execution.calls, execution.tier) == (1, "primary")
+
+
+@pytest.mark.parametrize(
+    ("job_type", "path", "narrowed"),
+    [
+        ("classify", ("properties", "label"), {"type": "string", "enum": ["spam", "ham"]}),
+        ("answer_with_citations", ("properties", "citations", "items"), {"type": "string", "enum": ["d1"]}),
+        ("summarize", (), None),
+    ],
+)
+def test_the_request_carries_the_output_schema_narrowed_to_the_input(
+    job_type: str, path: tuple[str, ...], narrowed: dict[str, Any] | None
+) -> None:
+    provider = FakeProvider()
+    definition = JobRegistry().get(job_type)
+
+    run(provider, job_type)
+
+    # Then classify offers the input's labels and answer_with_citations its document ids, as enums
+    schema = provider.requests[0].output_schema
+    if narrowed is None:
+        assert schema == definition.output_json_schema
+    else:
+        node = schema
+        for key in path:
+            node = node[key]
+        assert node == narrowed
+        assert schema != definition.output_json_schema
+    # And the other keywords are the output model's own
+    assert schema["required"] == definition.output_json_schema["required"]
+
+
+def test_a_schema_narrowed_per_input_is_asked_for_on_every_call_of_the_attempt() -> None:
+    provider = FakeProvider(
+        by_model({"gpt-4o-mini": [WRONG_LABEL, ProviderUnavailableError("503")], "gpt-4o": CLASSIFY_VALID})
+    )
+
+    run(provider, tiers=WITH_FALLBACK)
+
+    labels = [request.output_schema["properties"]["label"]["enum"] for request in provider.requests]
+    assert labels == [["spam", "ham"]] * 3
 
 
 @pytest.mark.parametrize(
@@ -155,7 +195,6 @@ def test_an_invalid_answer_is_an_error_that_still_cost_tokens(job_type: str, ans
     assert execution.error is not None
     assert execution.error.code is code
     assert execution.error.retryable is False
-    assert execution.answered is True
     assert (provider.calls, execution.calls) == (2, 2)
     assert (execution.input_tokens, execution.output_tokens) == (600, 100)
     assert execution.cost_usd == Decimal("0.000150")  # 2 * (300 * 0.15 + 50 * 0.60) / 1e6
@@ -198,7 +237,6 @@ def test_an_empty_answer_is_a_schema_failure_naming_the_finish_reason(finish_rea
     assert execution.error is not None
     assert execution.error.code is ErrorCode.SCHEMA_VALIDATION_FAILED
     assert execution.error.message == reason
-    assert execution.answered is True
     assert (provider.calls, execution.calls) == (2, 2)
     assert (execution.input_tokens, execution.output_tokens) == (80, 0)
     assert execution.cost_usd == Decimal("0.000012")  # 2 * 40 * 0.15 / 1e6
@@ -219,7 +257,6 @@ def test_a_provider_error_is_returned_unanswered_and_free(error: JobError) -> No
 
     assert execution.error is error
     assert execution.output is None
-    assert execution.answered is False
     assert (execution.input_tokens, execution.output_tokens, execution.cost_usd) == (0, 0, Decimal(0))
     assert (execution.tier, execution.model) == ("primary", "gpt-4o-mini")
     assert execution.calls == 1
@@ -382,7 +419,6 @@ def test_a_provider_error_on_the_re_ask_ends_the_attempt_but_keeps_the_first_ans
     execution = run(provider)
 
     assert execution.error is limited
-    assert execution.answered is True
     assert (provider.calls, execution.calls) == (2, 2)
     assert (execution.input_tokens, execution.output_tokens) == (100, 20)
     assert execution.cost_usd == GPT_4O_MINI_100_20
@@ -406,7 +442,6 @@ def test_an_unavailable_or_slow_primary_falls_back_to_the_fallback_model(error: 
     assert (execution.tier, execution.model) == ("fallback", "gpt-4o")
     # And both calls count, though only the answered one is billed (at the fallback model's price)
     assert execution.calls == 2
-    assert execution.answered is True
     assert (execution.input_tokens, execution.output_tokens) == (100, 20)
     assert execution.cost_usd == GPT_4O_100_20
     # And the fallback model gets the same prompt, afresh
@@ -467,7 +502,6 @@ def test_when_both_models_fail_the_error_is_the_fallbacks() -> None:
 
     assert execution.error is fallback_error
     assert (execution.tier, execution.model, execution.calls) == ("fallback", "gpt-4o", 2)
-    assert execution.answered is False
     assert (execution.input_tokens, execution.output_tokens, execution.cost_usd) == (0, 0, Decimal(0))
 
 
@@ -570,7 +604,6 @@ def test_with_less_than_a_second_left_no_call_starts(left: float) -> None:
     assert execution.error.retryable is True
     assert provider.calls == 0
     assert execution.calls == 0
-    assert execution.answered is False
     assert (execution.input_tokens, execution.output_tokens, execution.cost_usd) == (0, 0, Decimal(0))
 
 
@@ -608,7 +641,6 @@ def test_a_repair_is_not_started_when_time_ran_out() -> None:
     # Then the attempt ends with a timeout (retryable) after one call, whose tokens are kept
     assert isinstance(execution.error, ProviderTimeoutError)
     assert (provider.calls, execution.calls) == (1, 1)
-    assert execution.answered is True
     assert (execution.input_tokens, execution.output_tokens) == (100, 20)
 
 

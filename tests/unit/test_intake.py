@@ -25,7 +25,7 @@ def rejected(body: Any, registry: JobRegistry) -> BadMessageError:
     with pytest.raises(BadMessageError) as caught:
         parse(body, registry)
     error = caught.value
-    # Every reason is one clear line (SPEC section 2), and the wrapped JobError says the same.
+    # Every reason is one clear line (docs/messages.md), and the wrapped JobError says the same.
     assert "\n" not in str(error)
     assert "\r" not in str(error)
     assert error.error.message == str(error)

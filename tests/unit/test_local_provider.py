@@ -1,4 +1,8 @@
-"""The local OpenAI-compatible provider: its answers pass the engine's validation; its faults, over HTTP."""
+"""The local OpenAI-compatible provider: its answers pass the engine's validation; its faults, over HTTP.
+
+It answers from a request's structure alone: the output schema the engine sends for the job's input,
+and the job type header; never from the prompts' wording.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +10,37 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import replace
+from datetime import date
+from typing import Annotated, Any, Literal
 
 import httpx
 import pytest
+from pydantic import BaseModel, ConfigDict, Field
 
-from aijobs.local import FaultKind, FaultMarker, LocalProvider, answer_for, estimate_tokens, find_fault_marker
+from aijobs.local.answers import answer_for
+from aijobs.local.faults import FaultKind, FaultMarker, find_fault_marker
+from aijobs.local.protocol import estimate_tokens
+from aijobs.local.provider import LocalProvider
+from engine.core import ErrorCode
 from engine.core.errors import BusinessValidationError, ReferenceValidationError, SchemaValidationError
-from engine.definitions import JobDefinition, JobRegistry
+from engine.definitions import JobDefinition, JobRegistry, Prompt
+from engine.definitions.base import narrowed_schema
+from engine.definitions.classify import CLASSIFY
+from engine.gateway import ChatTurn, CompletionRequest, ModelGateway, ModelTiers
+from engine.gateway.openai import (
+    JOB_TYPE_HEADER,
+    SCHEMA_PREAMBLE,
+    OpenAICompatibleProvider,
+    StructuredOutput,
+    chat_completion_body,
+    request_headers,
+    static_api_key,
+)
 from engine.gateway.schema import strict_json_schema
 
 REGISTRY = JobRegistry()
+MODES: list[StructuredOutput] = ["json_schema", "json_object"]
 INPUTS: dict[str, list[dict[str, Any]]] = {
     "classify": [
         {"text": "Win a free cruise now!", "labels": ["spam", "ham"]},
@@ -42,25 +66,81 @@ CASES = [
 ]
 
 
-def chat_body(
-    job_type: str, raw_input: dict[str, Any], *, mode: str = "json_schema", conversation: tuple[str, ...] = ()
-) -> dict[str, Any]:
-    """The body the engine's OpenAICompatibleProvider sends for a job; `conversation` is a re-ask's turns."""
-    definition = REGISTRY.get(job_type)
-    prompt = definition.render_prompt(definition.parse_input(raw_input))
-    schema = {"name": job_type, "schema": strict_json_schema(definition.output_json_schema), "strict": True}
+# A job type the provider has never heard of: nested objects, an enum narrowed to the input, bounds.
+class TriageInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ticket: Annotated[str, Field(min_length=1)]
+    teams: Annotated[list[str], Field(min_length=2)]
+
+
+class Reply(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    subject: Annotated[str, Field(min_length=1, max_length=80)]
+    body: str
+
+
+class TriageOutput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    team: str
+    priority: Annotated[int, Field(ge=1, le=5)]
+    severity: Literal["low", "high"]
+    urgent: bool
+    score: Annotated[float, Field(gt=0, lt=10)]
+    tags: Annotated[list[str], Field(min_length=2, max_length=4)]
+    reply: Reply
+    due: date | None = None
+
+
+def team_is_offered(job_input: TriageInput, output: TriageOutput) -> str | None:
+    return None if output.team in job_input.teams else f"team {output.team!r} is not offered"
+
+
+TRIAGE = JobDefinition(
+    name="triage",
+    input_model=TriageInput,
+    output_model=TriageOutput,
+    prompt=Prompt(key="triage", version="1", system="Route support tickets.", user="{ticket} -> {teams}"),
+    output_schema_for=lambda job_input: narrowed_schema(
+        TriageOutput.model_json_schema(), ("properties", "team"), {"type": "string", "enum": job_input.teams}
+    ),
+    business_rule=team_is_offered,
+)
+TRIAGE_INPUT = {"ticket": "The app crashes on upload", "teams": ["mobile", "web", "billing"]}
+# The soak's own type: classify's models and prompt under another name.
+QUICK_CLASSIFY = replace(CLASSIFY, name="soak_quick_classify", timeout_seconds=1.0)
+
+
+def completion_request(
+    definition: JobDefinition, raw_input: dict[str, Any], conversation: tuple[str, ...] = ()
+) -> CompletionRequest:
+    """The request the gateway builds for a job; `conversation` is a re-ask's turns."""
+    job_input = definition.parse_input(raw_input)
+    prompt = definition.render_prompt(job_input)
     roles = ("assistant", "user")
-    return {
-        "model": "local-model",
-        "messages": [
-            {"role": "system", "content": prompt.system},
-            {"role": "user", "content": prompt.user},
-            *({"role": roles[i % 2], "content": turn} for i, turn in enumerate(conversation)),
-        ],
-        "max_tokens": definition.max_tokens,
-        "temperature": 0,
-        "response_format": {"type": "json_schema", "json_schema": schema} if mode == "json_schema" else {"type": mode},
-    }
+    return CompletionRequest(
+        model="local-model",
+        system=prompt.system,
+        user=prompt.user,
+        schema_name=definition.name,
+        output_schema=definition.output_schema(job_input),
+        max_tokens=definition.max_tokens,
+        timeout_seconds=2.0,
+        conversation=tuple(ChatTurn(roles[i % 2], turn) for i, turn in enumerate(conversation)),
+    )
+
+
+def chat_body(
+    job_type: str,
+    raw_input: dict[str, Any],
+    *,
+    mode: StructuredOutput = "json_schema",
+    conversation: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """The body the engine's OpenAICompatibleProvider sends for a job of a registered type."""
+    return chat_completion_body(completion_request(REGISTRY.get(job_type), raw_input, conversation), mode)
 
 
 def content_of(response: httpx.Response) -> str:
@@ -69,10 +149,16 @@ def content_of(response: httpx.Response) -> str:
     return content
 
 
-def validate(job_type: str, raw_input: dict[str, Any], content: str) -> dict[str, Any]:
-    definition: JobDefinition = REGISTRY.get(job_type)
+def validate(job_type: str | JobDefinition, raw_input: dict[str, Any], content: str) -> dict[str, Any]:
+    definition = REGISTRY.get(job_type) if isinstance(job_type, str) else job_type
     output: dict[str, Any] = definition.validate_output(definition.parse_input(raw_input), content).model_dump()
     return output
+
+
+def gateway_to(server: LocalProvider, mode: StructuredOutput, http: httpx.Client) -> ModelGateway:
+    """The engine's gateway, calling `server` through the real OpenAI-compatible adapter."""
+    provider = OpenAICompatibleProvider(server.url, static_api_key(None), structured_output=mode, client=http)
+    return ModelGateway(provider, ModelTiers("local-model"))
 
 
 @pytest.fixture
@@ -95,70 +181,177 @@ def post(http: httpx.Client, server: LocalProvider, body: dict[str, Any], **kwar
 
 
 @pytest.mark.parametrize(("job_type", "raw_input"), CASES)
-def test_the_answer_to_a_rendered_prompt_passes_the_job_types_validation(
-    job_type: str, raw_input: dict[str, Any]
-) -> None:
+def test_the_answer_to_a_jobs_schema_passes_the_job_types_validation(job_type: str, raw_input: dict[str, Any]) -> None:
     definition = REGISTRY.get(job_type)
-    prompt = definition.render_prompt(definition.parse_input(raw_input))
+    job_input = definition.parse_input(raw_input)
+    schema = strict_json_schema(definition.output_schema(job_input))
+    user = definition.render_prompt(job_input).user
 
-    answer = answer_for(job_type, prompt.user)
+    answer = answer_for(schema, user)
 
     validate(job_type, raw_input, json.dumps(answer))
-    assert answer == answer_for(job_type, prompt.user)  # deterministic
+    assert answer == answer_for(schema, user)  # deterministic
+    assert answer == answer_for(definition.output_schema(job_input), user)  # the json_object mode's schema
 
 
 @pytest.mark.parametrize(("job_type", "raw_input"), CASES)
-@pytest.mark.parametrize("mode", ["json_schema", "json_object"])
+@pytest.mark.parametrize("mode", MODES)
 def test_the_server_answers_each_built_in_job_type_in_both_structured_output_modes(
-    job_type: str, raw_input: dict[str, Any], mode: str, server: LocalProvider, http: httpx.Client
+    job_type: str, raw_input: dict[str, Any], mode: StructuredOutput, server: LocalProvider, http: httpx.Client
 ) -> None:
-    response = post(http, server, chat_body(job_type, raw_input, mode=mode))
+    request = completion_request(REGISTRY.get(job_type), raw_input)
+
+    response = post(http, server, chat_completion_body(request, mode), headers=request_headers(request))
 
     validate(job_type, raw_input, content_of(response))
     (entry,) = server.log
-    assert (entry.schema_name, entry.fault, entry.status) == (job_type, None, 200)
+    assert (entry.schema_name, entry.job_type, entry.fault, entry.status) == (job_type, job_type, None, 200)
+
+
+def test_the_job_type_header_is_logged_whatever_the_schemas_name(server: LocalProvider, http: httpx.Client) -> None:
+    body = chat_body("classify", INPUTS["classify"][0])
+    body["response_format"]["json_schema"]["name"] = "renamed"
+
+    content_of(post(http, server, body, headers={JOB_TYPE_HEADER: "classify"}))
+    content_of(post(http, server, chat_body("classify", INPUTS["classify"][0], mode="json_object")))
+
+    assert [(entry.schema_name, entry.job_type) for entry in server.log] == [("renamed", "classify"), (None, None)]
 
 
 def test_classify_spreads_texts_over_the_labels() -> None:
-    definition = REGISTRY.get("classify")
     labels = ["a", "b", "c"]
-    chosen = {
-        answer_for(
-            "classify", definition.render_prompt(definition.parse_input({"text": f"text {i}", "labels": labels})).user
-        )["label"]
-        for i in range(30)
-    }
+    chosen = set()
+    for i in range(30):
+        job_input = CLASSIFY.parse_input({"text": f"text {i}", "labels": labels})
+        chosen.add(answer_for(CLASSIFY.output_schema(job_input), CLASSIFY.render_prompt(job_input).user)["label"])
     assert chosen == set(labels)
 
 
-def test_a_summary_is_the_texts_first_words_within_the_budget() -> None:
-    raw = INPUTS["summarize"][1]
-    prompt = REGISTRY.get("summarize").render_prompt(REGISTRY.get("summarize").parse_input(raw))
+def test_a_summary_is_the_texts_first_ten_words() -> None:
+    definition = REGISTRY.get("summarize")
+    job_input = definition.parse_input(INPUTS["summarize"][1])
 
-    summary = answer_for("summarize", prompt.user)["summary"]
+    summary = answer_for(definition.output_schema(job_input), definition.render_prompt(job_input).user)["summary"]
 
-    assert summary.split() == [f"word{i}" for i in range(25)]
-
-
-def test_an_answer_cites_the_first_document() -> None:
-    for raw, first_id in zip(INPUTS["answer_with_citations"], ["d1", "doc-7"], strict=True):
-        prompt = REGISTRY.get("answer_with_citations").render_prompt(
-            REGISTRY.get("answer_with_citations").parse_input(raw)
-        )
-        assert answer_for("answer_with_citations", prompt.user)["citations"] == [first_id]
+    assert summary.split() == [f"word{i}" for i in range(10)]
 
 
-def test_an_unknown_schema_gets_an_empty_object(server: LocalProvider, http: httpx.Client) -> None:
+def test_an_answer_cites_a_document_it_was_given() -> None:
+    definition = REGISTRY.get("answer_with_citations")
+    for raw in INPUTS["answer_with_citations"]:
+        job_input = definition.parse_input(raw)
+        answer = answer_for(definition.output_schema(job_input), definition.render_prompt(job_input).user)
+        (citation,) = answer["citations"]
+        assert citation in {document["id"] for document in raw["documents"]}
+
+
+def test_a_request_without_a_schema_gets_an_empty_object(server: LocalProvider, http: httpx.Client) -> None:
     body = chat_body("classify", INPUTS["classify"][0])
-    body["response_format"]["json_schema"]["name"] = "translate"
+    body["response_format"] = {"type": "json_object"}
 
     assert content_of(post(http, server, body)) == "{}"
+
+
+def test_in_json_object_mode_the_schema_is_read_from_the_system_message(
+    server: LocalProvider, http: httpx.Client
+) -> None:
+    schema = {"type": "object", "properties": {"colour": {"enum": ["teal"]}, "n": {"type": "integer", "minimum": 7}}}
+    schema["required"] = ["colour", "n"]
+    body = {
+        "model": "local-model",
+        "messages": [
+            {"role": "system", "content": f"Whatever the wording.\n\n{SCHEMA_PREAMBLE}\n{json.dumps(schema)}"},
+            {"role": "user", "content": "Anything at all."},
+        ],
+        "response_format": {"type": "json_object"},
+    }
+
+    answer = json.loads(content_of(post(http, server, body)))
+
+    assert answer["colour"] == "teal"
+    assert answer["n"] >= 7
+
+
+def test_a_schema_of_every_kind_of_value_is_answered_validly() -> None:
+    schema = TRIAGE.output_schema(TRIAGE.parse_input(TRIAGE_INPUT))
+
+    for answer in (answer_for(schema, "one"), answer_for(strict_json_schema(schema), "two")):
+        output = validate(TRIAGE, TRIAGE_INPUT, json.dumps(answer))
+        assert output["team"] in TRIAGE_INPUT["teams"]
+        assert len(output["reply"]["subject"]) <= 80
+        assert all(len(text.split()) <= 10 for text in (output["reply"]["subject"], output["reply"]["body"]))
+
+
+@pytest.mark.parametrize("definition", [TRIAGE, QUICK_CLASSIFY], ids=lambda definition: definition.name)
+@pytest.mark.parametrize("mode", MODES)
+def test_a_job_type_it_never_heard_of_is_answered_from_its_schema_alone(
+    definition: JobDefinition, mode: StructuredOutput, server: LocalProvider, http: httpx.Client
+) -> None:
+    # Given a job type of the application's own (the provider knows no job type by name)
+    raw = TRIAGE_INPUT if definition is TRIAGE else INPUTS["classify"][1]
+    gateway = gateway_to(server, mode, http)
+
+    # When the engine runs a job of it, and one whose input asks for an answer that breaks its rule
+    execution = gateway.execute(definition, definition.parse_input(raw))
+    field_ = "ticket" if definition is TRIAGE else "text"
+    faulty = {**raw, field_: f"{raw[field_]} fault:business_invalid"}
+    rejected = gateway.execute(definition, definition.parse_input(faulty))
+
+    # Then the first answer is valid at the first call, and the second is refused by the business rule
+    assert execution.error is None
+    assert execution.calls == 1
+    assert rejected.error is not None
+    assert rejected.error.code is ErrorCode.BUSINESS_VALIDATION_FAILED
+    assert {entry.job_type for entry in server.log} == {definition.name}
+
+
+def reworded(definition: JobDefinition) -> JobDefinition:
+    """The job type with prompts of other wording: none of the built-in templates' labels remain."""
+    names = definition.prompt_fields(definition.parse_input(INPUTS[definition.name][0])).keys()
+    user = "Please do the task with these values.\n" + "\n~~\n".join(f"<{{{name}}}>" for name in names)
+    prompt = Prompt(key=definition.prompt.key, version="99", system="A system prompt never seen before.", user=user)
+    return replace(definition, prompt=prompt)
+
+
+@pytest.mark.parametrize(
+    ("job_type", "fault", "code"),
+    [
+        ("classify", "", None),
+        ("summarize", "", None),
+        ("answer_with_citations", "", None),
+        ("classify", "fault:business_invalid", ErrorCode.BUSINESS_VALIDATION_FAILED),
+        ("summarize", "fault:business_invalid", ErrorCode.BUSINESS_VALIDATION_FAILED),
+        ("answer_with_citations", "fault:reference_invalid", ErrorCode.REFERENCE_VALIDATION_FAILED),
+        ("answer_with_citations", "fault:wrong_shape", ErrorCode.SCHEMA_VALIDATION_FAILED),
+    ],
+)
+@pytest.mark.parametrize("mode", MODES)
+def test_rewording_a_built_in_prompt_changes_nothing_in_the_answers(
+    job_type: str,
+    fault: str,
+    code: ErrorCode | None,
+    mode: StructuredOutput,
+    server: LocalProvider,
+    http: httpx.Client,
+) -> None:
+    # Given a built-in job type whose prompts say the same in other words
+    definition = reworded(REGISTRY.get(job_type))
+    raw = with_marker(INPUTS[job_type][0], fault) if fault else INPUTS[job_type][0]
+    assert "Text:" not in definition.render_prompt(definition.parse_input(raw)).user
+
+    # When the engine runs a job of it against the local provider
+    execution = gateway_to(server, mode, http).execute(definition, definition.parse_input(raw))
+
+    # Then the answer is as valid (or as invalid, for the right reason) as with the built-in wording
+    assert (execution.error.code if execution.error else None) is code
+    if code is None:
+        assert execution.calls == 1
 
 
 def test_usage_is_about_a_token_per_four_characters_and_the_log_bills_it(
     server: LocalProvider, http: httpx.Client
 ) -> None:
-    body = chat_body("summarize", INPUTS["summarize"][1])
+    body = chat_body("summarize", INPUTS["summarize"][1], mode="json_object")
 
     response = post(http, server, body)
 
@@ -302,12 +495,18 @@ def test_a_content_fault_answers_200_with_an_answer_the_engine_rejects(
     assert (entry.prompt_tokens, entry.completion_tokens) == (usage["prompt_tokens"], usage["completion_tokens"])
 
 
-def test_a_summary_that_breaks_the_budget_is_far_over_it(server: LocalProvider, http: httpx.Client) -> None:
-    raw = {"text": "Short text. fault:business_invalid", "max_words": 10}
+@pytest.mark.parametrize("text", ["Short text.", "Unicode wörds ünd " * 3000, "x" * 100_000])
+def test_a_summary_that_breaks_the_budget_is_over_any_budget_yet_within_max_tokens(
+    text: str, server: LocalProvider, http: httpx.Client
+) -> None:
+    raw = {"text": f"{text} fault:business_invalid", "max_words": 1000}
 
-    summary = json.loads(content_of(post(http, server, chat_body("summarize", raw))))["summary"]
+    content = content_of(post(http, server, chat_body("summarize", raw)))
 
-    assert len(summary.split()) >= 2 * 10
+    assert len(json.loads(content)["summary"].split()) > 1.2 * 1000
+    assert len(content) <= REGISTRY.get("summarize").max_answer_chars
+    with pytest.raises(BusinessValidationError):
+        validate("summarize", raw, content)
 
 
 def test_a_repairable_answer_is_mended_by_the_re_ask(server: LocalProvider, http: httpx.Client) -> None:

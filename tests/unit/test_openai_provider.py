@@ -20,9 +20,18 @@ from engine.core.errors import (
     ProviderTimeoutError,
     ProviderUnavailableError,
 )
+from engine.definitions import JobRegistry
 from engine.gateway import ChatTurn
-from engine.gateway.openai import MAX_RESPONSE_BYTES, OpenAICompatibleProvider, parse_retry_after, static_api_key
-from tests.support.providers import completion_request, openai_completion
+from engine.gateway.openai import (
+    JOB_TYPE_HEADER,
+    MAX_RESPONSE_BYTES,
+    SCHEMA_PREAMBLE,
+    OpenAICompatibleProvider,
+    StructuredOutput,
+    parse_retry_after,
+    static_api_key,
+)
+from tests.support.providers import CLASSIFY_SCHEMA, completion_request, openai_completion
 
 Handler = Callable[[httpx.Request], httpx.Response]
 
@@ -114,12 +123,66 @@ def test_the_strict_schema_requires_every_property_even_optional_ones() -> None:
     assert "default" not in sent["properties"]["b"]
 
 
-def test_json_object_mode_asks_only_for_a_json_object() -> None:
+def test_json_object_mode_asks_for_a_json_object_and_puts_the_schema_in_the_system_message() -> None:
     recorder = Recorder(ok())
 
     provider_for(recorder, structured_output="json_object").complete(completion_request())
 
     assert recorder.body["response_format"] == {"type": "json_object"}
+    system = recorder.body["messages"][0]
+    assert system["role"] == "system"
+    assert system["content"] == (
+        f"You classify texts.\n\n{SCHEMA_PREAMBLE}\n{json.dumps(CLASSIFY_SCHEMA, separators=(',', ':'))}"
+    )
+    # The schema is the last line, whole and compact: a model (or the local provider) can read it back
+    assert json.loads(system["content"].splitlines()[-1]) == CLASSIFY_SCHEMA
+
+
+def test_json_object_mode_sends_the_schema_for_the_input_with_its_enums() -> None:
+    recorder = Recorder(ok())
+    definition = JobRegistry().get("classify")
+    job_input = definition.parse_input({"text": "Wïn a cruise", "labels": ["spam", "ham", "ünknown"]})
+    request = completion_request(output_schema=definition.output_schema(job_input), system="")
+
+    provider_for(recorder, structured_output="json_object").complete(request)
+
+    preamble, schema_line = recorder.body["messages"][0]["content"].split("\n")
+    assert preamble == SCHEMA_PREAMBLE
+    assert json.loads(schema_line)["properties"]["label"]["enum"] == ["spam", "ham", "ünknown"]
+    assert "ünknown" in schema_line  # not escaped: fewer tokens
+
+
+def test_json_schema_mode_keeps_the_enums_in_the_strict_schema() -> None:
+    recorder = Recorder(ok())
+    definition = JobRegistry().get("answer_with_citations")
+    job_input = definition.parse_input(
+        {"question": "q", "documents": [{"id": "d1", "text": "t"}, {"id": "d2", "text": "u"}]}
+    )
+
+    provider_for(recorder).complete(completion_request(output_schema=definition.output_schema(job_input)))
+
+    schema = recorder.body["response_format"]["json_schema"]["schema"]
+    assert schema["properties"]["citations"]["items"] == {"type": "string", "enum": ["d1", "d2"]}
+    assert recorder.body["messages"][0]["content"] == "You classify texts."  # the schema is not repeated
+
+
+@pytest.mark.parametrize("mode", ["json_schema", "json_object"])
+def test_the_job_type_is_sent_in_a_header(mode: StructuredOutput) -> None:
+    recorder = Recorder(ok())
+
+    provider_for(recorder, structured_output=mode).complete(completion_request(schema_name="soak_quick_classify"))
+
+    assert recorder.requests[0].headers[JOB_TYPE_HEADER] == "soak_quick_classify"
+    assert JOB_TYPE_HEADER == "X-Aijobs-Job-Type"
+
+
+@pytest.mark.parametrize("name", ["", "naïve", "two\nlines"])
+def test_a_job_type_no_header_can_carry_is_not_sent(name: str) -> None:
+    recorder = Recorder(ok())
+
+    provider_for(recorder).complete(completion_request(schema_name=name))
+
+    assert JOB_TYPE_HEADER not in recorder.requests[0].headers
 
 
 REPAIR_TURNS = (
@@ -142,7 +205,7 @@ def test_the_conversation_turns_are_sent_after_the_user_message_in_order() -> No
     assert recorder.body["response_format"]["type"] == "json_schema"
 
 
-def test_json_object_mode_sends_the_same_messages_without_a_schema() -> None:
+def test_json_object_mode_sends_the_same_messages_with_the_schema_appended_to_the_system_message() -> None:
     schema_mode, object_mode = Recorder(ok()), Recorder(ok())
     request = completion_request(conversation=REPAIR_TURNS)
 
@@ -151,10 +214,15 @@ def test_json_object_mode_sends_the_same_messages_without_a_schema() -> None:
 
     assert object_mode.body["response_format"] == {"type": "json_object"}
     assert "json_schema" not in json.dumps(object_mode.body)
-    assert {key: value for key, value in object_mode.body.items() if key != "response_format"} == {
-        key: value for key, value in schema_mode.body.items() if key != "response_format"
+    object_messages, schema_messages = object_mode.body["messages"], schema_mode.body["messages"]
+    assert object_messages[0]["content"].startswith(schema_messages[0]["content"] + "\n\n" + SCHEMA_PREAMBLE)
+    assert object_messages[1:] == schema_messages[1:]
+    assert len(object_messages) == 4
+    ignored = {"response_format", "messages"}
+    assert {key: value for key, value in object_mode.body.items() if key not in ignored} == {
+        key: value for key, value in schema_mode.body.items() if key not in ignored
     }
-    assert len(object_mode.body["messages"]) == 4
+    assert object_mode.requests[0].headers[JOB_TYPE_HEADER] == schema_mode.requests[0].headers[JOB_TYPE_HEADER]
 
 
 def test_the_api_key_is_sent_as_a_bearer_token() -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from aijobs.stack import TemplateResolver, load_template
+from engine.definitions import MAX_INPUT_BYTES
 from engine.worker import FUNCTION_TIMEOUT_SECONDS, QUEUE_VISIBILITY_SECONDS
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -137,18 +138,20 @@ def jobs_queue(text: str) -> None:
     queue = properties("JobsQueue")
     worker_timeout = RESOURCES["WorkerFunction"]["Properties"]["Timeout"]
     assert queue["SqsManagedSseEnabled"] is True
+    assert queue["MaximumMessageSize"] == MAX_INPUT_BYTES == 1_048_576
     assert worker_timeout == FUNCTION_TIMEOUT_SECONDS == 300
     assert queue["VisibilityTimeout"] == 6 * worker_timeout == QUEUE_VISIBILITY_SECONDS == 1800
     assert queue["MessageRetentionPeriod"] == 14 * 86_400
     assert queue["RedrivePolicy"]["maxReceiveCount"] == 100
     assert TEMPLATE["Parameters"]["MaxReceiveCount"]["Default"] == 100
-    for claim in ("1800 s", "6 x the worker's 300 s", "14 days", "default 100"):
+    for claim in ("up to 1 MiB", "1800 s", "6 x the worker's 300 s", "14 days", "default 100"):
         assert claim in text
 
 
 def dead_letter_queue(text: str) -> None:
     dlq, queue = properties("JobsDeadLetterQueue"), properties("JobsQueue")
     assert dlq["SqsManagedSseEnabled"] is True
+    assert dlq["MaximumMessageSize"] == queue["MaximumMessageSize"]
     assert dlq["MessageRetentionPeriod"] >= queue["MessageRetentionPeriod"]
     assert dlq["RedriveAllowPolicy"] == {
         "redrivePermission": "byQueue",
@@ -156,6 +159,7 @@ def dead_letter_queue(text: str) -> None:
     }
     assert queue["QueueName"] == "aijobs-jobs"
     assert "14 days" in text
+    assert "up to 1 MiB" in text
     assert "only the jobs queue" in text
 
 
@@ -253,6 +257,16 @@ def logs(text: str) -> None:
     assert "30 days" in text
 
 
+def versions(text: str) -> None:
+    functions = TEMPLATE["Globals"]["Function"]
+    assert functions["AutoPublishAlias"] == "live"
+    assert resolver().resolve(functions["SnapStart"]) == {"ApplyOn": "None"}
+    assert resolver(SnapStart="PublishedVersions").resolve(functions["SnapStart"]) == {"ApplyOn": "PublishedVersions"}
+    assert TEMPLATE["Parameters"]["SnapStart"]["AllowedValues"] == ["None", "PublishedVersions"]
+    assert "alias `live`" in text
+    assert "`SnapStart` (default `None`)" in text
+
+
 CHECKS: dict[str, Callable[[str], None]] = {
     "Jobs table": jobs_table,
     "Backups": backups,
@@ -266,6 +280,7 @@ CHECKS: dict[str, Callable[[str], None]] = {
     "Reconciler permissions": reconciler_permissions,
     "Alarms": alarms,
     "Logs": logs,
+    "Versions": versions,
 }
 
 

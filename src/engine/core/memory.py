@@ -4,12 +4,13 @@ It enforces the same conditions as the DynamoDB store (docs/protocol.md) and ans
 same way, so that the runner's, the reconciler's and the dead-letter recorder's decisions can be
 tested in milliseconds; tests/contract runs one suite against both stores so that this one cannot
 lie. It keeps no expiry (TTL) and no index shards: open jobs come back oldest deadline first.
+Inputs and outputs are kept as their JSON, as DynamoDB keeps them, so that they read back the same.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
+import json
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
@@ -41,13 +42,20 @@ from engine.core.job import (
 from engine.core.outcomes import Cancelled, Outcome, Released, Succeeded, outcome_error, target_status
 from engine.text import MAX_REASON_CHARS, bounded, one_line, valid_text
 
+# What the DynamoDB store (engine.store, which this core module does not import) does with sizes:
+# a dead-letter body past PAYLOAD_INLINE_BYTES is kept in the payload bucket and referenced by key
+# (engine.store.payloads.INLINE_BYTES), and the names an attempt records (provider, tier, model,
+# prompt key and version) are cut to MAX_NAME_CHARS (engine.store.items.MAX_NAME_CHARS).
+PAYLOAD_INLINE_BYTES = 256 * 1024
+MAX_NAME_CHARS = 256
+
 
 class InMemoryJobStore:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._jobs: dict[str, Job] = {}
-        # job id -> (input, the request hash it was stored with)
-        self._inputs: dict[str, tuple[dict[str, Any], str | None]] = {}
+        # job id -> (the input's JSON, the request hash it was stored with)
+        self._inputs: dict[str, tuple[str, str | None]] = {}
         self._attempts: dict[str, dict[int, AttemptRecord]] = {}
         self._dead_letters: dict[str, DeadLetter] = {}
 
@@ -60,7 +68,10 @@ class InMemoryJobStore:
     def get_input(self, job_id: str) -> dict[str, Any] | None:
         with self._lock:
             stored = self._inputs.get(job_id)
-            return copy.deepcopy(stored[0]) if stored else None
+        if stored is None:
+            return None
+        job_input: dict[str, Any] = json.loads(stored[0])
+        return job_input
 
     def attempts(self, job_id: str) -> list[AttemptRecord]:
         with self._lock:
@@ -114,6 +125,9 @@ class InMemoryJobStore:
         target = target_status(outcome)
         if not can_transition(job.status, target):
             raise ValueError(f"job {job.job_id}: {job.status} -> {target} is not a transition")
+        # Written as JSON before the fenced write, as DynamoDB's store does (a TypeError writes nothing).
+        output = _as_json(outcome.output) if isinstance(outcome, Succeeded) else None
+        input_text = _json_text(store_input) if store_input is not None else None
         with self._lock:
             current = self._jobs.get(job.job_id)
             held = current is not None and current.lease_owner == job.lease_owner
@@ -129,13 +143,13 @@ class InMemoryJobStore:
                 raise LeaseLostError(f"job {job.job_id}: the lease of {job.lease_owner} was lost", current)
             finished = _transition(current, target, outcome_error(outcome), now_ms)
             match outcome:
-                case Succeeded(output=output, output_hash=output_hash):
-                    finished = replace(finished, output=copy.deepcopy(output), output_hash=output_hash, error=None)
+                case Succeeded(output_hash=output_hash):
+                    finished = replace(finished, output=output, output_hash=output_hash, error=None)
                 case Released(refund_attempt=True):
                     finished = replace(finished, attempt_count=finished.attempt_count - 1)
             if attempt is not None:
                 finished = self._record_attempt(finished, attempt)
-            self._keep_input(finished, store_input)
+            self._keep_input(finished, input_text)
 
     def settle_job(
         self,
@@ -147,11 +161,12 @@ class InMemoryJobStore:
     ) -> bool:
         if not can_transition(job.status, status):
             raise ValueError(f"job {job.job_id}: {job.status} -> {status} is not a transition")
+        input_text = _json_text(store_input) if store_input is not None else None
         with self._lock:
             current = self._jobs.get(job.job_id)
             if current is None or (current.status, current.claim_count) != (job.status, job.claim_count):
                 return False
-            self._keep_input(_transition(current, status, error, now_ms), store_input)
+            self._keep_input(_transition(current, status, error, now_ms), input_text)
             return True
 
     def record_orphan_attempt(self, attempt: AttemptRecord, now_ms: int) -> None:
@@ -168,11 +183,13 @@ class InMemoryJobStore:
     ) -> None:
         text = valid_text(body)
         data = text.encode()
+        # Past PAYLOAD_INLINE_BYTES DynamoDB's store references the body by a payload key; it still reads back whole.
+        body_key = f"dead-letters/{message_id}" if len(data) > PAYLOAD_INLINE_BYTES else None
         with self._lock:
             self._dead_letters[message_id] = DeadLetter(
                 message_id=message_id,
                 body=text,
-                body_key=None,
+                body_key=body_key,
                 body_bytes=len(data),
                 body_sha256=hashlib.sha256(data).hexdigest(),
                 attributes={
@@ -215,6 +232,7 @@ class InMemoryJobStore:
     def create_dead_lettered_job(
         self, job_id: str, new_job: NewJob, job_input: dict[str, Any], error: JobErrorInfo, now_ms: int
     ) -> Job | None:
+        input_text = _json_text(job_input)
         with self._lock:
             existing = self._jobs.get(job_id)
             if existing is not None:
@@ -232,17 +250,18 @@ class InMemoryJobStore:
                 )
             created = _created(job_id, new_job, now_ms, JobStatus.FAILED)
             self._jobs[job_id] = replace(created, finished_at=now_ms, error=_kept(error), input_stored=True)
-            self._inputs[job_id] = (copy.deepcopy(job_input), new_job.request_hash)
+            self._inputs[job_id] = (input_text, new_job.request_hash)
             return None
 
     # --- administration ----------------------------------------------------------------------
 
     def create_job(self, job_id: str, new_job: NewJob, job_input: dict[str, Any], now_ms: int) -> tuple[Job, bool]:
+        input_text = _json_text(job_input)
         with self._lock:
             stored = self._inputs.get(job_id)
             if stored is not None and stored[1] != new_job.request_hash:
                 raise JobConflictError(job_id)
-            self._inputs[job_id] = (copy.deepcopy(job_input), new_job.request_hash)
+            self._inputs[job_id] = (input_text, new_job.request_hash)
             existing = self._jobs.get(job_id)
             if existing is None:
                 created = replace(_created(job_id, new_job, now_ms, JobStatus.QUEUED), input_stored=True)
@@ -299,7 +318,14 @@ class InMemoryJobStore:
 
     def _record_attempt(self, job: Job, attempt: AttemptRecord) -> Job:
         """The job with the attempt's usage added, and the attempt kept (replacing one of its number)."""
-        self._attempts.setdefault(attempt.job_id, {})[attempt.attempt] = attempt
+        self._attempts.setdefault(attempt.job_id, {})[attempt.attempt] = replace(
+            attempt,
+            provider=_name(attempt.provider),
+            tier=_name(attempt.tier),
+            model=_name(attempt.model),
+            prompt_key=_name(attempt.prompt_key),
+            prompt_version=_name(attempt.prompt_version),
+        )
         usage = job.usage
         added = replace(
             job,
@@ -313,10 +339,11 @@ class InMemoryJobStore:
         self._jobs[job.job_id] = added
         return added
 
-    def _keep_input(self, job: Job, store_input: dict[str, Any] | None) -> None:
-        if store_input is not None:
+    def _keep_input(self, job: Job, input_text: str | None) -> None:
+        """Write the job, with the input (its JSON) stored alongside when there is one."""
+        if input_text is not None:
             job = replace(job, input_stored=True)
-            self._inputs[job.job_id] = (copy.deepcopy(store_input), job.request_hash)
+            self._inputs[job.job_id] = (input_text, job.request_hash)
         self._jobs[job.job_id] = job
 
 
@@ -335,6 +362,21 @@ def _created(job_id: str, new_job: NewJob, now_ms: int, status: JobStatus) -> Jo
         deadline_at=now_ms + new_job.deadline_seconds * 1000,
         request_hash=new_job.request_hash,
     )
+
+
+def _json_text(value: dict[str, Any]) -> str:
+    """A JSON object as the DynamoDB store writes it (a TypeError for what JSON cannot hold, as there)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _as_json(value: dict[str, Any]) -> dict[str, Any]:
+    """A JSON object as it reads back from the DynamoDB store: tuples become lists, keys strings."""
+    read: dict[str, Any] = json.loads(_json_text(value))
+    return read
+
+
+def _name(value: str | None) -> str | None:
+    return None if value is None else bounded(value, MAX_NAME_CHARS)
 
 
 def _kept(error: JobErrorInfo) -> JobErrorInfo:

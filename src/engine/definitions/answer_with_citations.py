@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from engine.definitions.base import JobDefinition, Prompt
+from engine.definitions.base import JobDefinition, Prompt, narrowed_schema
 
 # Document ids are cited back by the model, so they are plain tokens, like job ids.
 DocumentId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
@@ -40,6 +40,15 @@ class AnswerOutput(BaseModel):
     citations: Annotated[list[str], Field(min_length=1)]
 
 
+_OUTPUT_SCHEMA = AnswerOutput.model_json_schema()
+
+
+def given_documents_schema(job_input: AnswerInput) -> dict[str, Any]:
+    """The output schema with each citation narrowed to the ids of the documents the input gives."""
+    ids = [document.id for document in job_input.documents]
+    return narrowed_schema(_OUTPUT_SCHEMA, ("properties", "citations", "items"), {"type": "string", "enum": ids})
+
+
 def citations_exist(job_input: AnswerInput, output: AnswerOutput) -> str | None:
     known = {document.id for document in job_input.documents}
     unknown = [citation for citation in output.citations if citation not in known]
@@ -63,5 +72,6 @@ ANSWER_WITH_CITATIONS = JobDefinition(
         user="Answer the question from the documents.\n\nDocuments: {documents}\n\nQuestion: {question}",
     ),
     max_tokens=1024,
+    output_schema_for=given_documents_schema,
     reference_rule=citations_exist,
 )

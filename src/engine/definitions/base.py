@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ MAX_CHARS_PER_TOKEN = 16
 ModelTier = Literal["primary", "fallback"]
 # A rule returns None when the output is acceptable, or one line saying what is wrong.
 Rule = Callable[[Any, Any], str | None]
+# The output's JSON schema for one parsed input: the output model's, narrowed by what the input offers.
+OutputSchemaFor = Callable[[Any], dict[str, Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +71,16 @@ def _default_projection(output: BaseModel) -> dict[str, Any]:
     return output.model_dump(mode="json")
 
 
+def narrowed_schema(schema: Mapping[str, Any], path: tuple[str, ...], node: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of `schema` whose node at `path` (keys from the root, e.g. ("properties", "label")) is `node`."""
+    narrowed: dict[str, Any] = copy.deepcopy(dict(schema))
+    parent = narrowed
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = dict(node)
+    return narrowed
+
+
 def one_line_error(exc: ValidationError, prefix: str) -> str:
     """The first pydantic error as one line, e.g. `input.labels: List should have at least 2 items`."""
     errors = exc.errors()
@@ -95,6 +108,9 @@ class JobDefinition:
     business_rule: Rule | None = None
     reference_rule: Rule | None = None
     project: Callable[[Any], dict[str, Any]] = _default_projection
+    # Narrows the output schema for an input (classify: the label is one of the labels offered).
+    # None: every input gets `output_json_schema`. The rules still check the answer either way.
+    output_schema_for: OutputSchemaFor | None = None
     output_json_schema: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -116,6 +132,12 @@ class JobDefinition:
 
     def render_prompt(self, job_input: BaseModel) -> RenderedPrompt:
         return self.prompt.render(self.prompt_fields(job_input))
+
+    def output_schema(self, job_input: BaseModel) -> dict[str, Any]:
+        """The JSON schema the answer to `job_input` must meet: what structured output asks the model for."""
+        if self.output_schema_for is None:
+            return self.output_json_schema
+        return self.output_schema_for(job_input)
 
     def validate_output(self, job_input: BaseModel, content: str) -> BaseModel:
         """Parse the model's answer: JSON, then the output model, then the business and reference rules."""

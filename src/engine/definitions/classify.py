@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from engine.definitions.base import JobDefinition, Prompt
+from engine.definitions.base import JobDefinition, Prompt, narrowed_schema
 
 Label = Annotated[str, Field(min_length=1, max_length=200)]
 
@@ -32,6 +32,14 @@ class ClassifyOutput(BaseModel):
     confidence: Annotated[float, Field(ge=0.0, le=1.0)]
 
 
+_OUTPUT_SCHEMA = ClassifyOutput.model_json_schema()
+
+
+def offered_labels_schema(job_input: ClassifyInput) -> dict[str, Any]:
+    """The output schema with `label` narrowed to the labels the input offers."""
+    return narrowed_schema(_OUTPUT_SCHEMA, ("properties", "label"), {"type": "string", "enum": list(job_input.labels)})
+
+
 def label_is_offered(job_input: ClassifyInput, output: ClassifyOutput) -> str | None:
     if output.label not in job_input.labels:
         return f"label {output.label!r} is not one of the {len(job_input.labels)} labels offered"
@@ -53,5 +61,6 @@ CLASSIFY = JobDefinition(
         user="Choose the one label that fits the text.\n\nLabels: {labels}\n\nText: {text}",
     ),
     max_tokens=256,
+    output_schema_for=offered_labels_schema,
     business_rule=label_is_offered,
 )

@@ -30,7 +30,8 @@ class JobRegistry:
         try:
             return self._definitions[name]
         except KeyError:
-            raise UnknownJobTypeError(f"no job type {name!r} is registered") from None
+            known = ", ".join(sorted(self._definitions))
+            raise UnknownJobTypeError(f"no job type {name!r} is registered (known: {known})") from None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> JobRegistry:
@@ -38,9 +39,6 @@ class JobRegistry:
         registry = cls()
         registry.load_modules(settings.aijobs_job_modules)
         return registry
-
-    def names(self) -> list[str]:
-        return sorted(self._definitions)
 
     def load_modules(self, module_names: Iterable[str]) -> None:
         """Register the `JOB_DEFINITIONS` of each module, e.g. AIJOBS_JOB_MODULES=myapp.jobs."""

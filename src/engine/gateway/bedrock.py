@@ -1,7 +1,8 @@
 """Amazon Bedrock Converse over boto3's bedrock-runtime client, authenticated by the function's IAM role.
 
-Structured output is a forced tool call: the request offers one tool whose input schema is the job
-type's output schema and makes the model call it; the tool call's input is the answer.
+Structured output is a forced tool call: the request offers one tool whose input schema is the
+output schema for the job's input (JobDefinition.output_schema: classify's label is an enum of the
+labels offered) and makes the model call it; the tool call's input is the answer.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -68,8 +69,6 @@ class Execution:
     cost_usd: Decimal = Decimal(0)
     latency_ms: int = 0
     calls: int = 0
-    # True once a provider answered; such an attempt cost tokens even when it failed.
-    answered: bool = False
 
 
 @dataclass
@@ -79,7 +78,6 @@ class _Tally:
     cost_usd: Decimal = Decimal(0)
     latency_ms: int = 0
     calls: int = 0
-    answered: bool = False
     tier: str = "primary"
     model: str = ""
     conversation: list[ChatTurn] = field(default_factory=list)
@@ -108,11 +106,12 @@ class ModelGateway:
 
     def execute(self, definition: JobDefinition, job_input: BaseModel, time_left: TimeLeft | None = None) -> Execution:
         prompt = definition.render_prompt(job_input)
+        output_schema = definition.output_schema(job_input)
         tally = _Tally()
         chain = self._models.chain(definition.model_tier)
         for position, (tier, model) in enumerate(chain):
             tally.tier, tally.model, tally.conversation = tier, model, []
-            output, error = self._ask(definition, job_input, prompt, tally, time_left)
+            output, error = self._ask(definition, job_input, prompt, output_schema, tally, time_left)
             last = position == len(chain) - 1
             out_of_time = time_left is not None and time_left() < MIN_CALL_SECONDS
             if error is None or not isinstance(error, _FALLS_BACK) or last or out_of_time:
@@ -128,6 +127,7 @@ class ModelGateway:
         definition: JobDefinition,
         job_input: BaseModel,
         prompt: RenderedPrompt,
+        output_schema: dict[str, Any],
         tally: _Tally,
         time_left: TimeLeft | None,
     ) -> tuple[BaseModel | None, JobError | None]:
@@ -144,7 +144,7 @@ class ModelGateway:
                 system=prompt.system,
                 user=prompt.user,
                 schema_name=definition.name,
-                output_schema=definition.output_json_schema,
+                output_schema=output_schema,
                 max_tokens=definition.max_tokens,
                 timeout_seconds=timeout,
                 conversation=tuple(tally.conversation),
@@ -158,7 +158,6 @@ class ModelGateway:
                 # A fault of the adapter, not the provider's answer: end the attempt, keep what it cost.
                 log_unexpected("the provider adapter failed unexpectedly", exc, job_type=definition.name)
                 return None, InternalError(f"internal error in the provider adapter: {type(exc).__name__}")
-            tally.answered = True
             tally.input_tokens += completion.input_tokens
             tally.output_tokens += completion.output_tokens
             tally.cost_usd += self._prices.cost(tally.model, completion.input_tokens, completion.output_tokens)
@@ -203,5 +202,4 @@ class ModelGateway:
             cost_usd=tally.cost_usd,
             latency_ms=tally.latency_ms,
             calls=tally.calls,
-            answered=tally.answered,
         )

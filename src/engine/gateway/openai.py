@@ -21,6 +21,12 @@ _CONNECT_TIMEOUT_SECONDS = 5.0
 # The most of a response body that is read. A completion of even 100k tokens is far smaller; a
 # larger body is refused unread rather than held in the worker's memory.
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+# Every request names its job type in this header: harmless to a real provider, useful in a proxy's
+# logs, and how the local provider (aijobs.local) tells job types apart.
+JOB_TYPE_HEADER = "X-Aijobs-Job-Type"
+# json_object mode names no schema in response_format, so the system message carries it: this line,
+# then the schema as compact JSON on the next line.
+SCHEMA_PREAMBLE = "Answer with one JSON object that is valid against this JSON schema:"
 
 
 class ApiKeySource(Protocol):
@@ -102,9 +108,11 @@ class OpenAICompatibleProvider:
     def _post(self, request: CompletionRequest, key: str | None) -> tuple[int, httpx.Headers, bytes]:
         """One request: the status, headers and at most MAX_RESPONSE_BYTES of body."""
         timeout = httpx.Timeout(request.timeout_seconds, connect=min(_CONNECT_TIMEOUT_SECONDS, request.timeout_seconds))
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        headers = request_headers(request)
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
         try:
-            body = self._body(request)
+            body = chat_completion_body(request, self._structured_output)
             with self._client.stream("POST", self._url, json=body, headers=headers, timeout=timeout) as response:
                 return response.status_code, response.headers, _read_bounded(response)
         except httpx.TimeoutException as exc:
@@ -114,30 +122,6 @@ class OpenAICompatibleProvider:
         except _BodyTooLargeError as exc:
             # Not a completion of max_tokens tokens; paying for it again would not make it one.
             raise OutputTooLargeError(f"the provider's response is larger than {MAX_RESPONSE_BYTES} bytes") from exc
-
-    def _body(self, request: CompletionRequest) -> dict[str, Any]:
-        if self._structured_output == "json_schema":
-            response_format: dict[str, Any] = {
-                "type": "json_schema",
-                "json_schema": {
-                    "name": request.schema_name,
-                    "schema": strict_json_schema(request.output_schema),
-                    "strict": True,
-                },
-            }
-        else:
-            response_format = {"type": "json_object"}
-        return {
-            "model": request.model,
-            "messages": [
-                {"role": "system", "content": request.system},
-                {"role": "user", "content": request.user},
-                *({"role": turn.role, "content": turn.content} for turn in request.conversation),
-            ],
-            "max_tokens": request.max_tokens,
-            "temperature": 0,
-            "response_format": response_format,
-        }
 
     @staticmethod
     def _completion(request: CompletionRequest, content_bytes: bytes, latency_ms: int) -> Completion:
@@ -162,6 +146,46 @@ class OpenAICompatibleProvider:
             latency_ms=latency_ms,
             finish_reason=finish_reason,
         )
+
+
+def request_headers(request: CompletionRequest) -> dict[str, str]:
+    """The headers of a request but its credentials: the job type, when a header can carry its name."""
+    name = request.schema_name
+    return {JOB_TYPE_HEADER: name} if name and name.isascii() and name.isprintable() else {}
+
+
+def system_with_schema(system: str, schema: dict[str, Any]) -> str:
+    """The system message of json_object mode: the prompt's, then SCHEMA_PREAMBLE and the schema."""
+    compact = json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
+    return f"{system}\n\n{SCHEMA_PREAMBLE}\n{compact}" if system else f"{SCHEMA_PREAMBLE}\n{compact}"
+
+
+def chat_completion_body(request: CompletionRequest, structured_output: StructuredOutput) -> dict[str, Any]:
+    """The Chat Completions request body for `request`, asking for structured output as `structured_output` says."""
+    system = request.system
+    if structured_output == "json_schema":
+        response_format: dict[str, Any] = {
+            "type": "json_schema",
+            "json_schema": {
+                "name": request.schema_name,
+                "schema": strict_json_schema(request.output_schema),
+                "strict": True,
+            },
+        }
+    else:
+        response_format = {"type": "json_object"}
+        system = system_with_schema(system, request.output_schema)
+    return {
+        "model": request.model,
+        "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": request.user},
+            *({"role": turn.role, "content": turn.content} for turn in request.conversation),
+        ],
+        "max_tokens": request.max_tokens,
+        "temperature": 0,
+        "response_format": response_format,
+    }
 
 
 def _read_bounded(response: httpx.Response) -> bytes:

@@ -25,7 +25,9 @@ class CompletionRequest:
     model: str
     system: str
     user: str
+    # The job type's name: the structured output's name, and the identity adapters send along.
     schema_name: str
+    # The JSON schema of the answer to this job's input (JobDefinition.output_schema).
     output_schema: dict[str, Any]
     max_tokens: int
     timeout_seconds: float
@@ -68,7 +70,7 @@ def token_count(value: object) -> int:
 def error_for_status(
     status: int | None, source: str, detail: str, retry_after_seconds: float | None = None
 ) -> JobError:
-    """The engine error for an HTTP status a provider answered with (SPEC section 5)."""
+    """The engine error for an HTTP status a provider answered with (docs/errors.md)."""
     if status == 429:
         return ProviderRateLimitedError(f"{source} rate limit ({detail})", retry_after_seconds=retry_after_seconds)
     if status == 408:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 # Keywords OpenAI's strict structured output refuses; pydantic still checks them on the answer.
 _UNSUPPORTED_IN_STRICT = frozenset({"default", "minLength", "maxLength", "title"})
+# Keywords whose values are data, not schemas: kept exactly as they are (an enum of the labels offered).
+_VALUES = frozenset({"enum", "const"})
+# Keywords whose values map names to schemas: the names are kept, whatever they are.
+_NAMED_SCHEMAS = frozenset({"properties", "$defs"})
 
 
 def strict_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -19,9 +24,16 @@ def _strict(node: Any) -> Any:
         return [_strict(item) for item in node]
     if not isinstance(node, dict):
         return node
-    result = {key: _strict(value) for key, value in node.items() if key not in _UNSUPPORTED_IN_STRICT}
-    if "properties" in node:
-        result["properties"] = {name: _strict(value) for name, value in node["properties"].items()}
+    result: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _UNSUPPORTED_IN_STRICT:
+            continue
+        if key in _VALUES:
+            result[key] = copy.deepcopy(value)
+        elif key in _NAMED_SCHEMAS and isinstance(value, dict):
+            result[key] = {name: _strict(child) for name, child in value.items()}
+        else:
+            result[key] = _strict(value)
     if node.get("type") == "object":
         result["additionalProperties"] = False
         result["required"] = list(node.get("properties", {}))

@@ -25,8 +25,11 @@ class Expression:
         return placeholder
 
     def value(self, key: str, value: Any) -> str:
+        """The placeholder of `value`; a key used twice must name the same value (else ValueError)."""
         placeholder = f":{key}"
-        self._values[placeholder] = serialize(value)
+        serialized = serialize(value)
+        if self._values.setdefault(placeholder, serialized) != serialized:
+            raise ValueError(f"placeholder {placeholder} already stands for another value")
         return placeholder
 
     def set(self, attribute: str, value: Any) -> Expression:

@@ -78,11 +78,17 @@ class JobReads(JobTable):
         job may have ended since it was indexed; the caller sees it as it is now).
         """
         per_shard = max(1, limit // OPEN_SHARDS)
+        left = limit
         for shard in range(OPEN_SHARDS):
-            keys = self._open_keys(shard, per_shard)
+            keys = self._open_keys(shard, min(per_shard, left))
             for start in range(0, len(keys), BATCH_GET_LIMIT):
                 batch = keys[start : start + BATCH_GET_LIMIT]
-                yield from (job for job in batch_get_jobs(self._client, self.table_name, batch, True) if job)
+                for job in batch_get_jobs(self._client, self.table_name, batch, True):
+                    if job is not None and left > 0:
+                        left -= 1
+                        yield job
+            if left <= 0:
+                return
 
     def _open_keys(self, shard: int, wanted: int) -> list[Item]:
         keys: list[Item] = []

@@ -1,0 +1,61 @@
+"""After `sam build`: each function holds the engine, its handlers and their pinned dependencies, nothing else.
+
+Every top-level entry of a function's build folder must be `engine`, `handlers`, requirements.txt,
+or belong to a distribution that src/requirements.txt pins (directly or as a dependency), as the
+build's own *.dist-info records say. Prints one line per function; exits 1 on anything else.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+BUILD = Path(".aws-sam/build")
+PROJECT_ENTRIES = {"engine", "handlers", "requirements.txt"}
+FORBIDDEN = {"aijobs", "tests", "bench", "moto", "yaml", "rich", "typer"}
+
+
+def distribution_entries(folder: Path) -> dict[str, str]:
+    """Top-level entry -> the distribution that installed it, from the dist-info RECORD files."""
+    owners: dict[str, str] = {}
+    for record in folder.glob("*.dist-info/RECORD"):
+        distribution = record.parent.name.split("-")[0]
+        owners[record.parent.name] = distribution
+        for line in record.read_text().splitlines():
+            top = line.split(",", 1)[0].split("/", 1)[0]
+            if top:
+                owners.setdefault(top, distribution)
+    return owners
+
+
+def check(folder: Path) -> list[str]:
+    owners = distribution_entries(folder)
+    problems = []
+    for entry in sorted(path.name for path in folder.iterdir()):
+        if entry in FORBIDDEN:
+            problems.append(f"{entry} is shipped, and the function never imports it")
+        elif entry not in PROJECT_ENTRIES and entry not in owners and not entry.startswith("__pycache__"):
+            problems.append(f"{entry} belongs to no pinned distribution")
+    for required in ("engine", "handlers"):
+        if not (folder / required).is_dir():
+            problems.append(f"{required} is missing")
+    return problems
+
+
+def main() -> int:
+    functions = sorted(path for path in BUILD.glob("*Function") if path.is_dir())
+    if not functions:
+        print(f"no functions under {BUILD}: run sam build first", file=sys.stderr)
+        return 1
+    failed = False
+    for folder in functions:
+        problems = check(folder)
+        distributions = sorted(set(distribution_entries(folder).values()))
+        status = "ok" if not problems else "; ".join(problems)
+        print(f"{folder.name}: engine, handlers and {len(distributions)} distributions ({status})")
+        failed = failed or bool(problems)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""The package as `pip install aijobs` gets it: a wheel that carries the template, and runs the demo
+from anywhere (no source checkout)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE_FILES = ("pyproject.toml", "README.md", "template.yaml")
+PACKAGE_FOLDERS = ("src", "aijobs")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Built from a copy of what the package is made of: pip builds in place, and its build/ folder
+    # must not land in the checkout.
+    source = tmp_path_factory.mktemp("source")
+    for name in PACKAGE_FILES:
+        shutil.copy2(ROOT / name, source / name)
+    for name in PACKAGE_FOLDERS:
+        shutil.copytree(ROOT / name, source / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "-w",
+            str(out),
+            str(source),
+        ],
+        check=True,
+        timeout=300,
+    )
+    (built,) = out.glob("aijobs-*.whl")
+    return built
+
+
+def source_modules() -> set[str]:
+    """Every module of the three packages, as a path inside the wheel."""
+    modules = {path.relative_to(ROOT / "src").as_posix() for path in (ROOT / "src").rglob("*.py")}
+    modules |= {path.relative_to(ROOT).as_posix() for path in (ROOT / "aijobs").rglob("*.py")}
+    return modules
+
+
+def test_the_wheel_ships_every_module_the_command_and_the_template_but_no_tests(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+
+    tops = {name.split("/")[0] for name in names if not name.startswith("aijobs-")}
+    assert tops == {"aijobs", "engine", "handlers"}
+    assert {name for name in names if name.endswith(".py")} == source_modules()
+    template = zipfile.ZipFile(wheel).read("aijobs/template.yaml")
+    assert template == (ROOT / "template.yaml").read_bytes()
+
+
+def test_the_demo_runs_from_the_installed_wheel_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:
+    # Given the wheel installed into a folder of its own, ahead of the checkout on the path
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), str(wheel)],
+        check=True,
+        timeout=300,
+    )
+    environment = {key: value for key, value in os.environ.items() if not key.startswith(("AWS_", "JOBS_", "AI_"))}
+    environment["PYTHONPATH"] = str(site)
+
+    # When the installed package locates its template and runs the demo from an unrelated folder
+    where = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import aijobs.stack, engine.core.memory, aijobs.local.devstack as d;"
+            "print(aijobs.stack.DEFAULT_TEMPLATE); print(engine.core.memory.__file__); print(d.__file__)",
+        ],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    demo = subprocess.run(
+        [sys.executable, "-m", "aijobs", "demo"],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+    # Then both come from the wheel, and every demo job ends as meant
+    assert all(Path(line).is_relative_to(site) for line in where.stdout.split())
+    assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-2000:]
+    assert "20 of 20" in demo.stdout
