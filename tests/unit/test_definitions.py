@@ -373,3 +373,19 @@ def _nodes(node: Any) -> list[dict[str, Any]]:
     if isinstance(node, list):
         return [child for value in node for child in _nodes(value)]
     return []
+
+
+@pytest.mark.parametrize(
+    ("job_type", "raw", "reason"),
+    [
+        ("classify", {"text": "t", "labels": ["spam", "ham", "spam"]}, "labels must be distinct"),
+        (
+            "answer_with_citations",
+            {"question": "q", "documents": docs("d1", "d2", "d1")},
+            "document ids must be distinct",
+        ),
+    ],
+)
+def test_repeated_items_are_refused_with_what_repeats(job_type: str, raw: dict[str, Any], reason: str) -> None:
+    error = assert_input_rejected(JobRegistry().get(job_type), raw)
+    assert reason in error.message

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from engine.definitions.base import JobDefinition, Prompt, narrowed_schema
+from engine.definitions.base import JobDefinition, Prompt, distinct, narrowed_schema
 
 # Document ids are cited back by the model, so they are plain tokens, like job ids.
 DocumentId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
@@ -23,14 +23,9 @@ class AnswerInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     question: Annotated[str, Field(min_length=1, max_length=10_000)]
-    documents: Annotated[list[Document], Field(min_length=1, max_length=50)]
-
-    @field_validator("documents")
-    @classmethod
-    def _distinct_ids(cls, documents: list[Document]) -> list[Document]:
-        if len({document.id for document in documents}) != len(documents):
-            raise ValueError("document ids must be distinct")
-        return documents
+    documents: Annotated[
+        list[Document], Field(min_length=1, max_length=50), distinct("document ids", key=lambda document: document.id)
+    ]
 
 
 class AnswerOutput(BaseModel):

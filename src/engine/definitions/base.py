@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import AfterValidator, BaseModel, ValidationError
 
 from engine.core.errors import (
     BusinessValidationError,
@@ -79,6 +79,20 @@ def narrowed_schema(schema: Mapping[str, Any], path: tuple[str, ...], node: Mapp
         parent = parent[key]
     parent[path[-1]] = dict(node)
     return narrowed
+
+
+Item = TypeVar("Item")
+
+
+def distinct(what: str, key: Callable[[Any], Hashable] = lambda item: item) -> AfterValidator:
+    """A list validator (for Annotated) refusing two items with the same `key`: "`what` must be distinct"."""
+
+    def check(items: list[Item]) -> list[Item]:
+        if len({key(item) for item in items}) != len(items):
+            raise ValueError(f"{what} must be distinct")
+        return items
+
+    return AfterValidator(check)
 
 
 def one_line_error(exc: ValidationError, prefix: str) -> str:

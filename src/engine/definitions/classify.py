@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from engine.definitions.base import JobDefinition, Prompt, narrowed_schema
+from engine.definitions.base import JobDefinition, Prompt, distinct, narrowed_schema
 
 Label = Annotated[str, Field(min_length=1, max_length=200)]
 
@@ -15,14 +15,7 @@ class ClassifyInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     text: Annotated[str, Field(min_length=1, max_length=200_000)]
-    labels: Annotated[list[Label], Field(min_length=2, max_length=50)]
-
-    @field_validator("labels")
-    @classmethod
-    def _distinct(cls, labels: list[str]) -> list[str]:
-        if len(set(labels)) != len(labels):
-            raise ValueError("labels must be distinct")
-        return labels
+    labels: Annotated[list[Label], Field(min_length=2, max_length=50), distinct("labels")]
 
 
 class ClassifyOutput(BaseModel):
