@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -43,7 +44,7 @@ def job_table(view: JobView) -> Table:
         ("created", view.created_at or "-"),
         ("started", view.started_at or "-"),
         ("finished", view.finished_at or "-"),
-        ("tokens", f"{view.usage.input_tokens} in / {view.usage.output_tokens} out ({view.usage.attempts} attempts)"),
+        ("tokens", tokens_text(view) + f" ({view.usage.attempts} attempts)"),
         ("cost", f"${view.usage.cost_usd:.6f}"),
     ]
     if view.error:
@@ -53,6 +54,18 @@ def job_table(view: JobView) -> Table:
     for name, value in rows:
         table.add_row(name, value, end_section=False)
     return table
+
+
+def tokens_text(view: JobView) -> str:
+    """ "812 in (512 cached) / 40 out (16 reasoning)": the kinds shown only when there are some."""
+    usage = view.usage
+    cached = usage.cached_input_tokens + usage.cache_write_input_tokens
+    parts_in = [f"{usage.cached_input_tokens} cached"] if usage.cached_input_tokens else []
+    if usage.cache_write_input_tokens:
+        parts_in.append(f"{usage.cache_write_input_tokens} cache write")
+    text = f"{usage.input_tokens} in" + (f" ({', '.join(parts_in)})" if cached else "")
+    text += f" / {usage.output_tokens} out"
+    return text + (f" ({usage.reasoning_tokens} reasoning)" if usage.reasoning_tokens else "")
 
 
 def jobs_table(views: Sequence[JobView], title: str | None = None) -> Table:
@@ -74,34 +87,38 @@ def jobs_table(views: Sequence[JobView], title: str | None = None) -> Table:
     return table
 
 
+# The columns of `aijobs usage`: (title, UsageRow attribute); the numbers are summed in a total row.
+USAGE_COLUMNS = (
+    ("attempts", "attempts"),
+    ("input tokens", "input_tokens"),
+    ("cached", "cached_input_tokens"),
+    ("cache write", "cache_write_input_tokens"),
+    ("output tokens", "output_tokens"),
+    ("reasoning", "reasoning_tokens"),
+    ("cost", "cost_usd"),
+    ("cache saved", "cache_savings_usd"),
+)
+
+
 def usage_table(rows: Sequence[UsageRow], title: str) -> Table:
     table = Table(title=title)
-    for column in ("user", "job type", "model", "attempts", "input tokens", "output tokens", "cost"):
-        table.add_column(
-            column, justify="right" if column in {"attempts", "input tokens", "output tokens", "cost"} else "left"
-        )
+    for column in ("user", "job type", "model"):
+        table.add_column(column)
+    for column, _ in USAGE_COLUMNS:
+        table.add_column(column, justify="right")
     for row in rows:
-        table.add_row(
-            row.user_id or "-",
-            row.job_type or "-",
-            row.model or "-",
-            str(row.attempts),
-            str(row.input_tokens),
-            str(row.output_tokens),
-            f"${row.cost_usd:.6f}",
-        )
-    total_cost = sum((row.cost_usd for row in rows), Decimal(0))
+        table.add_row(row.user_id or "-", row.job_type or "-", row.model or "-", *_usage_cells(row))
+    total = UsageRow(None, None, None)
+    for row in rows:
+        total = replace(total, **{name: getattr(total, name) + getattr(row, name) for _, name in USAGE_COLUMNS})
     table.add_section()
-    table.add_row(
-        "total",
-        "",
-        "",
-        str(sum(row.attempts for row in rows)),
-        str(sum(row.input_tokens for row in rows)),
-        str(sum(row.output_tokens for row in rows)),
-        f"${total_cost:.6f}",
-    )
+    table.add_row("total", "", "", *_usage_cells(total))
     return table
+
+
+def _usage_cells(row: UsageRow) -> list[str]:
+    values = (getattr(row, name) for _, name in USAGE_COLUMNS)
+    return [f"${value:.6f}" if isinstance(value, Decimal) else str(value) for value in values]
 
 
 def usage_json(row: UsageRow) -> dict[str, Any]:
@@ -109,8 +126,8 @@ def usage_json(row: UsageRow) -> dict[str, Any]:
         "user_id": row.user_id,
         "job_type": row.job_type,
         "model": row.model,
-        "attempts": row.attempts,
-        "input_tokens": row.input_tokens,
-        "output_tokens": row.output_tokens,
-        "cost_usd": float(row.cost_usd),
+        **{
+            name: float(value) if isinstance(value := getattr(row, name), Decimal) else value
+            for _, name in USAGE_COLUMNS
+        },
     }

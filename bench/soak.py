@@ -36,7 +36,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -52,7 +52,7 @@ from aijobs.local.poller import EventSourceMapping
 from aijobs.local.provider import LocalProvider, ServedRequest
 from aijobs.stack import StackResources, create_stack_resources
 from engine.config import Settings, load_settings
-from engine.core import ErrorCode, Job, JobStatus
+from engine.core import ErrorCode, Job, JobStatus, Usage
 from engine.definitions import BUILTIN_DEFINITIONS, JobRegistry
 from engine.definitions.classify import CLASSIFY
 from engine.queue import JobQueue
@@ -66,8 +66,10 @@ if TYPE_CHECKING:
 API_KEY = "sk-soak"
 MODEL = "local-model"
 REGION = "us-east-1"
-# USD per million input and output tokens of the local model, so that costs reconcile too.
-PRICE_PER_MILLION = (Decimal("0.15"), Decimal("0.60"))
+# USD per million input, cached input and output tokens of the local model, so that costs reconcile
+# too; the local provider's prompt cache and reasoning tokens make every kind count.
+PRICES = {"input": Decimal("0.15"), "cached_input": Decimal("0.075"), "output": Decimal("0.60")}
+REASONING_TOKENS = 8
 # classify with a 1 s provider timeout: a hanging provider (3 s) costs an attempt about a second.
 QUICK_CLASSIFY = replace(CLASSIFY, name="soak_quick_classify", timeout_seconds=1.0)
 HANG_SECONDS = 3.0
@@ -401,14 +403,43 @@ class CallTally:
 
     calls: int = 0
     valid_answers: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
+    tokens: Tokens = (0, 0, 0, 0)
 
     def add(self, entry: ServedRequest) -> None:
         self.calls += 1
         self.valid_answers += entry.status == 200 and entry.fault is None
-        self.input_tokens += entry.prompt_tokens
-        self.output_tokens += entry.completion_tokens
+        self.tokens = add_tokens(self.tokens, logged_tokens(entry))
+
+
+# Token counts as (input, output, cached input, reasoning): how the engine records them, and how
+# the provider's log bills them.
+Tokens = tuple[int, int, int, int]
+TOKEN_KINDS = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens")
+
+
+def logged_tokens(entry: ServedRequest) -> Tokens:
+    return (entry.prompt_tokens, entry.completion_tokens, entry.cached_tokens, entry.reasoning_tokens)
+
+
+def usage_tokens(usage: Usage) -> Tokens:
+    return (usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, usage.reasoning_tokens)
+
+
+def item_tokens(attempt: Mapping[str, Any]) -> Tokens:
+    """The token kinds of an attempt item (kinds it did not have are absent from it)."""
+    input_tokens, output_tokens, cached, reasoning = (int(attempt.get(name, 0)) for name in TOKEN_KINDS)
+    return (input_tokens, output_tokens, cached, reasoning)
+
+
+def add_tokens(a: Tokens, b: Tokens) -> Tokens:
+    return (a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3])
+
+
+def total_tokens(counts: Iterable[Tokens]) -> Tokens:
+    total = (0, 0, 0, 0)
+    for item in counts:
+        total = add_tokens(total, item)
+    return total
 
 
 class Report:
@@ -477,12 +508,9 @@ def evaluate(
         duplicate_answers += max(0, tally.valid_answers - 1)
         if sum(1 for attempt in attempts if attempt.get("outcome") == "succeeded") > 1:
             double_success.append(planned.job_id)
-        recorded = (job.usage.input_tokens, job.usage.output_tokens) if job else (0, 0)
-        itemized = (
-            sum(int(attempt["input_tokens"]) for attempt in attempts),
-            sum(int(attempt["output_tokens"]) for attempt in attempts),
-        )
-        if planned.prompt_key is not None and not recorded == itemized == (tally.input_tokens, tally.output_tokens):
+        recorded = usage_tokens(job.usage) if job else (0, 0, 0, 0)
+        itemized = total_tokens(item_tokens(attempt) for attempt in attempts)
+        if planned.prompt_key is not None and not recorded == itemized == tally.tokens:
             off_usage.append(planned.job_id)
     report.check("jobs off plan (status, code)", 0, len(off_plan), not off_plan)
     report.check("attempt counts off plan", 0, len(off_attempts), not off_attempts)
@@ -490,18 +518,18 @@ def evaluate(
     report.check("duplicate successful provider calls", 0, duplicate_answers)
     report.check("jobs with >1 succeeded attempt record", 0, len(double_success))
 
-    billed = (sum(e.prompt_tokens for e in provider_log), sum(e.completion_tokens for e in provider_log))
-    on_jobs = (
-        sum(job.usage.input_tokens for job in found if job),
-        sum(job.usage.output_tokens for job in found if job),
-    )
+    billed = total_tokens(logged_tokens(entry) for entry in provider_log)
+    on_jobs = total_tokens(usage_tokens(job.usage) for job in found if job)
     all_attempts = [attempt for items in contents.attempts.values() for attempt in items]
-    on_attempts = (
-        sum(int(attempt["input_tokens"]) for attempt in all_attempts),
-        sum(int(attempt["output_tokens"]) for attempt in all_attempts),
+    on_attempts = total_tokens(item_tokens(attempt) for attempt in all_attempts)
+    report.check(
+        "tokens in/out/cached/reasoning: jobs' usage = provider log", format_tokens(billed), format_tokens(on_jobs)
     )
-    report.check("tokens in/out: jobs' usage = provider log", format_pair(billed), format_pair(on_jobs))
-    report.check("tokens in/out: attempt items = provider log", format_pair(billed), format_pair(on_attempts))
+    report.check(
+        "tokens in/out/cached/reasoning: attempt items = provider log",
+        format_tokens(billed),
+        format_tokens(on_attempts),
+    )
     priced = sum((call_cost(entry) for entry in provider_log), Decimal(0))
     report.check(
         "cost USD: jobs' usage = provider log x price", priced, sum(job.usage.cost_usd for job in found if job)
@@ -545,14 +573,18 @@ def explain(job: PlannedJob, contents: TableContents, provider_log: Sequence[Ser
 
 
 def call_cost(entry: ServedRequest) -> Decimal:
-    """What one logged call costs at the soak's price, rounded as the engine's price table rounds."""
-    input_price, output_price = PRICE_PER_MILLION
-    cost = (entry.prompt_tokens * input_price + entry.completion_tokens * output_price) / 1_000_000
+    """What one logged call costs at the soak's prices, rounded as the engine's price table rounds."""
+    uncached = entry.prompt_tokens - entry.cached_tokens
+    cost = (
+        uncached * PRICES["input"]
+        + entry.cached_tokens * PRICES["cached_input"]
+        + entry.completion_tokens * PRICES["output"]
+    ) / 1_000_000
     return cost.quantize(Decimal("0.000000001"))
 
 
-def format_pair(pair: tuple[int, int]) -> str:
-    return f"{pair[0]:,} / {pair[1]:,}"
+def format_tokens(counts: tuple[int, ...]) -> str:
+    return " / ".join(f"{count:,}" for count in counts)
 
 
 # --- the run ---------------------------------------------------------------------------------------
@@ -590,6 +622,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         latency_seconds=PROVIDER_LATENCY_SECONDS,
         retry_after_seconds=1,
         hang_seconds=HANG_SECONDS,
+        reasoning_tokens=REASONING_TOKENS,
     ).start()
     report = Report()
     suspects: list[str] = []
@@ -604,7 +637,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 # json_object mode: the schema rides in the system message (after SCHEMA_PREAMBLE), from
                 # which the local provider answers any job type, soak_quick_classify included.
                 "AI_STRUCTURED_OUTPUT": "json_object",
-                "AIJOBS_MODEL_PRICES": json.dumps({MODEL: [str(price) for price in PRICE_PER_MILLION]}),
+                "AIJOBS_PRICES": json.dumps({MODEL: {kind: str(price) for kind, price in PRICES.items()}}),
             }
         )
         settings = load_settings(environment)

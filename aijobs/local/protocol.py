@@ -130,8 +130,16 @@ def error_reply(
 
 
 def completion_body(
-    content: str, model: str, prompt_tokens: int, completion_tokens: int, number: int
+    content: str,
+    model: str,
+    prompt_tokens: int,
+    completion_tokens: int,
+    number: int,
+    cached_tokens: int = 0,
+    reasoning_tokens: int = 0,
 ) -> dict[str, Any]:
+    """A chat completion; as OpenAI's, the cached tokens are part of prompt_tokens and the
+    reasoning tokens part of completion_tokens."""
     return {
         "id": f"chatcmpl-local-{number}",
         "object": "chat.completion",
@@ -142,5 +150,7 @@ def completion_body(
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens},
+            "completion_tokens_details": {"reasoning_tokens": reasoning_tokens},
         },
     }

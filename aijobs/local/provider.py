@@ -18,6 +18,9 @@ assistant turn or a second user turn: the engine's repair) rightly.
 
 Every chat completion request is logged (`log`) with the tokens it billed (none unless it got a 200
 answer), so that a test can reconcile what the engine recorded with what the provider served.
+Like OpenAI, it reports cached tokens (a system message it answered before is served from its
+prompt cache; `prompt_cache=False` turns that off) and, with `reasoning_tokens=N`, N reasoning
+tokens per answer, as parts of the prompt and completion tokens.
 """
 
 from __future__ import annotations
@@ -78,6 +81,9 @@ class ServedRequest:
     repair: bool = False
     # The request's X-Aijobs-Job-Type header: the job type the engine asked for.
     job_type: str | None = None
+    # Parts of prompt_tokens and completion_tokens, as OpenAI reports them.
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
 
 
 class LocalProvider:
@@ -95,6 +101,8 @@ class LocalProvider:
         fault_rate: float = 0.0,
         random_faults: Sequence[FaultKind | str] = TRANSIENT_FAULTS,
         seed: int = 0,
+        prompt_cache: bool = True,
+        reasoning_tokens: int = 0,
     ) -> None:
         if not 0.0 <= fault_rate <= 1.0:
             raise ValueError(f"fault_rate {fault_rate} is not within [0, 1]")
@@ -110,6 +118,10 @@ class LocalProvider:
         self._fault_rate = fault_rate
         self._random_faults = tuple(FaultKind(kind) for kind in random_faults)
         self._rng = random.Random(seed)
+        # Prompt caching as providers do it for a prefix seen before: here, the system message.
+        self._prompt_cache = prompt_cache
+        self._cached_systems: set[str] = set()
+        self._reasoning_tokens = max(reasoning_tokens, 0)
         self._lock = threading.Lock()
         self._log: list[ServedRequest] = []
         self._faults_served: Counter[str] = Counter()
@@ -171,11 +183,17 @@ class LocalProvider:
         entries = self.log
         return sum(entry.prompt_tokens for entry in entries), sum(entry.completion_tokens for entry in entries)
 
+    def billed_token_parts(self) -> tuple[int, int]:
+        """(cached_tokens, reasoning_tokens) billed over the whole log: parts of billed_tokens()."""
+        entries = self.log
+        return sum(entry.cached_tokens for entry in entries), sum(entry.reasoning_tokens for entry in entries)
+
     def reset(self) -> None:
-        """Forget the log and the `*<count>` markers' counts."""
+        """Forget the log, the `*<count>` markers' counts and the prompt cache."""
         with self._lock:
             self._log.clear()
             self._faults_served.clear()
+            self._cached_systems.clear()
 
     # --- answering ---
 
@@ -248,24 +266,40 @@ class LocalProvider:
                 content = json.dumps(answer_for(request.schema, request.prompt))
             else:
                 content = faulty_content(fault, request.schema, request.prompt)
-            completion_tokens = estimate_tokens(content)
-            body = completion_body(content, request.model, request.prompt_tokens, completion_tokens, number)
+            cached, reasoning = self._cached_tokens(request), self._reasoning_tokens
+            completion_tokens = estimate_tokens(content) + reasoning
+            body = completion_body(
+                content, request.model, request.prompt_tokens, completion_tokens, number, cached, reasoning
+            )
             reply = Reply(200, body, delay_seconds=self._latency_seconds)
-            billed = (request.prompt_tokens, completion_tokens)
+            billed = (request.prompt_tokens, completion_tokens, cached, reasoning)
         else:
-            billed = (0, 0)
+            billed = (0, 0, 0, 0)
+        prompt_tokens, completion_tokens, cached, reasoning = billed
         entry = ServedRequest(
             time.time(),
             request.model,
             request.schema_name,
             fault,
             reply.status,
-            *billed,
+            prompt_tokens,
+            completion_tokens,
             key,
             request.repair,
             request.job_type,
+            cached,
+            reasoning,
         )
         return reply, entry
+
+    def _cached_tokens(self, request: ChatRequest) -> int:
+        """The system message's tokens when it was answered before (called under the lock)."""
+        if not self._prompt_cache or not request.system:
+            return 0
+        if request.system in self._cached_systems:
+            return min(estimate_tokens(request.system), request.prompt_tokens)
+        self._cached_systems.add(request.system)
+        return 0
 
     def _fault_reply(self, fault: FaultKind | None) -> Reply | None:
         """The reply of a fault that gives no answer; None for the faults that answer (with bad content)."""

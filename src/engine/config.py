@@ -20,6 +20,20 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from engine.core.errors import ConfigurationError
 
 HttpUrl = Annotated[str, Field(pattern=r"^https?://\S+$")]
+ModelId = Annotated[str, Field(min_length=1, max_length=256)]
+# US dollars per million tokens: no price list comes near 10,000.
+UsdPerMillion = Annotated[Decimal, Field(ge=0, le=10_000, allow_inf_nan=False)]
+
+
+class PriceSetting(BaseModel):
+    """One model's prices in AIJOBS_PRICES; cached and cache-write input default to the input price."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input: UsdPerMillion
+    output: UsdPerMillion
+    cached_input: UsdPerMillion | None = None
+    cache_write: UsdPerMillion | None = None
 
 
 class Settings(BaseModel):
@@ -43,8 +57,8 @@ class Settings(BaseModel):
     # Re-asks with the validation error, within one attempt, before an answer fails the job.
     aijobs_repair_attempts: Annotated[int, Field(ge=0, le=3)] = 1
 
-    # Price overrides, JSON: {"model-id": [usd_per_million_input, usd_per_million_output]}.
-    aijobs_model_prices: dict[str, tuple[Decimal, Decimal]] = Field(default_factory=dict)
+    # Price overrides, JSON: {"model-id": {"input": 0.15, "cached_input": 0.075, "cache_write": 0.15, "output": 0.6}}.
+    aijobs_prices: dict[ModelId, PriceSetting] = Field(default_factory=dict)
     aijobs_job_modules: tuple[str, ...] = ()
     # Kept after a job ends before DynamoDB's TTL removes its items.
     aijobs_retention_days: Annotated[int, Field(ge=1, le=3650)] = 90
@@ -81,7 +95,7 @@ class Settings(BaseModel):
             raise ValueError(f"plain http sends the API key in clear; use https for {parts.hostname or 'that host'}")
         return value
 
-    @field_validator("aijobs_model_prices", mode="before")
+    @field_validator("aijobs_prices", mode="before")
     @classmethod
     def _parse_json(cls, value: object) -> object:
         if isinstance(value, str):

@@ -61,6 +61,10 @@ class UsageView(BaseModel):
     output_tokens: int
     cost_usd: float
     attempts: int
+    # Parts of input_tokens and output_tokens (engine.core.Usage).
+    cached_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+    reasoning_tokens: int = 0
 
 
 class JobView(BaseModel):
@@ -105,5 +109,8 @@ class JobView(BaseModel):
                 output_tokens=job.usage.output_tokens,
                 cost_usd=float(job.usage.cost_usd),
                 attempts=job.usage.attempts,
+                cached_input_tokens=job.usage.cached_input_tokens,
+                cache_write_input_tokens=job.usage.cache_write_input_tokens,
+                reasoning_tokens=job.usage.reasoning_tokens,
             ),
         )

@@ -66,6 +66,15 @@ RETRY_SOON_SECONDS = 2
 # internal_error. Transient errors (throttling, outages) are retried until the redrive.
 GIVE_UP_RECEIVES = 3
 
+# The usage of an attempt under its OpenTelemetry GenAI attribute names, in the runner's log line.
+GENAI_USAGE_ATTRIBUTES = {
+    "gen_ai.usage.input_tokens": "input_tokens",
+    "gen_ai.usage.output_tokens": "output_tokens",
+    "gen_ai.usage.cache_read.input_tokens": "cached_input_tokens",
+    "gen_ai.usage.cache_creation.input_tokens": "cache_write_input_tokens",
+    "gen_ai.usage.reasoning.output_tokens": "reasoning_tokens",
+}
+
 RemainingMs = Callable[[], int]
 # Whether an unexpected exception may pass by itself (engine.aws_errors.is_transient in Lambda).
 TransientCheck = Callable[[Exception], bool]
@@ -337,6 +346,10 @@ class JobRunner:
             output_tokens=execution.output_tokens,
             cost_usd=execution.cost_usd,
             latency_ms=execution.latency_ms,
+            cached_input_tokens=execution.cached_input_tokens,
+            cache_write_input_tokens=execution.cache_write_input_tokens,
+            reasoning_tokens=execution.reasoning_tokens,
+            cache_savings_usd=execution.cache_savings_usd,
         )
 
     def _log_outcome(self, job: Job, outcome: Outcome, attempt: AttemptRecord | None) -> None:
@@ -349,8 +362,8 @@ class JobRunner:
                 "attempt": job.attempt_count,
                 "outcome": target_status(outcome).value,
                 "error_code": error.code.value if error else None,
-                "input_tokens": attempt.input_tokens if attempt else 0,
-                "output_tokens": attempt.output_tokens if attempt else 0,
+                # The OpenTelemetry GenAI names of the attempt's usage.
+                **{name: getattr(attempt, field) if attempt else 0 for name, field in GENAI_USAGE_ATTRIBUTES.items()},
             },
         )
 

@@ -335,6 +335,41 @@ def test_finishing_succeeded_writes_the_output_and_hash_clears_the_error_and_kee
     assert job_store.attempts("job-1") == [first_attempt, second_attempt]
 
 
+def test_cached_cache_write_and_reasoning_tokens_are_kept_per_attempt_and_summed_on_the_job(
+    job_store: JobStore,
+) -> None:
+    # Given a job released after an attempt that wrote the prompt cache, and claimed again
+    first = claim(job_store)
+    first_attempt = replace(
+        attempt_of(first, NOW + 1_000, AttemptOutcome.RETRYABLE, error_code=ErrorCode.PROVIDER_TIMEOUT),
+        cache_write_input_tokens=60,
+        cache_savings_usd=Decimal("-0.000012"),
+    )
+    job_store.finish_job(first, Released(TIMEOUT), NOW + 1_000, first_attempt)
+    second = claim(job_store, at=NOW + 5_000)
+
+    # When its second attempt, which read the cache and reasoned, succeeds
+    second_attempt = replace(
+        attempt_of(second, NOW + 6_000),
+        cached_input_tokens=60,
+        reasoning_tokens=12,
+        cache_savings_usd=Decimal("0.0000045"),
+    )
+    job_store.finish_job(second, Succeeded(OUTPUT, "hash-out"), NOW + 6_000, second_attempt)
+
+    # Then each record reads back as written, and the job sums every kind
+    assert job_store.attempts("job-1") == [first_attempt, second_attempt]
+    assert current(job_store).usage == Usage(
+        input_tokens=200,
+        output_tokens=40,
+        cost_usd=Decimal("0.0024"),
+        attempts=2,
+        cached_input_tokens=60,
+        cache_write_input_tokens=60,
+        reasoning_tokens=12,
+    )
+
+
 def test_finishing_failed_writes_the_error_as_one_line_and_ends_the_job(job_store: JobStore) -> None:
     # Given a running job
     job = claim(job_store)

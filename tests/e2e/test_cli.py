@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from aijobs.cli import app
 from aijobs.stack import StackResources
-from tests.support.contract import VIEW_FIELDS
+from tests.support.contract import USAGE_FIELDS, VIEW_FIELDS
 
 CLASSIFY_INPUT = json.dumps({"text": "Win a cruise!", "labels": ["spam", "ham"]})
 
@@ -43,7 +43,7 @@ def test_submit_creates_a_queued_job_and_enqueues_a_reference(endpoint_env: Stac
     assert view["status"] == "queued"
     assert view["attempt_count"] == 0
     assert view["max_attempts"] == 3
-    assert view["usage"] == {"input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0, "attempts": 0}
+    assert view["usage"] == dict.fromkeys(USAGE_FIELDS, 0)
 
 
 def test_submit_is_idempotent_on_the_job_id(endpoint_env: StackResources) -> None:

@@ -29,7 +29,7 @@ from aijobs.client import AiJobsClient
 from aijobs.local.devstack import DevStack, DevStackOptions
 from aijobs.local.provider import LocalProvider
 from aijobs.stack import StackResources
-from tests.support.contract import VIEW_FIELDS
+from tests.support.contract import USAGE_FIELDS, USAGE_ROW_FIELDS, VIEW_FIELDS
 
 LABELS = ["billing", "bug", "account", "spam"]
 TERMINAL = {"succeeded", "failed", "cancelled"}
@@ -228,7 +228,7 @@ def test_status_of_a_finished_job(dev_env: DevStack) -> None:
     assert re.fullmatch(r"[0-9a-f]{64}", view["output_hash"])
     assert view["error"] is None
     assert view["cancel_requested"] is False
-    assert list(view["usage"]) == ["input_tokens", "output_tokens", "cost_usd", "attempts"]
+    assert list(view["usage"]) == USAGE_FIELDS
     assert view["usage"]["cost_usd"] > 0
 
     human = run("status", job_id)
@@ -502,7 +502,8 @@ def test_usage_by_user_job_type_and_model(dev_env: DevStack) -> None:
     assert {row["user_id"] for row in rows} == {user}
     assert {row["job_type"] for row in rows} == {"classify", "summarize"}
     for row in rows:
-        assert list(row) == ["user_id", "job_type", "model", "attempts", "input_tokens", "output_tokens", "cost_usd"]
+        assert list(row) == USAGE_ROW_FIELDS
+        assert 0 <= row["cached_input_tokens"] < row["input_tokens"]
         assert row["model"] == "gpt-4o-mini"
         assert row["attempts"] == 1
         assert row["input_tokens"] > 0
@@ -515,7 +516,7 @@ def test_usage_by_user_job_type_and_model(dev_env: DevStack) -> None:
 
     assert human.exit_code == 0, human.output
     assert "usage over the last 1h" in human.stdout
-    for text in (user, "classify", "summarize", "gpt-4o-mini", "total"):
+    for text in (user, "classify", "summarize", "gpt-4o-mini", "total", "cached", "reasoning", "cache saved"):
         assert text in human.stdout
 
 

@@ -212,6 +212,6 @@ def lambda_environment(stack: StackResources, monkeypatch: pytest.MonkeyPatch) -
     """The environment a function reads its settings from: the stack's table, queues and bucket."""
     for name, value in stack.environment().items():
         monkeypatch.setenv(name, value)
-    for name in ("AIJOBS_JOB_MODULES", "AIJOBS_MODEL_PRICES", "LAMBDA_TASK_ROOT"):
+    for name in ("AIJOBS_JOB_MODULES", "AIJOBS_PRICES", "LAMBDA_TASK_ROOT"):
         monkeypatch.delenv(name, raising=False)
     return load_settings()

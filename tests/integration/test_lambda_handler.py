@@ -46,7 +46,7 @@ def handler(stack: StackResources, model_server: LocalProvider, monkeypatch: pyt
     monkeypatch.setenv("AI_BASE_URL", model_server.url)
     monkeypatch.setenv("AI_API_KEY", API_KEY)
     monkeypatch.setenv("AI_MODEL_PRIMARY", MODEL)
-    for name in ("AI_API_KEY_SECRET_ARN", "AI_MODEL_FALLBACK", "AIJOBS_JOB_MODULES", "AIJOBS_MODEL_PRICES"):
+    for name in ("AI_API_KEY_SECRET_ARN", "AI_MODEL_FALLBACK", "AIJOBS_JOB_MODULES", "AIJOBS_PRICES"):
         monkeypatch.delenv(name, raising=False)
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(name, raising=False)

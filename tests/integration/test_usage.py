@@ -15,7 +15,7 @@ NOW = 1_796_205_600_000  # 2026-12-02T10:00:00Z
 
 
 def record(
-    job_id: str, user: str, job_type: str, model: str, finished_at: int, tokens: int, cost: str
+    job_id: str, user: str, job_type: str, model: str, finished_at: int, tokens: int, cost: str, cached: int = 0
 ) -> AttemptRecord:
     return AttemptRecord(
         job_id=job_id,
@@ -29,6 +29,9 @@ def record(
         input_tokens=tokens,
         output_tokens=tokens // 10,
         cost_usd=Decimal(cost),
+        cached_input_tokens=cached,
+        reasoning_tokens=tokens // 20,
+        cache_savings_usd=Decimal(cached) / 10**6,
     )
 
 
@@ -46,8 +49,8 @@ def test_usage_is_summed_by_user_job_type_and_model_within_the_range(
         dynamodb,
         store.table_name,
         [
-            record("j1", "alice", "classify", "gpt-4o-mini", NOW, 100, "0.001"),
-            record("j2", "alice", "classify", "gpt-4o-mini", NOW - DAY_MS, 300, "0.003"),
+            record("j1", "alice", "classify", "gpt-4o-mini", NOW, 100, "0.001", cached=60),
+            record("j2", "alice", "classify", "gpt-4o-mini", NOW - DAY_MS, 300, "0.003", cached=200),
             record("j3", "alice", "summarize", "gpt-4o", NOW, 1000, "0.02"),
             record("j4", "bob", "classify", "gpt-4o-mini", NOW, 50, "0.0005"),
             record("j5", "bob", "classify", "gpt-4o-mini", NOW - 10 * DAY_MS, 999, "0.5"),
@@ -61,15 +64,26 @@ def test_usage_is_summed_by_user_job_type_and_model_within_the_range(
 
     # Then each (user, job type, model) is summed, costliest first, with Queries only
     assert rows == [
-        UsageRow("alice", "summarize", "gpt-4o", 1, 1000, 100, Decimal("0.02")),
-        UsageRow("alice", "classify", "gpt-4o-mini", 2, 400, 40, Decimal("0.004")),
-        UsageRow("bob", "classify", "gpt-4o-mini", 1, 50, 5, Decimal("0.0005")),
+        UsageRow("alice", "summarize", "gpt-4o", 1, 1000, 100, Decimal("0.02"), reasoning_tokens=50),
+        UsageRow(
+            "alice",
+            "classify",
+            "gpt-4o-mini",
+            2,
+            400,
+            40,
+            Decimal("0.004"),
+            cached_input_tokens=260,
+            reasoning_tokens=20,
+            cache_savings_usd=Decimal("0.00026"),
+        ),
+        UsageRow("bob", "classify", "gpt-4o-mini", 1, 50, 5, Decimal("0.0005"), reasoning_tokens=2),
     ]
     assert set(dynamodb_requests.operations) == {"Query"}
 
     # And one user's usage comes from the same index, filtered: Queries only
     dynamodb_requests.reset()
     assert ledger.summarize(NOW - 20 * DAY_MS, NOW, user_id="bob") == [
-        UsageRow("bob", "classify", "gpt-4o-mini", 2, 1049, 104, Decimal("0.5005")),
+        UsageRow("bob", "classify", "gpt-4o-mini", 2, 1049, 104, Decimal("0.5005"), reasoning_tokens=51),
     ]
     assert set(dynamodb_requests.operations) == {"Query"}

@@ -18,3 +18,30 @@ VIEW_FIELDS = [
     "cancel_requested",
     "usage",
 ]
+
+# The view's usage fields: the four of the spec's example, then the token kinds that are parts of
+# input_tokens and output_tokens.
+USAGE_FIELDS = [
+    "input_tokens",
+    "output_tokens",
+    "cost_usd",
+    "attempts",
+    "cached_input_tokens",
+    "cache_write_input_tokens",
+    "reasoning_tokens",
+]
+
+# A row of `aijobs usage --json`.
+USAGE_ROW_FIELDS = [
+    "user_id",
+    "job_type",
+    "model",
+    "attempts",
+    "input_tokens",
+    "cached_input_tokens",
+    "cache_write_input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cost_usd",
+    "cache_savings_usd",
+]

@@ -54,10 +54,15 @@ class FakeProvider:
 
 
 def openai_completion(
-    content: str, prompt_tokens: int = 100, completion_tokens: int = 20, model: str = "gpt-4o-mini"
+    content: str,
+    prompt_tokens: int = 100,
+    completion_tokens: int = 20,
+    model: str = "gpt-4o-mini",
+    cached_tokens: int = 0,
+    reasoning_tokens: int = 0,
 ) -> dict[str, Any]:
     """A Chat Completions response body, as the local provider serves it."""
-    return completion_body(content, model, prompt_tokens, completion_tokens, number=0)
+    return completion_body(content, model, prompt_tokens, completion_tokens, 0, cached_tokens, reasoning_tokens)
 
 
 # The classify output model's JSON schema, as pydantic generates it.

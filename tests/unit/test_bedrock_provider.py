@@ -218,6 +218,20 @@ def test_a_tool_call_is_the_answer_as_json_with_usage_and_stop_reason(
     assert completion.latency_ms >= 0
 
 
+def test_cache_reads_and_writes_are_added_to_the_input_tokens_they_are_apart_from(
+    stubber: Stubber, provider: BedrockConverseProvider
+) -> None:
+    response = converse_response(tool_use({"label": "ham", "confidence": 0.1}), input_tokens=100, output_tokens=20)
+    response["usage"] |= {"cacheReadInputTokens": 1_024, "cacheWriteInputTokens": 2_048}
+    stubber.add_response("converse", response)
+
+    completion = provider.complete(completion_request())
+
+    assert completion.input_tokens == 3_172
+    assert (completion.cached_input_tokens, completion.cache_write_input_tokens) == (1_024, 2_048)
+    assert (completion.output_tokens, completion.reasoning_tokens) == (20, 0)
+
+
 def test_the_first_tool_call_is_the_answer(stubber: Stubber, provider: BedrockConverseProvider) -> None:
     stubber.add_response(
         "converse",

@@ -7,8 +7,9 @@ from decimal import Decimal
 
 import pytest
 
-from engine.config import load_settings
+from engine.config import PriceSetting, load_settings
 from engine.core.errors import ConfigurationError
+from engine.gateway import ModelPrice, price_table
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +42,7 @@ def test_the_defaults_need_only_the_table_the_queue_and_the_bucket() -> None:
     assert settings.ai_api_key is None
     assert settings.ai_model_primary == "gpt-4o-mini"
     assert settings.ai_model_fallback is None
-    assert settings.aijobs_model_prices == {}
+    assert settings.aijobs_prices == {}
     assert settings.aijobs_job_modules == ()
     assert settings.aijobs_retention_days == 90
     assert settings.ai_structured_output == "json_schema"
@@ -157,25 +158,48 @@ def test_the_api_key_is_kept_secret(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "sk-very-secret" not in repr(settings)
 
 
-def test_model_prices_are_read_from_json_as_decimals(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AIJOBS_MODEL_PRICES", '{"my-model": [0.15, "0.6"], "other": [1, 2]}')
+def test_prices_are_read_from_json_as_decimals_with_cache_prices_defaulting_to_input(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(
+        "AIJOBS_PRICES",
+        '{"my-model": {"input": 0.15, "output": "0.6", "cached_input": 0.075}, "other": {"input": 1, "output": 2}}',
+    )
 
-    prices = load_settings().aijobs_model_prices
+    prices = load_settings().aijobs_prices
 
-    assert prices == {"my-model": (Decimal("0.15"), Decimal("0.6")), "other": (Decimal(1), Decimal(2))}
-
-
-@pytest.mark.parametrize("value", ['{"my-model": [1]}', '{"my-model": ["a", "b"]}', '["my-model"]'])
-def test_model_prices_of_the_wrong_shape_name_the_variable(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
-    monkeypatch.setenv("AIJOBS_MODEL_PRICES", value)
-
-    assert configuration_error().startswith("AIJOBS_MODEL_PRICES: ")
+    assert prices["my-model"] == PriceSetting(
+        input=Decimal("0.15"), output=Decimal("0.6"), cached_input=Decimal("0.075"), cache_write=None
+    )
+    assert price_table(load_settings()).price("other") == ModelPrice(
+        input=Decimal(1), output=Decimal(2), cached_input=Decimal(1), cache_write=Decimal(1)
+    )
 
 
-def test_model_prices_that_are_not_json_name_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AIJOBS_MODEL_PRICES", "gpt-4o=1,2")
+@pytest.mark.parametrize(
+    "value",
+    [
+        '{"my-model": [1, 2]}',
+        '{"my-model": {"input": 1}}',
+        '{"my-model": {"input": "a", "output": 1}}',
+        '{"my-model": {"input": -1, "output": 1}}',
+        '{"my-model": {"input": "NaN", "output": 1}}',
+        '{"my-model": {"input": 1e300, "output": 1}}',
+        '{"my-model": {"input": 1, "output": 1, "cache_read": 1}}',
+        '{"": {"input": 1, "output": 1}}',
+        '["my-model"]',
+    ],
+)
+def test_prices_of_the_wrong_shape_name_the_variable(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("AIJOBS_PRICES", value)
 
-    assert configuration_error().startswith("AIJOBS_MODEL_PRICES")
+    assert configuration_error().startswith("AIJOBS_PRICES: ")
+
+
+def test_prices_that_are_not_json_name_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIJOBS_PRICES", "gpt-4o=1,2")
+
+    assert configuration_error().startswith("AIJOBS_PRICES")
 
 
 @pytest.mark.parametrize(

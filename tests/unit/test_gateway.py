@@ -1,4 +1,4 @@
-"""ModelGateway.execute with a scripted provider; ModelTiers; PriceTable."""
+"""ModelGateway.execute with a scripted provider; ModelTiers."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from engine.gateway import (
 )
 from engine.gateway.gateway import MIN_CALL_SECONDS, TimeLeft, strip_code_fence
 from engine.gateway.openai import OpenAICompatibleProvider, static_api_key
-from engine.gateway.pricing import DEFAULT_PRICES, ModelPrice
+from engine.gateway.pricing import ModelPrice
 from tests.support.providers import VALID_OUTPUTS, FakeProvider, Script, openai_completion
 
 # gpt-4o-mini at 0.15 / 0.60 USD per million tokens: 100 in + 20 out.
@@ -271,11 +271,47 @@ def test_an_unpriced_model_costs_zero_but_keeps_its_tokens() -> None:
 
 
 def test_custom_prices_are_used_for_the_cost() -> None:
-    prices = PriceTable({"gpt-4o-mini": ModelPrice(Decimal(1), Decimal(2))})
+    prices = PriceTable({"gpt-4o-mini": ModelPrice.of(1, 2)})
 
     execution = run(FakeProvider(), prices=prices)
 
     assert execution.cost_usd == Decimal("0.00014")  # (100 * 1 + 20 * 2) / 1e6
+
+
+def test_every_call_adds_its_cached_cache_write_and_reasoning_tokens_and_what_caching_saved() -> None:
+    # Given a first answer the job type refuses (re-asked), then a valid one, each with cache hits
+    def completion(content: str, cached: int, written: int, reasoning: int) -> Completion:
+        return Completion(
+            content,
+            "gpt-4o-mini",
+            input_tokens=1_000,
+            output_tokens=100,
+            latency_ms=5,
+            cached_input_tokens=cached,
+            cache_write_input_tokens=written,
+            reasoning_tokens=reasoning,
+        )
+
+    provider = FakeProvider(
+        scripted(
+            completion(json.dumps(WRONG_LABEL), cached=0, written=800, reasoning=60),
+            completion(CLASSIFY_VALID, cached=800, written=0, reasoning=40),
+        )
+    )
+
+    execution = run(provider)
+
+    # Then the attempt carries both calls' tokens of every kind, and the cost of each kind
+    assert execution.calls == 2
+    assert (execution.input_tokens, execution.cached_input_tokens, execution.cache_write_input_tokens) == (
+        2_000,
+        800,
+        800,
+    )
+    assert (execution.output_tokens, execution.reasoning_tokens) == (200, 100)
+    # 400 uncached + 800 cache-write input at 0.15, 800 cached at 0.075, 200 output at 0.60 (per million)
+    assert execution.cost_usd == Decimal("0.00036")
+    assert execution.cache_savings_usd == Decimal("0.00006")
 
 
 def test_a_fallback_tier_definition_calls_the_fallback_model() -> None:
@@ -744,58 +780,6 @@ def test_model_tiers_chain_the_models_to_try_for_a_tier(
     tiers: ModelTiers, tier: str, chain: list[tuple[str, str]]
 ) -> None:
     assert tiers.chain(tier) == chain
-
-
-# --- PriceTable -------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("model", "input_tokens", "output_tokens", "cost"),
-    [
-        ("gpt-4o-mini", 0, 0, Decimal("0")),
-        ("gpt-4o-mini", 1_000_000, 0, Decimal("0.15")),
-        ("gpt-4o-mini", 0, 1_000_000, Decimal("0.60")),
-        ("gpt-4o-mini", 812, 40, Decimal("0.0001458")),
-        ("gpt-4o", 1_000_000, 1_000_000, Decimal("12.50")),
-        ("amazon.nova-micro-v1:0", 1, 1, Decimal("0.000000175")),
-        ("deepseek-chat", 1234, 567, Decimal("0.00095688")),
-    ],
-)
-def test_cost_is_tokens_times_the_price_per_million(
-    model: str, input_tokens: int, output_tokens: int, cost: Decimal
-) -> None:
-    assert PriceTable().cost(model, input_tokens, output_tokens) == cost
-
-
-def test_cost_is_exact_to_the_nano_dollar() -> None:
-    cost = PriceTable().cost("gpt-4o-mini", 1, 0)
-
-    assert cost == Decimal("0.000000150")
-    assert cost.as_tuple().exponent == -9
-
-
-def test_an_unknown_model_costs_zero() -> None:
-    table = PriceTable()
-
-    assert table.cost("no-such-model", 1_000, 1_000) == Decimal(0)
-    assert table.cost("no-such-model", 5, 5) == Decimal(0)
-
-
-def test_overrides_replace_and_extend_the_default_prices() -> None:
-    table = PriceTable.with_overrides(
-        {"gpt-4o-mini": (Decimal("1"), Decimal("1")), "my-model": (Decimal("0.5"), Decimal("2"))}
-    )
-
-    assert table.cost("gpt-4o-mini", 1_000_000, 1_000_000) == Decimal("2")
-    assert table.cost("my-model", 2_000_000, 1_000_000) == Decimal("3")
-    assert table.cost("gpt-4o", 1_000_000, 0) == Decimal("2.50")
-
-
-def test_overrides_leave_the_defaults_untouched() -> None:
-    PriceTable.with_overrides({"gpt-4o-mini": (Decimal("9"), Decimal("9"))})
-
-    assert DEFAULT_PRICES["gpt-4o-mini"] == ModelPrice(Decimal("0.15"), Decimal("0.60"))
-    assert PriceTable().cost("gpt-4o-mini", 1_000_000, 0) == Decimal("0.15")
 
 
 def test_the_fake_provider_answers_json() -> None:

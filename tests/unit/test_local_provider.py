@@ -364,6 +364,36 @@ def test_usage_is_about_a_token_per_four_characters_and_the_log_bills_it(
     assert response.json()["model"] == "local-model"
 
 
+def test_a_system_message_answered_before_is_reported_as_cached_prompt_tokens(
+    server: LocalProvider, http: httpx.Client
+) -> None:
+    # Given two requests of the same job type (one system message), with other texts
+    first = chat_body("classify", INPUTS["classify"][0])
+    second = chat_body("classify", INPUTS["classify"][1])
+    assert first["messages"][0] == second["messages"][0]
+
+    usages = [post(http, server, body).json()["usage"] for body in (first, second)]
+
+    # Then the second reads the system message from the prompt cache: part of its prompt tokens
+    system_tokens = estimate_tokens(first["messages"][0]["content"])
+    assert [usage["prompt_tokens_details"]["cached_tokens"] for usage in usages] == [0, system_tokens]
+    assert usages[1]["prompt_tokens"] > system_tokens
+    assert server.billed_token_parts() == (system_tokens, 0)
+
+
+def test_without_the_prompt_cache_and_with_reasoning_every_answer_reports_them_so(http: httpx.Client) -> None:
+    with LocalProvider(latency_seconds=0, prompt_cache=False, reasoning_tokens=64) as server:
+        body = chat_body("classify", INPUTS["classify"][0])
+        responses = [post(http, server, body) for _ in range(2)]
+
+    for response in responses:
+        usage = response.json()["usage"]
+        assert usage["prompt_tokens_details"] == {"cached_tokens": 0}
+        assert usage["completion_tokens_details"] == {"reasoning_tokens": 64}
+        assert usage["completion_tokens"] == estimate_tokens(content_of(response)) + 64
+    assert server.billed_token_parts() == (0, 128)
+
+
 def test_latency_delays_every_answer() -> None:
     with LocalProvider(latency_seconds=0.2) as server, httpx.Client(trust_env=False) as http:
         started = time.perf_counter()

@@ -19,7 +19,7 @@ from engine.core import (
     can_transition,
 )
 from engine.models import JobMessage, JobView, iso_timestamp
-from tests.support.contract import VIEW_FIELDS
+from tests.support.contract import USAGE_FIELDS, VIEW_FIELDS
 
 CREATED = int(datetime(2026, 12, 2, 10, 0, 0, tzinfo=UTC).timestamp() * 1000)
 
@@ -41,7 +41,14 @@ def succeeded_job() -> Job:
         lease_owner=None,
         output={"label": "spam", "confidence": 0.93},
         output_hash="a" * 64,
-        usage=Usage(input_tokens=812, output_tokens=40, cost_usd=Decimal("0.00021"), attempts=1),
+        usage=Usage(
+            input_tokens=812,
+            output_tokens=40,
+            cost_usd=Decimal("0.00021"),
+            attempts=1,
+            cached_input_tokens=512,
+            reasoning_tokens=16,
+        ),
     )
 
 
@@ -52,7 +59,7 @@ def test_the_view_has_the_spec_fields_in_the_spec_order() -> None:
     dumped = json.loads(JobView.from_job(succeeded_job()).model_dump_json())
 
     assert list(dumped) == VIEW_FIELDS
-    assert list(dumped["usage"]) == ["input_tokens", "output_tokens", "cost_usd", "attempts"]
+    assert list(dumped["usage"]) == USAGE_FIELDS
 
 
 def test_the_view_of_a_succeeded_job_matches_the_spec_example() -> None:
@@ -73,7 +80,15 @@ def test_the_view_of_a_succeeded_job_matches_the_spec_example() -> None:
         "output_hash": "a" * 64,
         "error": None,
         "cancel_requested": False,
-        "usage": {"input_tokens": 812, "output_tokens": 40, "cost_usd": 0.00021, "attempts": 1},
+        "usage": {
+            "input_tokens": 812,
+            "output_tokens": 40,
+            "cost_usd": 0.00021,
+            "attempts": 1,
+            "cached_input_tokens": 512,
+            "cache_write_input_tokens": 0,
+            "reasoning_tokens": 16,
+        },
     }
 
 
@@ -106,7 +121,15 @@ def test_the_view_of_a_failed_job_carries_its_error() -> None:
     assert dumped["output"] is None
     assert dumped["started_at"] is None
     assert dumped["finished_at"] is None
-    assert dumped["usage"] == {"input_tokens": 0, "output_tokens": 0, "cost_usd": 0.0, "attempts": 0}
+    assert dumped["usage"] == {
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cost_usd": 0.0,
+        "attempts": 0,
+        "cached_input_tokens": 0,
+        "cache_write_input_tokens": 0,
+        "reasoning_tokens": 0,
+    }
 
 
 @pytest.mark.parametrize(

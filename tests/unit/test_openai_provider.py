@@ -273,6 +273,47 @@ def test_a_completion_carries_content_usage_and_finish_reason() -> None:
     assert completion.latency_ms >= 0
 
 
+def test_cached_and_reasoning_tokens_are_read_as_parts_of_input_and_output() -> None:
+    envelope = openai_completion(
+        "{}", prompt_tokens=2_000, completion_tokens=300, cached_tokens=1_536, reasoning_tokens=256
+    )
+
+    completion = provider_for(lambda _: httpx.Response(200, json=envelope)).complete(completion_request())
+
+    assert (completion.input_tokens, completion.cached_input_tokens, completion.cache_write_input_tokens) == (
+        2_000,
+        1_536,
+        0,
+    )
+    assert (completion.output_tokens, completion.reasoning_tokens) == (300, 256)
+
+
+def test_a_provider_without_token_details_reports_no_cached_or_reasoning_tokens() -> None:
+    envelope = openai_completion("{}")
+    envelope["usage"] = {"prompt_tokens": 10, "completion_tokens": 2, "prompt_tokens_details": None}
+
+    completion = provider_for(lambda _: httpx.Response(200, json=envelope)).complete(completion_request())
+
+    assert (completion.cached_input_tokens, completion.reasoning_tokens) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {"prompt_tokens": 10, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 11}},
+        {"prompt_tokens": 10, "completion_tokens": 2, "completion_tokens_details": {"reasoning_tokens": 3}},
+        {"prompt_tokens": 10, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": -1}},
+        {"prompt_tokens": 10, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": "5"}},
+        {"prompt_tokens": 10, "completion_tokens": 2, "prompt_tokens_details": [5]},
+    ],
+)
+def test_token_details_that_cannot_be_parts_of_the_counts_are_a_malformed_envelope(usage: dict[str, Any]) -> None:
+    envelope = openai_completion("{}")
+    envelope["usage"] = usage
+
+    assert isinstance(failure_of(lambda _: httpx.Response(200, json=envelope)), ProviderUnavailableError)
+
+
 def test_a_completion_without_usage_counts_zero_tokens() -> None:
     envelope = openai_completion("{}")
     del envelope["usage"]

@@ -7,6 +7,7 @@ test_takeover, test_hostile_messages), without moto: a scripted provider, a cloc
 from __future__ import annotations
 
 import json
+import logging
 import random
 from collections.abc import Callable
 from decimal import Decimal
@@ -39,10 +40,17 @@ from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobDefinition, JobRegistry, Prompt
 from engine.definitions.base import MAX_OUTPUT_BYTES
 from engine.definitions.summarize import SummarizeInput
-from engine.gateway import CompletionRequest, ModelGateway, ModelTiers
+from engine.gateway import Completion, CompletionRequest, ModelGateway, ModelTiers
 from engine.intake import sha256_hex
 from engine.retry import backoff_seconds
-from engine.runner import FINISH_MARGIN_MS, GIVE_UP_RECEIVES, RETRY_SOON_SECONDS, JobRunner, output_hash
+from engine.runner import (
+    FINISH_MARGIN_MS,
+    GENAI_USAGE_ATTRIBUTES,
+    GIVE_UP_RECEIVES,
+    RETRY_SOON_SECONDS,
+    JobRunner,
+    output_hash,
+)
 from tests.support.events import job_message, new_job_for
 from tests.support.providers import VALID_OUTPUTS, FakeProvider, valid_answer
 
@@ -153,6 +161,48 @@ def test_a_job_the_model_answers_succeeds_with_its_output_and_usage(
     assert (attempt.tier, attempt.model, attempt.calls) == ("primary", "gpt-4o-mini", 1)
     # And the input the message carried is not stored (a succeeded job is never retried)
     assert (job.input_stored, store.get_input("ok-1")) == (False, None)
+
+
+def test_the_attempt_records_cached_and_reasoning_tokens_and_the_job_sums_them(
+    runner: JobRunner, provider: FakeProvider, store: InMemoryJobStore
+) -> None:
+    # Given a provider that served 60 of the 100 prompt tokens from its cache and reasoned for 8
+    def cached_answer(request: CompletionRequest) -> Completion:
+        content = json.dumps(valid_answer(request))
+        return Completion(content, request.model, 100, 20, 5, cached_input_tokens=60, reasoning_tokens=8)
+
+    provider.script = cached_answer
+
+    # When a job runs
+    assert runner.process(delivery(job_message("classify", "cached-1"))) == Ack(Fate.SUCCEEDED)
+
+    # Then its attempt record and its usage both carry the kinds, priced at the cached rate
+    (attempt,) = store.attempts("cached-1")
+    assert (attempt.cached_input_tokens, attempt.cache_write_input_tokens, attempt.reasoning_tokens) == (60, 0, 8)
+    assert attempt.cost_usd == Decimal("0.0000225")  # 40 x 0.15 + 60 x 0.075 + 20 x 0.60, per million
+    assert attempt.cache_savings_usd == Decimal("0.0000045")
+    usage = job_of(store, "cached-1").usage
+    assert (usage.cached_input_tokens, usage.reasoning_tokens, usage.cost_usd) == (60, 8, attempt.cost_usd)
+
+
+def test_the_attempts_log_line_names_its_usage_as_opentelemetry_genai_attributes(
+    runner: JobRunner, provider: FakeProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    provider.script = lambda request: Completion(
+        json.dumps(valid_answer(request)), request.model, 100, 20, 5, cached_input_tokens=60, reasoning_tokens=8
+    )
+    caplog.set_level(logging.INFO, logger="aijobs")
+
+    runner.process(delivery(job_message("classify", "logged-1")))
+
+    (line,) = [record for record in caplog.records if record.getMessage() == "job attempt finished"]
+    assert {name: getattr(line, name) for name in GENAI_USAGE_ATTRIBUTES} == {
+        "gen_ai.usage.input_tokens": 100,
+        "gen_ai.usage.output_tokens": 20,
+        "gen_ai.usage.cache_read.input_tokens": 60,
+        "gen_ai.usage.cache_creation.input_tokens": 0,
+        "gen_ai.usage.reasoning.output_tokens": 8,
+    }
 
 
 # --- refused claims -----------------------------------------------------------------------------

@@ -63,10 +63,31 @@ class JobErrorInfo:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
+    """A job's usage, summed over its attempt records.
+
+    Token kinds follow the OpenTelemetry GenAI conventions: `input_tokens` includes the cached and
+    cache-write input tokens, `output_tokens` includes the reasoning tokens.
+    """
+
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: Decimal = Decimal(0)
     attempts: int = 0
+    cached_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    def plus(self, attempt: AttemptRecord) -> Usage:
+        """This usage with one more attempt record's."""
+        return Usage(
+            input_tokens=self.input_tokens + attempt.input_tokens,
+            output_tokens=self.output_tokens + attempt.output_tokens,
+            cost_usd=self.cost_usd + attempt.cost_usd,
+            attempts=self.attempts + 1,
+            cached_input_tokens=self.cached_input_tokens + attempt.cached_input_tokens,
+            cache_write_input_tokens=self.cache_write_input_tokens + attempt.cache_write_input_tokens,
+            reasoning_tokens=self.reasoning_tokens + attempt.reasoning_tokens,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +162,11 @@ class AttemptRecord:
     output_tokens: int = 0
     cost_usd: Decimal = Decimal(0)
     latency_ms: int = 0
+    # Parts of input_tokens and output_tokens (as in Usage), and what prompt caching saved.
+    cached_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+    reasoning_tokens: int = 0
+    cache_savings_usd: Decimal = Decimal(0)
 
 
 @dataclass(frozen=True, slots=True)

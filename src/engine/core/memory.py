@@ -14,7 +14,6 @@ import json
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
-from decimal import Decimal
 from typing import Any
 
 from engine.core.errors import (
@@ -34,7 +33,6 @@ from engine.core.job import (
     JobErrorInfo,
     JobStatus,
     NewJob,
-    Usage,
     can_transition,
     claimable,
     explain_claim_refusal,
@@ -326,16 +324,7 @@ class InMemoryJobStore:
             prompt_key=_name(attempt.prompt_key),
             prompt_version=_name(attempt.prompt_version),
         )
-        usage = job.usage
-        added = replace(
-            job,
-            usage=Usage(
-                input_tokens=usage.input_tokens + attempt.input_tokens,
-                output_tokens=usage.output_tokens + attempt.output_tokens,
-                cost_usd=usage.cost_usd + Decimal(attempt.cost_usd),
-                attempts=usage.attempts + 1,
-            ),
-        )
+        added = replace(job, usage=job.usage.plus(attempt))
         self._jobs[job.job_id] = added
         return added
 

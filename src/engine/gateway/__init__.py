@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from engine.config import Settings
 from engine.gateway.gateway import Execution, ModelGateway, ModelTiers
-from engine.gateway.pricing import PriceTable
+from engine.gateway.pricing import ModelPrice, PriceTable
 from engine.gateway.provider import ChatTurn, Completion, CompletionRequest, ModelProvider
 
 if TYPE_CHECKING:
@@ -23,11 +23,13 @@ __all__ = [
     "CompletionRequest",
     "Execution",
     "ModelGateway",
+    "ModelPrice",
     "ModelProvider",
     "ModelTiers",
     "PriceTable",
     "api_key_source",
     "build_gateway",
+    "price_table",
 ]
 
 # Secrets Manager is read at most this often per warm worker.
@@ -54,6 +56,15 @@ def api_key_source(settings: Settings) -> ApiKeySource:
     return static_api_key(settings.ai_api_key.get_secret_value() if settings.ai_api_key else None)
 
 
+def price_table(settings: Settings) -> PriceTable:
+    """The built-in prices with AIJOBS_PRICES over them."""
+    overrides = {
+        model: ModelPrice.of(price.input, price.output, price.cached_input, price.cache_write)
+        for model, price in settings.aijobs_prices.items()
+    }
+    return PriceTable.with_overrides(overrides)
+
+
 def build_gateway(settings: Settings) -> ModelGateway:
     provider: ModelProvider
     if settings.ai_provider == "bedrock":
@@ -70,6 +81,6 @@ def build_gateway(settings: Settings) -> ModelGateway:
     return ModelGateway(
         provider,
         ModelTiers(primary=settings.ai_model_primary, fallback=settings.ai_model_fallback),
-        PriceTable.with_overrides(settings.aijobs_model_prices),
+        price_table(settings),
         repair_attempts=settings.aijobs_repair_attempts,
     )

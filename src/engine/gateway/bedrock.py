@@ -172,7 +172,11 @@ class BedrockConverseProvider:
         try:
             blocks = response["output"]["message"]["content"]
             usage = response.get("usage") or {}
-            input_tokens = token_count(usage.get("inputTokens"))
+            # Converse counts cache reads and writes apart from inputTokens; the engine's input
+            # tokens include them. It reports no reasoning tokens apart from outputTokens.
+            cached = token_count(usage.get("cacheReadInputTokens"))
+            written = token_count(usage.get("cacheWriteInputTokens"))
+            input_tokens = token_count(token_count(usage.get("inputTokens")) + cached + written)
             output_tokens = token_count(usage.get("outputTokens"))
             content = _answer(blocks)
             finish_reason = str(response.get("stopReason") or "")
@@ -186,6 +190,8 @@ class BedrockConverseProvider:
             output_tokens=output_tokens,
             latency_ms=latency_ms,
             finish_reason=finish_reason,
+            cached_input_tokens=cached,
+            cache_write_input_tokens=written,
         )
 
 

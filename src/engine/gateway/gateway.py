@@ -25,8 +25,8 @@ from engine.core.errors import (
     SchemaValidationError,
 )
 from engine.definitions import JobDefinition, RenderedPrompt
-from engine.gateway.pricing import PriceTable
-from engine.gateway.provider import ChatTurn, CompletionRequest, ModelProvider
+from engine.gateway.pricing import Cost, PriceTable
+from engine.gateway.provider import ChatTurn, Completion, CompletionRequest, ModelProvider
 from engine.observability import log_unexpected, logger
 from engine.text import valid_text
 
@@ -69,18 +69,36 @@ class Execution:
     cost_usd: Decimal = Decimal(0)
     latency_ms: int = 0
     calls: int = 0
+    cached_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+    reasoning_tokens: int = 0
+    cache_savings_usd: Decimal = Decimal(0)
 
 
 @dataclass
 class _Tally:
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+    reasoning_tokens: int = 0
     cost_usd: Decimal = Decimal(0)
+    cache_savings_usd: Decimal = Decimal(0)
     latency_ms: int = 0
     calls: int = 0
     tier: str = "primary"
     model: str = ""
     conversation: list[ChatTurn] = field(default_factory=list)
+
+    def add(self, completion: Completion, cost: Cost) -> None:
+        self.input_tokens += completion.input_tokens
+        self.output_tokens += completion.output_tokens
+        self.cached_input_tokens += completion.cached_input_tokens
+        self.cache_write_input_tokens += completion.cache_write_input_tokens
+        self.reasoning_tokens += completion.reasoning_tokens
+        self.cost_usd += cost.usd
+        self.cache_savings_usd += cost.cache_savings_usd
+        self.latency_ms += completion.latency_ms
 
 
 def strip_code_fence(content: str) -> str:
@@ -158,10 +176,7 @@ class ModelGateway:
                 # A fault of the adapter, not the provider's answer: end the attempt, keep what it cost.
                 log_unexpected("the provider adapter failed unexpectedly", exc, job_type=definition.name)
                 return None, InternalError(f"internal error in the provider adapter: {type(exc).__name__}")
-            tally.input_tokens += completion.input_tokens
-            tally.output_tokens += completion.output_tokens
-            tally.cost_usd += self._prices.cost(tally.model, completion.input_tokens, completion.output_tokens)
-            tally.latency_ms += completion.latency_ms
+            tally.add(completion, self._prices.cost(tally.model, completion))
             try:
                 if not completion.content:
                     reason = completion.finish_reason or "unknown"
@@ -202,4 +217,8 @@ class ModelGateway:
             cost_usd=tally.cost_usd,
             latency_ms=tally.latency_ms,
             calls=tally.calls,
+            cached_input_tokens=tally.cached_input_tokens,
+            cache_write_input_tokens=tally.cache_write_input_tokens,
+            reasoning_tokens=tally.reasoning_tokens,
+            cache_savings_usd=tally.cache_savings_usd,
         )

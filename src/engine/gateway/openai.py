@@ -12,7 +12,7 @@ from typing import Any, Literal, Protocol
 import httpx
 
 from engine.core.errors import OutputTooLargeError, ProviderTimeoutError, ProviderUnavailableError
-from engine.gateway.provider import Completion, CompletionRequest, error_for_status, token_count
+from engine.gateway.provider import Completion, CompletionRequest, error_for_status, part_count, token_count
 from engine.gateway.schema import strict_json_schema
 
 StructuredOutput = Literal["json_schema", "json_object"]
@@ -132,6 +132,11 @@ class OpenAICompatibleProvider:
             usage = envelope.get("usage") or {}
             input_tokens = token_count(usage.get("prompt_tokens"))
             output_tokens = token_count(usage.get("completion_tokens"))
+            # prompt_tokens counts the cached ones, completion_tokens the reasoning ones.
+            cached = part_count((usage.get("prompt_tokens_details") or {}).get("cached_tokens"), input_tokens)
+            reasoning = part_count(
+                (usage.get("completion_tokens_details") or {}).get("reasoning_tokens"), output_tokens
+            )
             content = message.get("content")
             finish_reason = str(choice.get("finish_reason") or ("refusal" if message.get("refusal") else ""))
             model = str(envelope.get("model") or request.model)
@@ -145,6 +150,8 @@ class OpenAICompatibleProvider:
             output_tokens=output_tokens,
             latency_ms=latency_ms,
             finish_reason=finish_reason,
+            cached_input_tokens=cached,
+            reasoning_tokens=reasoning,
         )
 
 

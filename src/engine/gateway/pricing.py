@@ -1,39 +1,91 @@
-"""Cost of a model call: tokens times a per-model price, in US dollars per million tokens."""
+"""What a model call costs: its tokens of each kind times the model's prices, in US dollars.
+
+Prices are per million tokens, for uncached input, cached input (a prompt-cache read), cache-write
+input, and output. Token kinds follow the OpenTelemetry GenAI conventions the adapters report in:
+input tokens include the cached and cache-write ones, output tokens include the reasoning ones
+(billed as output). The built-in table is list prices as of PRICES_AS_OF; AIJOBS_PRICES overrides
+or extends it (docs/configuration.md).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
+from typing import Protocol
 
 from engine.observability import logger
 
 _MILLION = Decimal(1_000_000)
+_NANO_USD = Decimal("0.000000001")
+
+# The date the built-in prices were taken from the providers' price lists.
+PRICES_AS_OF = "2025-06-01"
 
 
 @dataclass(frozen=True, slots=True)
 class ModelPrice:
-    input_per_million: Decimal
-    output_per_million: Decimal
+    """US dollars per million tokens of each kind."""
+
+    input: Decimal
+    output: Decimal
+    cached_input: Decimal
+    cache_write: Decimal
+
+    @classmethod
+    def of(
+        cls,
+        input: str | int | Decimal,
+        output: str | int | Decimal,
+        cached_input: str | int | Decimal | None = None,
+        cache_write: str | int | Decimal | None = None,
+    ) -> ModelPrice:
+        """A price; cached and cache-write input cost as much as input unless given."""
+        full = Decimal(input)
+        return cls(
+            input=full,
+            output=Decimal(output),
+            cached_input=full if cached_input is None else Decimal(cached_input),
+            cache_write=full if cache_write is None else Decimal(cache_write),
+        )
 
 
-def _price(input_per_million: str, output_per_million: str) -> ModelPrice:
-    return ModelPrice(Decimal(input_per_million), Decimal(output_per_million))
+class TokenCounts(Protocol):
+    """The tokens of a call (engine.gateway.Completion has them)."""
+
+    @property
+    def input_tokens(self) -> int: ...
+    @property
+    def output_tokens(self) -> int: ...
+    @property
+    def cached_input_tokens(self) -> int: ...
+    @property
+    def cache_write_input_tokens(self) -> int: ...
 
 
-# List prices per million tokens (input, output); override or extend with AIJOBS_MODEL_PRICES.
+@dataclass(frozen=True, slots=True)
+class Cost:
+    usd: Decimal
+    # What the cached and cache-write tokens cost less than uncached input would have (negative
+    # when cache writes are dearer, as on Anthropic models).
+    cache_savings_usd: Decimal
+
+
+# OpenAI bills cache writes as input; Anthropic models on Bedrock bill them at 1.25 x input.
 DEFAULT_PRICES: Mapping[str, ModelPrice] = {
-    "gpt-4o-mini": _price("0.15", "0.60"),
-    "gpt-4o": _price("2.50", "10.00"),
-    "gpt-4.1": _price("2.00", "8.00"),
-    "gpt-4.1-mini": _price("0.40", "1.60"),
-    "gpt-4.1-nano": _price("0.10", "0.40"),
-    "deepseek-chat": _price("0.27", "1.10"),
-    "anthropic.claude-3-5-haiku-20241022-v1:0": _price("0.80", "4.00"),
-    "anthropic.claude-3-5-sonnet-20241022-v2:0": _price("3.00", "15.00"),
-    "amazon.nova-micro-v1:0": _price("0.035", "0.14"),
-    "amazon.nova-lite-v1:0": _price("0.06", "0.24"),
-    "amazon.nova-pro-v1:0": _price("0.80", "3.20"),
+    "gpt-4o-mini": ModelPrice.of("0.15", "0.60", cached_input="0.075"),
+    "gpt-4o": ModelPrice.of("2.50", "10.00", cached_input="1.25"),
+    "gpt-4.1": ModelPrice.of("2.00", "8.00", cached_input="0.50"),
+    "gpt-4.1-mini": ModelPrice.of("0.40", "1.60", cached_input="0.10"),
+    "gpt-4.1-nano": ModelPrice.of("0.10", "0.40", cached_input="0.025"),
+    "deepseek-chat": ModelPrice.of("0.27", "1.10", cached_input="0.07"),
+    "anthropic.claude-3-5-haiku-20241022-v1:0": ModelPrice.of("0.80", "4.00", cached_input="0.08", cache_write="1.00"),
+    "anthropic.claude-3-5-sonnet-20241022-v2:0": ModelPrice.of(
+        "3.00", "15.00", cached_input="0.30", cache_write="3.75"
+    ),
+    "amazon.nova-micro-v1:0": ModelPrice.of("0.035", "0.14", cached_input="0.00875"),
+    "amazon.nova-lite-v1:0": ModelPrice.of("0.06", "0.24", cached_input="0.015"),
+    "amazon.nova-pro-v1:0": ModelPrice.of("0.80", "3.20", cached_input="0.20"),
 }
 
 
@@ -43,17 +95,37 @@ class PriceTable:
         self._unpriced_seen: set[str] = set()
 
     @classmethod
-    def with_overrides(cls, overrides: Mapping[str, tuple[Decimal, Decimal]]) -> PriceTable:
-        prices = dict(DEFAULT_PRICES)
-        prices.update({model: ModelPrice(*pair) for model, pair in overrides.items()})
-        return cls(prices)
+    def with_overrides(cls, overrides: Mapping[str, ModelPrice]) -> PriceTable:
+        return cls({**DEFAULT_PRICES, **overrides})
 
-    def cost(self, model: str, input_tokens: int, output_tokens: int) -> Decimal:
+    def price(self, model: str) -> ModelPrice | None:
         price = self._prices.get(model)
+        if price is None and model not in self._unpriced_seen:
+            self._unpriced_seen.add(model)
+            logger.warning("no price for model; its cost is recorded as 0", extra={"model": model})
+        return price
+
+    def cost(self, model: str, tokens: TokenCounts) -> Cost:
+        """What the provider bills for a call of `model` with `tokens`."""
+        price = self.price(model)
         if price is None:
-            if model not in self._unpriced_seen:
-                self._unpriced_seen.add(model)
-                logger.warning("no price for model; its cost is recorded as 0", extra={"model": model})
+            return Cost(Decimal(0), Decimal(0))
+        cached, written = tokens.cached_input_tokens, tokens.cache_write_input_tokens
+        uncached = max(tokens.input_tokens - cached - written, 0)
+        usd = (
+            uncached * price.input
+            + cached * price.cached_input
+            + written * price.cache_write
+            + tokens.output_tokens * price.output
+        ) / _MILLION
+        saved = (cached * (price.input - price.cached_input) + written * (price.input - price.cache_write)) / _MILLION
+        return Cost(usd.quantize(_NANO_USD), saved.quantize(_NANO_USD))
+
+    def most(self, model: str, input_tokens: int, output_tokens: int) -> Decimal:
+        """The most a call with up to these tokens can cost, whatever part of its input the cache serves."""
+        price = self.price(model)
+        if price is None:
             return Decimal(0)
-        cost = (input_tokens * price.input_per_million + output_tokens * price.output_per_million) / _MILLION
-        return cost.quantize(Decimal("0.000000001"))
+        input_price = max(price.input, price.cached_input, price.cache_write)
+        usd = (input_tokens * input_price + output_tokens * price.output) / _MILLION
+        return usd.quantize(_NANO_USD, rounding=ROUND_CEILING)

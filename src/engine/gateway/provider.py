@@ -37,6 +37,9 @@ class CompletionRequest:
 
 @dataclass(frozen=True, slots=True)
 class Completion:
+    """One answer. `input_tokens` include the cached and cache-write ones, `output_tokens` the
+    reasoning ones (the OpenTelemetry GenAI conventions); adapters convert their provider's counts."""
+
     content: str
     model: str
     input_tokens: int
@@ -44,6 +47,9 @@ class Completion:
     latency_ms: int
     # Why the model stopped ("stop", "length", ...); explains an empty or cut-off answer.
     finish_reason: str = ""
+    cached_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+    reasoning_tokens: int = 0
 
 
 class ModelProvider(Protocol):
@@ -65,6 +71,14 @@ def token_count(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKEN_COUNT:
         raise ValueError("a token count is not an integer between 0 and 100,000,000")
     return value
+
+
+def part_count(value: object, whole: int) -> int:
+    """A count of some of `whole`'s tokens (cached, reasoning); ValueError when it is not within [0, whole]."""
+    count = token_count(value)
+    if count > whole:
+        raise ValueError("a token count's part is larger than the count")
+    return count
 
 
 def error_for_status(

@@ -107,6 +107,9 @@ def job_from_item(item: Item) -> Job:
             output_tokens=int(data.get("output_tokens", 0)),
             cost_usd=Decimal(data.get("cost_usd", 0)),
             attempts=int(data.get("usage_attempts", 0)),
+            cached_input_tokens=int(data.get("cached_input_tokens", 0)),
+            cache_write_input_tokens=int(data.get("cache_write_input_tokens", 0)),
+            reasoning_tokens=int(data.get("reasoning_tokens", 0)),
         ),
     )
 
@@ -179,6 +182,10 @@ def attempt_item(record: AttemptRecord, expires_at: int) -> Item:
             "output_tokens": record.output_tokens,
             "cost_usd": record.cost_usd,
             "latency_ms": record.latency_ms,
+            "cached_input_tokens": record.cached_input_tokens or None,
+            "cache_write_input_tokens": record.cache_write_input_tokens or None,
+            "reasoning_tokens": record.reasoning_tokens or None,
+            "cache_savings_usd": record.cache_savings_usd or None,
             "expires_at": expires_at,
         }
     )
@@ -205,6 +212,10 @@ def attempt_from_item(item: Item) -> AttemptRecord:
         output_tokens=int(data.get("output_tokens", 0)),
         cost_usd=Decimal(data.get("cost_usd", 0)),
         latency_ms=int(data.get("latency_ms", 0)),
+        cached_input_tokens=int(data.get("cached_input_tokens", 0)),
+        cache_write_input_tokens=int(data.get("cache_write_input_tokens", 0)),
+        reasoning_tokens=int(data.get("reasoning_tokens", 0)),
+        cache_savings_usd=Decimal(data.get("cache_savings_usd", 0)),
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -22,13 +22,32 @@ MAX_RANGE_DAYS = 400
 
 @dataclass(frozen=True, slots=True)
 class UsageRow:
+    """Attempts of one (user, job type, model), summed; token kinds as in engine.core.Usage."""
+
     user_id: str | None
     job_type: str | None
     model: str | None
-    attempts: int
-    input_tokens: int
-    output_tokens: int
-    cost_usd: Decimal
+    attempts: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: Decimal = Decimal(0)
+    cached_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+    reasoning_tokens: int = 0
+    cache_savings_usd: Decimal = Decimal(0)
+
+    def plus(self, record: dict[str, Any]) -> UsageRow:
+        """This row with one more attempt record (an item of the UsageByDay index) added."""
+        return replace(
+            self,
+            attempts=self.attempts + 1,
+            **{name: getattr(self, name) + int(record.get(name, 0)) for name in _COUNTS},
+            **{name: getattr(self, name) + Decimal(record.get(name, 0)) for name in _AMOUNTS},
+        )
+
+
+_COUNTS = ("input_tokens", "output_tokens", "cached_input_tokens", "cache_write_input_tokens", "reasoning_tokens")
+_AMOUNTS = ("cost_usd", "cache_savings_usd")
 
 
 class UsageLedger:
@@ -40,15 +59,11 @@ class UsageLedger:
         """Attempts finished in [since, until], summed by (user, job type, model); costliest first."""
         if until_ms < since_ms:
             raise ValueError("the usage range ends before it starts")
-        totals: dict[tuple[str | None, str | None, str | None], list[Any]] = {}
+        totals: dict[tuple[str | None, str | None, str | None], UsageRow] = {}
         for record in self._records(since_ms, until_ms, user_id):
             key = (record.get("user_id"), record.get("job_type"), record.get("model"))
-            row = totals.setdefault(key, [0, 0, 0, Decimal(0)])
-            row[0] += 1
-            row[1] += int(record.get("input_tokens", 0))
-            row[2] += int(record.get("output_tokens", 0))
-            row[3] += Decimal(record.get("cost_usd", 0))
-        rows = [UsageRow(*key, *values) for key, values in totals.items()]
+            totals[key] = (totals.get(key) or UsageRow(*key)).plus(record)
+        rows = list(totals.values())
         return sorted(rows, key=lambda row: (-row.cost_usd, -row.input_tokens, str(row.user_id), str(row.job_type)))
 
     def _records(self, since_ms: int, until_ms: int, user_id: str | None) -> Iterator[dict[str, Any]]:
