@@ -98,7 +98,7 @@ class AiJobsClient:
         job, created = self._store.create_job(request.job_id, request.new_job, request.raw_input, self._now_ms())
         if job.status is JobStatus.QUEUED:
             # Also for an existing queued job: its first submission may have stopped before this.
-            self._queue.send({"job_id": job.job_id})
+            self._queue.send({"job_id": job.job_id}, group_id=job.user_id)
         return SubmitResult(job.job_id, created, job.status)
 
     def get(self, job_id: str) -> JobView:
@@ -114,7 +114,7 @@ class AiJobsClient:
     def retry(self, job_id: str) -> JobView:
         """Put a failed job back in the queue with a fresh attempt budget and deadline."""
         job = self._store.requeue_failed_job(job_id, self._now_ms())
-        self._queue.send({"job_id": job.job_id})
+        self._queue.send({"job_id": job.job_id}, group_id=job.user_id)
         return JobView.from_job(job)
 
     def list_jobs(self, user_id: str | None = None, status: JobStatus | None = None, limit: int = 50) -> list[JobView]:

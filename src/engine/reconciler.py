@@ -98,7 +98,7 @@ class Reconciler:
             return "deadline_exceeded" if self._store.settle_job(job, JobStatus.FAILED, info, now_ms) else None
         stale = now_ms - job.updated_at >= self._stale_ms
         if stale and job.input_stored and self._store.touch_job(job, now_ms):
-            self._queue.send({"job_id": job.job_id})
+            self._queue.send({"job_id": job.job_id}, group_id=job.user_id)
             return "requeued"
         return None
 

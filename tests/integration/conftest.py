@@ -135,8 +135,13 @@ def make_worker(
     return build
 
 
+# What a test's `enqueue` fixture is, and the batch response of a batch with nothing to retry.
+Enqueue = Callable[[Any], dict[str, Any]]
+ACKNOWLEDGED: dict[str, Any] = {"batchItemFailures": []}
+
+
 @pytest.fixture
-def enqueue(stack: StackResources, sqs: Any) -> Callable[[Any], dict[str, Any]]:
+def enqueue(stack: StackResources, sqs: Any) -> Enqueue:
     """Send a body to the jobs queue and receive it: an SQS record with a real receipt handle."""
 
     def send_and_receive(body: Any) -> dict[str, Any]:
@@ -195,16 +200,23 @@ def open_job_ids(table: TableReader) -> set[str]:
     return ids
 
 
+def queued_messages(sqs: Any, queue_url: str) -> list[tuple[Any, str | None]]:
+    """(body, MessageGroupId) of the messages visible on a queue now (received, so hidden after)."""
+    messages: list[tuple[Any, str | None]] = []
+    for _ in range(10):  # bounded: the tests send a handful
+        received = sqs.receive_message(
+            QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0, MessageSystemAttributeNames=["All"]
+        )
+        batch = received.get("Messages", [])
+        if not batch:
+            return messages
+        messages.extend((json.loads(m["Body"]), m.get("Attributes", {}).get("MessageGroupId")) for m in batch)
+    raise AssertionError("the queue held more messages than expected")
+
+
 def queued_bodies(sqs: Any, queue_url: str) -> list[Any]:
     """The bodies of the messages visible on a queue now (received, so they are hidden after)."""
-    bodies: list[Any] = []
-    for _ in range(10):  # bounded: the tests send a handful
-        received = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=0)
-        messages = received.get("Messages", [])
-        if not messages:
-            return bodies
-        bodies.extend(json.loads(message["Body"]) for message in messages)
-    raise AssertionError("the queue held more messages than expected")
+    return [body for body, _ in queued_messages(sqs, queue_url)]
 
 
 @pytest.fixture

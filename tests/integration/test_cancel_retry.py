@@ -18,6 +18,8 @@ from engine.store import DynamoJobStore, JobListing, UsageLedger
 from engine.worker import Worker
 from tests.conftest import RequestCounter
 from tests.integration.conftest import (
+    ACKNOWLEDGED,
+    Enqueue,
     RecordingQueue,
     TableReader,
     WorkerFactory,
@@ -28,8 +30,6 @@ from tests.integration.conftest import (
 from tests.support.events import InvocationContext, job_message, sqs_event, sqs_record
 from tests.support.providers import VALID_OUTPUTS, FakeProvider, valid_answer
 
-Enqueue = Callable[[Any], dict[str, Any]]
-ACKNOWLEDGED: dict[str, Any] = {"batchItemFailures": []}
 DAY_MS = 86_400_000
 
 

@@ -21,13 +21,11 @@ from engine.store import DynamoJobStore
 from engine.wiring import entry_point
 from engine.worker import Worker
 from tests.conftest import RequestCounter
-from tests.integration.conftest import TableReader, now_ms, open_job_ids, queued_bodies
+from tests.integration.conftest import ACKNOWLEDGED, Enqueue, TableReader, now_ms, open_job_ids, queued_bodies
 from tests.support.events import InvocationContext, job_message, sqs_event, sqs_record
 from tests.support.providers import FakeProvider
 
-Enqueue = Callable[[Any], dict[str, Any]]
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
-ACKNOWLEDGED: dict[str, Any] = {"batchItemFailures": []}
 # maxReceiveCount was reached: the jobs queue moved the message here after that many receives.
 RECEIVES = 11
 REASON = f"reached the dead-letter queue after {RECEIVES} receives"

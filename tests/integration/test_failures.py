@@ -19,11 +19,10 @@ from engine.runner import JobRunner
 from engine.store import DynamoJobStore
 from engine.worker import QUEUE_VISIBILITY_SECONDS, VISIBILITY_MARGIN_SECONDS, Worker
 from tests.conftest import RequestCounter
-from tests.integration.conftest import RecordingQueue, TableReader, WorkerFactory, now_ms
+from tests.integration.conftest import Enqueue, RecordingQueue, TableReader, WorkerFactory, now_ms
 from tests.support.events import InvocationContext, job_message, sqs_event, sqs_record
 from tests.support.providers import VALID_OUTPUTS, FakeProvider, valid_answer
 
-Enqueue = Callable[[Any], dict[str, Any]]
 ONE_ROUND_TRIP = {"UpdateItem": 1, "TransactWriteItems": 1}
 # 100 input and 20 output tokens: gpt-4o-mini at $0.15/$0.60 per million, gpt-4o at $2.50/$10.00.
 COST_OF_ONE_MINI_CALL = Decimal("0.000027")

@@ -4,7 +4,6 @@ kept in the payload bucket, transparently; past 1 MiB they are refused at the ed
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -16,12 +15,9 @@ from engine.definitions import MAX_INPUT_BYTES
 from engine.store.payloads import INLINE_BYTES, PayloadStore, input_key
 from engine.worker import Worker
 from tests.conftest import RequestCounter
-from tests.integration.conftest import TableReader, queued_bodies
+from tests.integration.conftest import ACKNOWLEDGED, Enqueue, TableReader, queued_bodies
 from tests.support.events import InvocationContext, sqs_event, sqs_record
 from tests.support.providers import FakeProvider, valid_answer
-
-Enqueue = Callable[[Any], dict[str, Any]]
-ACKNOWLEDGED: dict[str, Any] = {"batchItemFailures": []}
 
 
 def documents_input(total_bytes: int) -> dict[str, Any]:

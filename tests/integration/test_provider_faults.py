@@ -26,7 +26,7 @@ from engine.gateway.openai import OpenAICompatibleProvider, StructuredOutput, st
 from engine.runner import JobRunner
 from engine.store import DynamoJobStore
 from engine.worker import Worker
-from tests.integration.conftest import RecordingQueue, TableReader
+from tests.integration.conftest import Enqueue, RecordingQueue, TableReader
 from tests.support.events import InvocationContext, job_message, sqs_event
 from tests.support.http_provider import expected_output
 
@@ -38,7 +38,6 @@ QUICK_CLASSIFY = replace(CLASSIFY, name="quick_classify", timeout_seconds=1.0)
 HANG_SECONDS = 3.0
 REGISTERED = (*BUILTIN_DEFINITIONS, QUICK_CLASSIFY)
 
-Enqueue = Callable[[Any], dict[str, Any]]
 WorkerFactory = Callable[..., Worker]
 
 

@@ -17,7 +17,14 @@ from engine.store.items import OPEN_SHARDS
 from engine.store.reads import OPEN_JOBS_INDEX
 from engine.wiring import entry_point
 from tests.conftest import RequestCounter
-from tests.integration.conftest import RecordingQueue, TableReader, now_ms, open_job_ids, queued_bodies
+from tests.integration.conftest import (
+    RecordingQueue,
+    TableReader,
+    now_ms,
+    open_job_ids,
+    queued_bodies,
+    queued_messages,
+)
 from tests.support.events import InvocationContext, job_message
 from tests.support.providers import VALID_OUTPUTS
 
@@ -175,7 +182,7 @@ def test_a_stale_queued_job_is_re_enqueued_once_when_its_input_is_stored(
     assert report == {"examined": 3, "requeued": 1}
     assert_read_the_index_only(dynamodb_requests, queries)
     assert writes_after_one_pass(dynamodb_requests) == {"UpdateItem": 1}
-    assert queued_bodies(sqs, stack.queue_url) == [{"job_id": "stale-stored"}]
+    assert queued_messages(sqs, stack.queue_url) == [({"job_id": "stale-stored"}, "user-1")]
     job = table.job("stale-stored")
     assert (job.status, job.updated_at) == (JobStatus.QUEUED, at)
     # And the others are left as they were (the carried one ends at its deadline)

@@ -18,12 +18,18 @@ from engine.core.errors import LeaseLostError
 from engine.gateway import CompletionRequest
 from engine.store import DynamoJobStore
 from tests.conftest import RequestCounter
-from tests.integration.conftest import RecordingQueue, TableReader, WorkerFactory, now_ms, open_job_ids
+from tests.integration.conftest import (
+    ACKNOWLEDGED,
+    Enqueue,
+    RecordingQueue,
+    TableReader,
+    WorkerFactory,
+    now_ms,
+    open_job_ids,
+)
 from tests.support.events import InvocationContext, job_message, sqs_event
 from tests.support.providers import VALID_OUTPUTS, FakeProvider, valid_answer
 
-Enqueue = Callable[[Any], dict[str, Any]]
-ACKNOWLEDGED: dict[str, Any] = {"batchItemFailures": []}
 DEAD_LEASE_MS = 60_000
 
 
