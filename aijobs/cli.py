@@ -7,6 +7,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
 from functools import wraps
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -16,7 +17,7 @@ from rich.console import Console
 from rich.live import Live
 
 from aijobs.client import AiJobsClient
-from aijobs.render import job_table, jobs_table, json_line, usage_json, usage_table
+from aijobs.render import budget_json, budgets_table, job_table, jobs_table, json_line, usage_json, usage_table
 from engine.core import JobStatus
 from engine.core.errors import AiJobsError
 from engine.models import JobView
@@ -232,6 +233,54 @@ def usage(
         out.print(usage_table(rows, title=f"usage over the last {since}"))
 
 
+budget_app = typer.Typer(help="Daily spending caps per user (UTC days).", no_args_is_help=True)
+app.add_typer(budget_app, name="budget")
+
+
+def parse_usd(value: str) -> Decimal:
+    try:
+        amount = Decimal(value)
+    except InvalidOperation as exc:
+        raise ValueError(f"--daily-usd {value!r} is not an amount in US dollars") from exc
+    return amount
+
+
+@budget_app.command("set")
+@one_line_errors
+def budget_set(
+    user: Annotated[str, typer.Option("--user", help="The user.")],
+    daily_usd: Annotated[str, typer.Option("--daily-usd", help="Their daily cap in US dollars, e.g. 5 or 2.50.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Give a user a daily cap of their own; it applies from now on, today included."""
+    day = client().set_budget(user, parse_usd(daily_usd))
+    if as_json:
+        print_json(budget_json(day))
+    else:
+        out.print(budgets_table([day]))
+
+
+@budget_app.command("show")
+@one_line_errors
+def budget_show(
+    user: Annotated[str | None, typer.Option("--user", help="Only this user.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Today's budgets: cap, spent, reserved by attempts in flight, left (users with a cap)."""
+    jobs = client()
+    if user is not None:
+        day = jobs.budget(user)
+        if day is None:
+            raise ValueError(f"user {user} has no daily budget (none of their own, and no default)")
+        days = [day]
+    else:
+        days = jobs.budgets()
+    if as_json:
+        print_json(budget_json(days[0]) if user is not None else [budget_json(day) for day in days])
+    else:
+        out.print(budgets_table(days))
+
+
 @app.command()
 @one_line_errors
 def worker(
@@ -278,6 +327,24 @@ def dev(
         str | None,
         typer.Option("--ai-base-url", envvar="AI_BASE_URL", help="A provider to use instead of the local one."),
     ] = None,
+    rpm: Annotated[int | None, typer.Option("--rpm", min=1, help="The local provider's own requests/minute.")] = None,
+    tpm: Annotated[int | None, typer.Option("--tpm", min=1, help="The local provider's own tokens/minute.")] = None,
+    provider_limits: Annotated[
+        str,
+        typer.Option(
+            "--provider-limits",
+            envvar="AIJOBS_PROVIDER_LIMITS",
+            help='Shared limits the workers keep, JSON: {"gpt-4o-mini": {"rpm": 500}}.',
+        ),
+    ] = "",
+    default_budget: Annotated[
+        str,
+        typer.Option(
+            "--default-daily-budget-usd",
+            envvar="AIJOBS_DEFAULT_DAILY_BUDGET_USD",
+            help="Daily cap (USD) of users without their own; 'unlimited': own caps only.",
+        ),
+    ] = "",
 ) -> None:
     """The embedded stack: local AWS endpoint, local provider (unless AI_BASE_URL is set) and the worker."""
     import shlex
@@ -290,6 +357,10 @@ def dev(
         ai_base_url=ai_base_url or None,
         concurrency=concurrency,
         fault_rate=fault_rate,
+        provider_rpm=rpm,
+        provider_tpm=tpm,
+        provider_limits=provider_limits,
+        default_daily_budget_usd=default_budget,
     )
     with DevStack(options) as stack:
         for name, value in sorted(stack.environment.items()):

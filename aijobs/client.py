@@ -11,20 +11,28 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import boto3
+from pydantic import TypeAdapter, ValidationError
 
 from engine.config import Settings, load_settings
 from engine.core import JobStatus
-from engine.core.errors import InputValidationError, JobNotFoundError
+from engine.core.errors import ConfigurationError, InputValidationError, JobNotFoundError
 from engine.core.ports import AdminStore
 from engine.definitions import JobRegistry
+from engine.fleet.budgets import BudgetDay
 from engine.intake import BadMessageError, parse_message
-from engine.models import JobView
+from engine.models import JobView, UserId
 from engine.queue import JobQueue
 from engine.store import JobListing, UsageLedger, UsageRow
+from engine.store.budgets import BudgetTable
 from engine.wiring import Aws, build_store
+
+# The most a daily budget may be (as AIJOBS_DEFAULT_DAILY_BUDGET_USD).
+MAX_DAILY_BUDGET_USD = Decimal(1_000_000_000)
+_USER_ID: TypeAdapter[str] = TypeAdapter(UserId)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +51,8 @@ class AiJobsClient:
         *,
         listing: JobListing,
         ledger: UsageLedger,
+        budgets: BudgetTable | None = None,
+        default_budget_usd: Decimal | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
@@ -50,6 +60,9 @@ class AiJobsClient:
         self._registry = registry
         self._listing = listing
         self._ledger = ledger
+        self._budgets = budgets
+        # The cap of users without their own, as the workers have it (AIJOBS_DEFAULT_DAILY_BUDGET_USD).
+        self._default_budget = default_budget_usd
         self._clock = clock
 
     @classmethod
@@ -64,6 +77,8 @@ class AiJobsClient:
             JobRegistry.from_settings(settings),
             listing=JobListing(settings.jobs_table_name, dynamodb),
             ledger=UsageLedger(settings.jobs_table_name, dynamodb),
+            budgets=BudgetTable(settings.jobs_table_name, dynamodb, settings.aijobs_retention_days),
+            default_budget_usd=settings.default_daily_budget_usd,
         )
 
     def submit(
@@ -126,6 +141,39 @@ class AiJobsClient:
         """Tokens and cost of the attempts of the last `since_seconds`, by user, job type and model."""
         now = self._now_ms()
         return self._ledger.summarize(now - since_seconds * 1000, now, user_id=user_id)
+
+    def set_budget(self, user_id: str, daily_usd: Decimal) -> BudgetDay:
+        """Give a user a daily cap of their own (UTC days); today's headroom moves by the change."""
+        if not daily_usd.is_finite() or not 0 <= daily_usd <= MAX_DAILY_BUDGET_USD:
+            raise ValueError(f"a daily budget is an amount from 0 to {MAX_DAILY_BUDGET_USD} US dollars")
+        try:
+            _USER_ID.validate_python(user_id)
+        except ValidationError as exc:
+            raise ValueError(f"{user_id!r} is not a user id (1-128 characters of A-Z a-z 0-9 . _ : @ -)") from exc
+        budgets, now = self._budget_table(), self._now_ms()
+        budgets.set_cap(user_id, daily_usd, now)
+        return budgets.day(user_id, daily_usd, now)
+
+    def budget(self, user_id: str) -> BudgetDay | None:
+        """A user's today: cap, spent, reserved by attempts in flight, left; None when they have no cap."""
+        budgets = self._budget_table()
+        cap = budgets.caps([user_id]).get(user_id, self._default_budget)
+        return None if cap is None else budgets.day(user_id, cap, self._now_ms())
+
+    def budgets(self) -> list[BudgetDay]:
+        """Today's budget of every user with a cap of their own, and of every capped user with usage today."""
+        budgets, now = self._budget_table(), self._now_ms()
+        caps: dict[str, Decimal | None] = dict(budgets.own_caps())
+        midnight = now - now % 86_400_000
+        for row in self._ledger.summarize(midnight, now):
+            if row.user_id is not None:
+                caps.setdefault(row.user_id, self._default_budget)
+        return [budgets.day(user, cap, now) for user, cap in sorted(caps.items()) if cap is not None]
+
+    def _budget_table(self) -> BudgetTable:
+        if self._budgets is None:
+            raise ConfigurationError("this client has no budget table")
+        return self._budgets
 
     def wait(self, job_id: str, timeout_seconds: float = 300.0, poll_seconds: float = 1.0) -> JobView:
         """Poll until the job is terminal; TimeoutError after `timeout_seconds`."""

@@ -11,6 +11,7 @@ from typing import Any
 from rich.table import Table
 
 from engine.core import JobStatus
+from engine.fleet.budgets import BudgetDay
 from engine.models import JobView
 from engine.store import UsageRow
 
@@ -131,3 +132,25 @@ def usage_json(row: UsageRow) -> dict[str, Any]:
             for _, name in USAGE_COLUMNS
         },
     }
+
+
+def budget_json(day: BudgetDay) -> dict[str, Any]:
+    return {
+        "user_id": day.user_id,
+        "day": day.day,
+        "cap_usd": float(day.cap_usd),
+        "spent_usd": float(day.spent_usd),
+        "reserved_usd": float(day.reserved_usd),
+        "left_usd": float(day.left_usd),
+    }
+
+
+def budgets_table(days: Sequence[BudgetDay]) -> Table:
+    table = Table(title=f"daily budgets, {days[0].day} (UTC)" if days else "daily budgets")
+    table.add_column("user")
+    for column in ("cap", "spent", "reserved", "left"):
+        table.add_column(column, justify="right")
+    for day in days:
+        amounts = (day.cap_usd, day.spent_usd, day.reserved_usd, day.left_usd)
+        table.add_row(day.user_id, *(f"${amount:.6f}" for amount in amounts))
+    return table

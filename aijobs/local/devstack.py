@@ -44,6 +44,12 @@ class DevStackOptions:
     ai_base_url: str | None = None
     provider_latency_seconds: float = 0.3
     fault_rate: float = 0.0
+    # The local provider's own rate limit (429 with Retry-After beyond it), per minute.
+    provider_rpm: int | None = None
+    provider_tpm: int | None = None
+    # The engine's shared limits and default budget (AIJOBS_PROVIDER_LIMITS, AIJOBS_DEFAULT_DAILY_BUDGET_USD).
+    provider_limits: str = ""
+    default_daily_budget_usd: str = ""
     concurrency: int = 2
     stack_name: str = "aijobs"
     # The functions' metrics (EMF on stdout) dropped: a live terminal would be torn by them.
@@ -96,6 +102,8 @@ class DevStack:
                 api_key=LOCAL_API_KEY,
                 latency_seconds=options.provider_latency_seconds,
                 fault_rate=options.fault_rate,
+                rpm=options.provider_rpm,
+                tpm=options.provider_tpm,
             ).start()
             ai_environment = {
                 "AI_BASE_URL": self.provider.url,
@@ -107,10 +115,19 @@ class DevStack:
             | self._resources.environment()
             | {"AI_PROVIDER": "openai"}
             | ai_environment
+            | self._fleet_environment()
         )
         self._settings = load_settings(self.environment)
         self._start_functions()
         return self
+
+    def _fleet_environment(self) -> dict[str, str]:
+        """Shared limits and budgets, as the deployed worker reads them (unset when off)."""
+        settings = {
+            "AIJOBS_PROVIDER_LIMITS": self.options.provider_limits,
+            "AIJOBS_DEFAULT_DAILY_BUDGET_USD": self.options.default_daily_budget_usd,
+        }
+        return {name: value for name, value in settings.items() if value}
 
     def _start_functions(self) -> None:
         template = load_template(DEFAULT_TEMPLATE)

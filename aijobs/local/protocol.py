@@ -39,6 +39,8 @@ class ChatRequest:
     job_type: str | None
     repair: bool
     prompt_tokens: int
+    # The request's max_tokens (or max_completion_tokens); 0 when it sets none.
+    max_tokens: int = 0
 
 
 def _content_text(content: Any) -> str:
@@ -103,7 +105,13 @@ def parse_chat_request(raw: bytes, job_type: str | None = None) -> ChatRequest:
         job_type=job_type or None,
         repair=len(users) > 1 or any(role == "assistant" for role, _ in turns),
         prompt_tokens=estimate_tokens("".join(text for _, text in turns)),
+        max_tokens=_max_tokens(body),
     )
+
+
+def _max_tokens(body: dict[str, Any]) -> int:
+    value = body.get("max_completion_tokens", body.get("max_tokens"))
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,8 @@ assistant turn or a second user turn: the engine's repair) rightly.
 
 Every chat completion request is logged (`log`) with the tokens it billed (none unless it got a 200
 answer), so that a test can reconcile what the engine recorded with what the provider served.
+With `rpm`/`tpm` it enforces a rate limit of its own, as a real provider does: a request beyond
+it gets 429 with Retry-After, logged with `limited=True` (aijobs.local.ratelimit).
 Like OpenAI, it reports cached tokens (a system message it answered before is served from its
 prompt cache; `prompt_cache=False` turns that off) and, with `reasoning_tokens=N`, N reasoning
 tokens per answer, as parts of the prompt and completion tokens.
@@ -34,7 +36,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Self
@@ -50,6 +52,7 @@ from aijobs.local.protocol import (
     estimate_tokens,
     parse_chat_request,
 )
+from aijobs.local.ratelimit import ProviderRateLimit
 from engine.gateway.openai import JOB_TYPE_HEADER
 
 DEFAULT_MODEL = "local-model"
@@ -84,6 +87,8 @@ class ServedRequest:
     # Parts of prompt_tokens and completion_tokens, as OpenAI reports them.
     cached_tokens: int = 0
     reasoning_tokens: int = 0
+    # True when the provider's own rate limit refused it (429), rather than an injected fault.
+    limited: bool = False
 
 
 class LocalProvider:
@@ -103,6 +108,8 @@ class LocalProvider:
         seed: int = 0,
         prompt_cache: bool = True,
         reasoning_tokens: int = 0,
+        rpm: int | None = None,
+        tpm: int | None = None,
     ) -> None:
         if not 0.0 <= fault_rate <= 1.0:
             raise ValueError(f"fault_rate {fault_rate} is not within [0, 1]")
@@ -122,6 +129,8 @@ class LocalProvider:
         self._prompt_cache = prompt_cache
         self._cached_systems: set[str] = set()
         self._reasoning_tokens = max(reasoning_tokens, 0)
+        # A rate limit of its own, as real providers have: beyond it, 429 with Retry-After.
+        self._limit = ProviderRateLimit(rpm, tpm) if rpm or tpm else None
         self._lock = threading.Lock()
         self._log: list[ServedRequest] = []
         self._faults_served: Counter[str] = Counter()
@@ -232,11 +241,27 @@ class LocalProvider:
             self._record(entry)
             message = f"The model {request.model!r} does not exist"
             return error_reply(404, message, "invalid_request_error", "model_not_found")
+        refused = self._over_limit(request, key)
+        if refused is not None:
+            return refused
         with self._lock:
             fault = self._choose_fault(request, key)
             reply, entry = self._reply(request, key, fault, number=len(self._log) + 1)
             self._log.append(entry)
         return reply
+
+    def _over_limit(self, request: ChatRequest, key: str) -> Reply | None:
+        """429 with Retry-After for a request beyond the provider's own limit (counted against it
+        with its prompt and max_tokens, as OpenAI counts); None when it is within."""
+        if self._limit is None:
+            return None
+        wait = self._limit.admit(request.prompt_tokens + request.max_tokens)
+        if wait is None:
+            return None
+        entry = ServedRequest(time.time(), request.model, request.schema_name, None, 429, 0, 0, key, limited=True)
+        self._record(replace(entry, job_type=request.job_type))
+        headers = {"Retry-After": str(wait)}
+        return error_reply(429, "Rate limit reached for requests", "requests", "rate_limit_exceeded", headers)
 
     def _choose_fault(self, request: ChatRequest, key: str) -> FaultKind | None:
         """The fault this request gets, if any (called under the lock: counts and the RNG are shared)."""

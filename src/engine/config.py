@@ -15,7 +15,7 @@ from decimal import Decimal
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from engine.core.errors import ConfigurationError
 
@@ -23,6 +23,23 @@ HttpUrl = Annotated[str, Field(pattern=r"^https?://\S+$")]
 ModelId = Annotated[str, Field(min_length=1, max_length=256)]
 # US dollars per million tokens: no price list comes near 10,000.
 UsdPerMillion = Annotated[Decimal, Field(ge=0, le=10_000, allow_inf_nan=False)]
+
+
+class LimitSetting(BaseModel):
+    """One model's shared limit in AIJOBS_PROVIDER_LIMITS: requests and/or tokens per minute."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rpm: Annotated[int, Field(ge=1, le=100_000_000, strict=True)] | None = None
+    tpm: Annotated[int, Field(ge=1, le=10_000_000_000, strict=True)] | None = None
+    # Buckets the limit is split over (default: one per 30,000 requests a minute).
+    shards: Annotated[int, Field(ge=1, le=64, strict=True)] | None = None
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> LimitSetting:
+        if self.rpm is None and self.tpm is None:
+            raise ValueError("a model's limit needs rpm, tpm or both")
+        return self
 
 
 class PriceSetting(BaseModel):
@@ -59,6 +76,13 @@ class Settings(BaseModel):
 
     # Price overrides, JSON: {"model-id": {"input": 0.15, "cached_input": 0.075, "cache_write": 0.15, "output": 0.6}}.
     aijobs_prices: dict[ModelId, PriceSetting] = Field(default_factory=dict)
+    # Shared rate limits per model id, JSON: {"gpt-4o-mini": {"rpm": 500, "tpm": 200000}}; empty: none.
+    aijobs_provider_limits: dict[ModelId, LimitSetting] = Field(default_factory=dict)
+    # Daily spending cap per user (UTC days) for users without their own; "unlimited": only users
+    # with a cap of their own are capped; empty: no budgets at all.
+    aijobs_default_daily_budget_usd: (
+        Annotated[Decimal, Field(ge=0, le=1_000_000_000, allow_inf_nan=False)] | Literal["unlimited"] | None
+    ) = None
     aijobs_job_modules: tuple[str, ...] = ()
     # Kept after a job ends before DynamoDB's TTL removes its items.
     aijobs_retention_days: Annotated[int, Field(ge=1, le=3650)] = 90
@@ -70,6 +94,16 @@ class Settings(BaseModel):
     powertools_trace_disabled: bool = False
 
     @property
+    def budgets_enabled(self) -> bool:
+        return self.aijobs_default_daily_budget_usd is not None
+
+    @property
+    def default_daily_budget_usd(self) -> Decimal | None:
+        """The cap of users without their own; None: none (no budgets, or "unlimited")."""
+        budget = self.aijobs_default_daily_budget_usd
+        return budget if isinstance(budget, Decimal) else None
+
+    @property
     def tracing_enabled(self) -> bool:
         return bool(self.lambda_task_root) and not self.powertools_trace_disabled
 
@@ -79,6 +113,7 @@ class Settings(BaseModel):
         "ai_model_fallback",
         "ai_api_key",
         "lambda_task_root",
+        "aijobs_default_daily_budget_usd",
         mode="before",
     )
     @classmethod
@@ -95,10 +130,12 @@ class Settings(BaseModel):
             raise ValueError(f"plain http sends the API key in clear; use https for {parts.hostname or 'that host'}")
         return value
 
-    @field_validator("aijobs_prices", mode="before")
+    @field_validator("aijobs_prices", "aijobs_provider_limits", mode="before")
     @classmethod
     def _parse_json(cls, value: object) -> object:
         if isinstance(value, str):
+            if not value.strip():
+                return {}  # CloudFormation cannot omit a variable: empty means none
             try:
                 return json.loads(value)
             except ValueError as exc:

@@ -3,7 +3,8 @@
 Run on a schedule. It reads the OpenJobs index (never a scan), then each job as it is now, and
 - skips jobs that ended since the index was written, or that a worker holds with a live lease;
 - cancels jobs whose cancel was requested;
-- fails jobs past their deadline with `deadline_exceeded`;
+- fails jobs past their deadline with `deadline_exceeded` (`budget_exceeded` when they were
+  waiting for their user's budget);
 - re-enqueues `queued` jobs, and `running` jobs whose worker died, untouched for longer than any
   visibility timeout can hide a message (so their message is gone), when their input is stored;
   the others end at their deadline.
@@ -21,8 +22,8 @@ from typing import Any, Protocol
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from engine.core import Job, JobErrorInfo, JobStatus
-from engine.core.errors import DeadlineExceededError
+from engine.core import Job, JobStatus
+from engine.core.errors import deadline_error
 from engine.core.ports import ReconcilerStore
 from engine.observability import log_unexpected, logger, metrics
 from engine.retry import MAX_DELAY_SECONDS
@@ -39,7 +40,7 @@ RemainingMs = Callable[[], int]
 class JobSender(Protocol):
     """Where a re-enqueued job's reference message goes (engine.queue.JobQueue)."""
 
-    def send(self, body: dict[str, Any]) -> str: ...
+    def send(self, body: dict[str, Any], group_id: str | None = None) -> str: ...
 
 
 class Reconciler:
@@ -93,9 +94,8 @@ class Reconciler:
         if job.cancel_requested:
             return "cancelled" if self._store.settle_job(job, JobStatus.CANCELLED, None, now_ms) else None
         if job.deadline_at is not None and job.deadline_at <= now_ms:
-            error = DeadlineExceededError("the job's deadline passed with no worker on it")
-            info = JobErrorInfo(error.code, error.message, retryable=False)
-            return "deadline_exceeded" if self._store.settle_job(job, JobStatus.FAILED, info, now_ms) else None
+            error = deadline_error(job, "the job's deadline passed with no worker on it")
+            return error.code.value if self._store.settle_job(job, JobStatus.FAILED, error.info(), now_ms) else None
         stale = now_ms - job.updated_at >= self._stale_ms
         if stale and job.input_stored and self._store.touch_job(job, now_ms):
             self._queue.send({"job_id": job.job_id}, group_id=job.user_id)

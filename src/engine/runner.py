@@ -12,8 +12,8 @@ import random
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -29,6 +29,7 @@ from engine.core import (
     Failed,
     Fate,
     Job,
+    JobErrorInfo,
     JobStatus,
     Outcome,
     Released,
@@ -37,6 +38,7 @@ from engine.core import (
     target_status,
 )
 from engine.core.errors import (
+    BudgetExceededError,
     CancelRequestedError,
     ClaimRefusedError,
     DeadlineExceededError,
@@ -48,10 +50,12 @@ from engine.core.errors import (
     PermanentError,
     RetryableError,
     SchemaVersionMismatchError,
+    deadline_error,
 )
 from engine.core.ports import WorkerStore
 from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobDefinition, JobRegistry
+from engine.fleet.admission import Hold, Verdict
 from engine.gateway import Execution, ModelGateway
 from engine.intake import BadMessageError, JobRequest, canonical_json, parse_message, sha256_hex
 from engine.observability import log_unexpected, logger
@@ -100,6 +104,20 @@ def _input_to_keep(job: Job, request: JobRequest, outcome: Outcome) -> dict[str,
     return request.raw_input if isinstance(outcome, Failed) and not job.input_stored else None
 
 
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A job this worker holds, with what it runs: a delivery's claim, before the provider call."""
+
+    job: Job
+    request: JobRequest
+    definition: JobDefinition
+    job_input: BaseModel
+    delivery: Delivery
+
+
+_Result = TypeVar("_Result", bound="Claimed | Disposition")
+
+
 class JobRunner:
     def __init__(
         self,
@@ -112,6 +130,7 @@ class JobRunner:
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         is_transient: TransientCheck = _never_transient,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._store = store
         self._gateway = gateway
@@ -121,10 +140,26 @@ class JobRunner:
         self._clock = clock
         self._rng = rng or random.Random()
         self._is_transient = is_transient
+        self._sleep = sleep
 
     def process(self, delivery: Delivery, remaining_ms: RemainingMs | None = None) -> Disposition:
+        """Claim and run one delivery's job, with no shared limit or budget to ask."""
+        claimed = self.claim(delivery, remaining_ms)
+        return self.run(claimed, remaining_ms) if isinstance(claimed, Claimed) else claimed
+
+    def claim(self, delivery: Delivery, remaining_ms: RemainingMs | None = None) -> Claimed | Disposition:
+        """Parse the message and claim its job: what to run, or already what becomes of the delivery."""
+        return self._guarded(delivery, lambda: self._claim(delivery, remaining_ms))
+
+    def run(
+        self, claimed: Claimed, remaining_ms: RemainingMs | None = None, verdict: Verdict | None = None
+    ) -> Disposition:
+        """Run a claimed job: at its Pass's call time, or held back by its Hold (engine.fleet.admission)."""
+        return self._guarded(claimed.delivery, lambda: self._run_claimed(claimed, remaining_ms, verdict))
+
+    def _guarded(self, delivery: Delivery, step: Callable[[], _Result]) -> _Result | Disposition:
         try:
-            return self._process(delivery, remaining_ms)
+            return step()
         except Exception as exc:
             log_unexpected(
                 "delivery failed before its outcome was recorded",
@@ -157,7 +192,7 @@ class JobRunner:
 
     # --- before the claim ---------------------------------------------------------------------
 
-    def _process(self, delivery: Delivery, remaining_ms: RemainingMs | None) -> Disposition:
+    def _claim(self, delivery: Delivery, remaining_ms: RemainingMs | None) -> Claimed | Disposition:
         try:
             request = parse_message(delivery.body, delivery.message_id, self._registry)
         except BadMessageError as bad:
@@ -171,7 +206,15 @@ class JobRunner:
             return self._dead_letter(delivery, reason)
         except ClaimRefusedError as refused:
             return self._on_refusal(delivery, request, refused)
-        return self._run_claimed(job, request, remaining_ms, delivery.receive_count)
+        try:
+            definition, job_input = self._resolve(job, request)
+        except PermanentError as exc:
+            return self._finish(job, request, Failed(exc.info())) or Ack(Fate.FAILED)
+        except Exception as exc:
+            log_unexpected("the claimed job could not be resolved", exc, job_id=job.job_id)
+            internal = InternalError(f"internal error: {type(exc).__name__}")
+            return self._retry(job, request, internal, None, delivery.receive_count)
+        return Claimed(job, request, definition, job_input, delivery)
 
     def _reject(self, delivery: Delivery, bad: BadMessageError) -> Disposition:
         if bad.job_id is None:
@@ -208,7 +251,7 @@ class JobRunner:
             case ClaimRefusal.CANCEL_REQUESTED:
                 return self._settle(job, request, JobStatus.CANCELLED, None)
             case ClaimRefusal.DEADLINE_PASSED:
-                return self._settle(job, request, JobStatus.FAILED, DeadlineExceededError("the job's deadline passed"))
+                return self._settle(job, request, JobStatus.FAILED, deadline_error(job, "the job's deadline passed"))
             case ClaimRefusal.ATTEMPTS_SPENT:
                 spent = MaxAttemptsExceededError(f"attempt budget spent ({job.attempt_count} of {job.max_attempts})")
                 return self._settle(job, request, JobStatus.FAILED, spent)
@@ -222,22 +265,25 @@ class JobRunner:
 
     # --- after the claim ----------------------------------------------------------------------
 
-    def _run_claimed(
-        self, job: Job, request: JobRequest, remaining_ms: RemainingMs | None, receive_count: int
-    ) -> Disposition:
+    def _run_claimed(self, claimed: Claimed, remaining_ms: RemainingMs | None, verdict: Verdict | None) -> Disposition:
+        job, request, definition, job_input = claimed.job, claimed.request, claimed.definition, claimed.job_input
+        receive_count = claimed.delivery.receive_count
         attempt: AttemptRecord | None = None
         try:
-            try:
-                definition, job_input = self._resolve(job, request)
-            except PermanentError as exc:
-                return self._finish(job, request, Failed(exc.info())) or Ack(Fate.FAILED)
+            if isinstance(verdict, Hold):
+                return self._hold(job, request, verdict)
+            wait_ms = max(verdict.call_at_ms - self._now_ms(), 0) if verdict else 0
             timeout_ms = int(definition.timeout_seconds * 1000)
-            if remaining_ms and remaining_ms() < timeout_ms + FINISH_MARGIN_MS:
+            if remaining_ms and remaining_ms() < wait_ms + timeout_ms + FINISH_MARGIN_MS:
                 # Too little time left in this invocation: hand the job back without spending an attempt.
                 deferred = Retry(Fate.DEFERRED, RETRY_SOON_SECONDS, "not enough time left in this invocation")
                 return self._finish(job, request, Released(None, refund_attempt=True)) or deferred
+            if wait_ms:
+                self._sleep(wait_ms / 1000)  # until the call time the shared limit gave
             started = self._now_ms()
             execution = self._gateway.execute(definition, job_input, _time_left(remaining_ms))
+            if verdict is not None:
+                verdict.record(execution)
             attempt = self._attempt_record(job, execution, started)
             if execution.output is not None:
                 try:
@@ -256,6 +302,22 @@ class JobRunner:
             log_unexpected("job attempt failed unexpectedly", exc, job_id=job.job_id)
             internal = InternalError(f"internal error: {type(exc).__name__}")
             return self._retry(job, request, internal, attempt, receive_count)
+
+    def _hold(self, job: Job, request: JobRequest, hold: Hold) -> Disposition:
+        """Hand back a job its user's budget or its model's shared capacity holds, its attempt refunded."""
+        now = self._now_ms()
+        seconds = min(max(math.ceil((hold.until_ms - now) / 1000), 1), MAX_DELAY_SECONDS)
+        if job.deadline_at is not None and now + seconds * 1000 >= job.deadline_at:
+            if hold.code is ErrorCode.BUDGET_EXCEEDED:
+                late: PermanentError = BudgetExceededError(
+                    f"the deadline passes before the budget allows a call; {hold.reason}"
+                )
+            else:
+                late = DeadlineExceededError(f"the deadline passes before the next try; {hold.reason}")
+            return self._finish(job, request, Failed(late.info())) or Ack(Fate.FAILED)
+        fate = Fate.OVER_BUDGET if hold.code is ErrorCode.BUDGET_EXCEEDED else Fate.THROTTLED
+        waiting = Released(JobErrorInfo(hold.code, hold.reason, retryable=True), refund_attempt=True)
+        return self._finish(job, request, waiting) or Retry(fate, seconds, hold.reason)
 
     def _resolve(self, job: Job, request: JobRequest) -> tuple[JobDefinition, BaseModel]:
         if request.definition is not None and request.job_input is not None:

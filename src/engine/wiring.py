@@ -21,12 +21,18 @@ from engine.aws_errors import is_transient
 from engine.config import Settings, load_settings
 from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
+from engine.fleet.admission import Admission
+from engine.fleet.budgets import Budgets
+from engine.fleet.limiter import RateLimiter
+from engine.fleet.limits import ModelLimit
 from engine.gateway import build_gateway
 from engine.observability import Event, Handle, lambda_function
 from engine.queue import JobQueue
 from engine.reconciler import Reconciler
 from engine.runner import JobRunner
 from engine.store import DynamoJobStore, PayloadStore
+from engine.store.budgets import BudgetTable
+from engine.store.limits import LimitTable
 from engine.worker import Worker
 
 # Enough pooled connections for a whole batch of records running concurrently.
@@ -67,9 +73,10 @@ def build_worker(
     aws = Aws(settings, session)
     store = build_store(settings, aws)
     registry = registry or JobRegistry.from_settings(settings)
+    gateway = build_gateway(settings)
     runner = JobRunner(
         store,
-        build_gateway(settings),
+        gateway,
         registry,
         DeadLetterRecorder(store, registry),
         default_lease_ms=settings.aijobs_default_lease_seconds * 1000,
@@ -78,7 +85,28 @@ def build_worker(
         rng=random.SystemRandom(),
         is_transient=is_transient,
     )
-    return Worker(runner, queue or JobQueue(settings.jobs_queue_url, aws.client("sqs")))
+    queue = queue or JobQueue(settings.jobs_queue_url, aws.client("sqs"))
+    admission = build_admission(settings, aws)
+    return Worker(runner, queue, admission=admission, planner=gateway.plan if admission else None)
+
+
+def build_admission(settings: Settings, aws: Aws) -> Admission | None:
+    """Shared rate limits and budgets (engine.fleet), or None when neither is configured."""
+    limits = {
+        model: ModelLimit(limit.rpm, limit.tpm, limit.shards)
+        for model, limit in settings.aijobs_provider_limits.items()
+    }
+    if not limits and not settings.budgets_enabled:
+        return None
+    client = aws.client("dynamodb")
+    limiter = (
+        RateLimiter(LimitTable(settings.jobs_table_name, client), limits, random.SystemRandom()) if limits else None
+    )
+    budgets = None
+    if settings.budgets_enabled:
+        table = BudgetTable(settings.jobs_table_name, client, settings.aijobs_retention_days)
+        budgets = Budgets(table, settings.default_daily_budget_usd)
+    return Admission(limiter, budgets)
 
 
 def build_recorder(settings: Settings, session: boto3.Session | None = None) -> DeadLetterRecorder:

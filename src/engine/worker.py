@@ -1,7 +1,10 @@
 """The worker behind the Lambda handler: a batch of SQS records run concurrently through the runner.
 
 Records of one batch run side by side in a thread pool (the provider call dominates), with
-Powertools' batch processing reporting the ones to retry as `batchItemFailures`.
+Powertools' batch processing reporting the ones to retry as `batchItemFailures`. With shared
+limits or budgets configured (engine.fleet), the batch goes in three steps: its jobs are claimed
+side by side, admitted together (one reservation per user, one take per model), then run; when
+the batch is done, what the calls did not use is settled.
 """
 
 from __future__ import annotations
@@ -9,19 +12,31 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import AsyncBatchProcessor, EventType, async_process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel
 
-from engine.core import Delivery, Retry
+from engine.core import Delivery, Disposition, Fate, Retry
+from engine.definitions import JobDefinition
+from engine.fleet.admission import Admission, Ask, Verdict
+from engine.fleet.limits import HORIZON_MS
+from engine.gateway import CallPlan
 from engine.observability import log_unexpected, metrics
 from engine.queue import JobQueue
 from engine.retry import MAX_DELAY_SECONDS
-from engine.runner import JobRunner
+from engine.runner import FINISH_MARGIN_MS, RETRY_SOON_SECONDS, Claimed, JobRunner, RemainingMs
+
+# What the claim phase left for a record: the job to run, or already its disposition.
+Step = Claimed | Disposition
+# What an attempt can use at most (engine.gateway.ModelGateway.plan).
+Planner = Callable[[JobDefinition, BaseModel], CallPlan]
 
 # The worker function's Timeout in template.yaml, and the jobs queue's VisibilityTimeout (6 x it,
 # as AWS advises for SQS event sources); a test ties both to the template.
@@ -51,26 +66,43 @@ class RecordRetryError(Exception):
 
 
 class Worker:
-    def __init__(self, runner: JobRunner, queue: JobQueue, concurrency: int = BATCH_CONCURRENCY) -> None:
+    def __init__(
+        self,
+        runner: JobRunner,
+        queue: JobQueue,
+        concurrency: int = BATCH_CONCURRENCY,
+        admission: Admission | None = None,
+        planner: Planner | None = None,
+    ) -> None:
         self._runner = runner
         self._queue = queue
         self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="aijobs-record")
+        # Shared limits and budgets (engine.fleet): None when neither is configured.
+        self._admission = admission
+        self._planner = planner
 
     def handle(self, event: dict[str, Any], context: LambdaContext | None) -> dict[str, Any]:
         invoked_at = time.time()
         remaining_ms = getattr(context, "get_remaining_time_in_millis", None)
+        steps = self._claim(event.get("Records") or [], remaining_ms)
+        verdicts = self._admit(steps, remaining_ms)
         # A processor per call: it holds the batch's state, and local workers call concurrently.
         processor = AsyncBatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
         async def record_handler(record: SQSRecord) -> str:
             loop = asyncio.get_running_loop()
-            delivery = Delivery(
-                message_id=record.message_id,
-                body=record.body,
-                receive_count=int(record.attributes.approximate_receive_count or 1),
-                attributes=dict(record.raw_event.get("attributes") or {}),
-            )
-            disposition = await loop.run_in_executor(self._executor, self._runner.process, delivery, remaining_ms)
+            step = steps.get(id(record.raw_event))
+            if isinstance(step, Claimed):
+                run = partial(self._runner.run, step, remaining_ms, verdicts.get(id(step)))
+                disposition = await loop.run_in_executor(self._executor, run)
+            elif self._admission is None:  # no shared limits or budgets: each record runs whole
+                disposition = await loop.run_in_executor(
+                    self._executor, self._runner.process, delivery_of(record), remaining_ms
+                )
+            elif step is None:  # not one of the event's records as claimed: nothing done, it comes back
+                disposition = Retry(Fate.ERROR, RETRY_SOON_SECONDS, "record not claimed with its batch")
+            else:
+                disposition = step
             metrics.add_metric(name=f"Jobs_{disposition.fate.value}", unit=MetricUnit.Count, value=1)
             if isinstance(disposition, Retry):
                 limit = visibility_limit_seconds(record, invoked_at, time.time())
@@ -79,8 +111,33 @@ class Worker:
                 raise RecordRetryError(disposition.reason)
             return disposition.fate.value
 
-        result: dict[str, Any] = dict(async_process_partial_response(event, record_handler, processor, context))
+        try:
+            result: dict[str, Any] = dict(async_process_partial_response(event, record_handler, processor, context))
+        finally:
+            if self._admission is not None and verdicts:
+                self._admission.settle(list(verdicts.values()))
         return result
+
+    def _claim(self, records: list[dict[str, Any]], remaining_ms: RemainingMs | None) -> dict[int, Step]:
+        """Claim the batch's jobs side by side: each record's claimed job, or already its disposition."""
+        if self._admission is None:
+            return {}  # each record runs whole in its handler
+        deliveries = [delivery_of(SQSRecord(record)) for record in records]
+        claims = self._executor.map(partial(self._runner.claim, remaining_ms=remaining_ms), deliveries)
+        return {id(record): step for record, step in zip(records, claims, strict=True)}
+
+    def _admit(self, steps: dict[int, Step], remaining_ms: RemainingMs | None) -> dict[int, Verdict]:
+        """The batch's claimed jobs' budgets and capacity, asked for once (engine.fleet.admission)."""
+        claimed = [step for step in steps.values() if isinstance(step, Claimed)]
+        if self._admission is None or self._planner is None or not claimed:
+            return {}
+        asks = [Ask(step.job.user_id, self._planner(step.definition, step.job_input)) for step in claimed]
+        longest = max(step.definition.timeout_seconds for step in claimed) * 1000
+        horizon = HORIZON_MS
+        if remaining_ms is not None:
+            horizon = int(min(horizon, max(remaining_ms() - longest - FINISH_MARGIN_MS, 0)))
+        verdicts = self._admission.admit(asks, horizon)
+        return {id(step): verdict for step, verdict in zip(claimed, verdicts, strict=True)}
 
     def _hide(self, record: SQSRecord, seconds: int) -> None:
         try:
@@ -88,3 +145,12 @@ class Worker:
         except Exception as exc:
             # The record still comes back, after the queue's own visibility timeout.
             log_unexpected("could not set the message's visibility", exc, message_id=record.message_id)
+
+
+def delivery_of(record: SQSRecord) -> Delivery:
+    return Delivery(
+        message_id=record.message_id,
+        body=record.body,
+        receive_count=int(record.attributes.approximate_receive_count or 1),
+        attributes=dict(record.raw_event.get("attributes") or {}),
+    )

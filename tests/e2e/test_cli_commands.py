@@ -572,3 +572,47 @@ def test_worker_runs_jobs_and_stops_on_interrupt(endpoint_env: StackResources, t
     assert "stopped after 2 batches, 2 records" in messages, messages
     assert view_of(second)["status"] == "succeeded"
     assert served == 2
+
+
+# --- budget ---------------------------------------------------------------------------------------
+
+
+def test_budget_set_gives_a_user_a_cap_that_show_reports_for_today(dev_env: DevStack) -> None:
+    user = unique("u-budget")
+
+    set_result = run("budget", "set", "--user", user, "--daily-usd", "2.50", "--json")
+    shown = run("budget", "show", "--user", user, "--json")
+    everyone = run("budget", "show", "--json")
+    human = run("budget", "show", "--user", user)
+
+    assert set_result.exit_code == 0, set_result.output
+    today = json_out(set_result)
+    assert list(today) == ["user_id", "day", "cap_usd", "spent_usd", "reserved_usd", "left_usd"]
+    assert (today["user_id"], today["cap_usd"], today["spent_usd"], today["left_usd"]) == (user, 2.5, 0.0, 2.5)
+    assert json_out(shown) == today
+    assert today in json_out(everyone)
+    assert human.exit_code == 0, human.output
+    for text in ("daily budgets", user, "$2.500000"):
+        assert text in human.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (("--daily-usd", "-1"), "error: a daily budget is an amount from 0 to 1000000000 US dollars"),
+        (("--daily-usd", "NaN"), "error: a daily budget is an amount from 0 to 1000000000 US dollars"),
+        (("--daily-usd", "five"), "error: --daily-usd 'five' is not an amount in US dollars"),
+    ],
+)
+def test_budget_set_refuses_what_is_not_an_amount_in_one_line(
+    dev_env: DevStack, args: tuple[str, ...], error: str
+) -> None:
+    assert one_error_line(run("budget", "set", "--user", "acme", *args)) == error
+
+
+def test_budget_show_of_a_user_without_a_cap_says_so_in_one_line(dev_env: DevStack) -> None:
+    user = unique("u-uncapped")
+
+    line = one_error_line(run("budget", "show", "--user", user))
+
+    assert line == f"error: user {user} has no daily budget (none of their own, and no default)"

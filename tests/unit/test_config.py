@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from engine.config import PriceSetting, load_settings
+from engine.config import LimitSetting, PriceSetting, load_settings
 from engine.core.errors import ConfigurationError
 from engine.gateway import ModelPrice, price_table
 
@@ -256,3 +256,64 @@ def test_variable_names_are_case_insensitive(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("ai_model_primary", "gpt-4.1")
 
     assert load_settings().ai_model_primary == "gpt-4.1"
+
+
+# --- shared limits and budgets ------------------------------------------------------------------
+
+
+def test_provider_limits_are_read_per_model_and_empty_turns_them_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "AIJOBS_PROVIDER_LIMITS",
+        '{"gpt-4o-mini": {"rpm": 500, "tpm": 200000}, "anthropic.claude-3-5-haiku": {"rpm": 50}}',
+    )
+    limits = load_settings().aijobs_provider_limits
+    assert limits["gpt-4o-mini"] == LimitSetting(rpm=500, tpm=200_000)
+    assert limits["anthropic.claude-3-5-haiku"] == LimitSetting(rpm=50)
+
+    monkeypatch.setenv("AIJOBS_PROVIDER_LIMITS", "")
+    assert load_settings().aijobs_provider_limits == {}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        '{"m": {}}',
+        '{"m": {"rpm": 0}}',
+        '{"m": {"rpm": 1.5}}',
+        '{"m": {"rpm": "500"}}',
+        '{"m": {"rpm": true}}',
+        '{"m": {"rpm": 500, "rps": 1}}',
+        '{"m": {"tpm": 1e30}}',
+        '{"m": {"rpm": 10, "shards": 0}}',
+        '{"m": 500}',
+        "[1]",
+        "{",
+    ],
+)
+def test_provider_limits_of_the_wrong_shape_name_the_variable(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("AIJOBS_PROVIDER_LIMITS", value)
+
+    assert configuration_error().startswith("AIJOBS_PROVIDER_LIMITS")
+
+
+@pytest.mark.parametrize(
+    ("value", "enabled", "default"),
+    [("", False, None), ("5", True, Decimal(5)), ("0.25", True, Decimal("0.25")), ("unlimited", True, None)],
+)
+def test_the_default_daily_budget_turns_budgets_on_with_or_without_a_default_cap(
+    monkeypatch: pytest.MonkeyPatch, value: str, enabled: bool, default: Decimal | None
+) -> None:
+    monkeypatch.setenv("AIJOBS_DEFAULT_DAILY_BUDGET_USD", value)
+
+    settings = load_settings()
+
+    assert (settings.budgets_enabled, settings.default_daily_budget_usd) == (enabled, default)
+
+
+@pytest.mark.parametrize("value", ["-1", "NaN", "Infinity", "5 USD", "none", "1e12"])
+def test_a_default_daily_budget_that_is_not_an_amount_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("AIJOBS_DEFAULT_DAILY_BUDGET_USD", value)
+
+    assert configuration_error().startswith("AIJOBS_DEFAULT_DAILY_BUDGET_USD")

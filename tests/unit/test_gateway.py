@@ -9,6 +9,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.core import ErrorCode
 from engine.core.errors import (
@@ -849,3 +851,57 @@ def test_an_adapter_that_raises_unexpectedly_keeps_the_usage_of_earlier_calls() 
     assert execution.error is not None
     assert execution.error.code is ErrorCode.INTERNAL_ERROR
     assert (execution.calls, execution.input_tokens) == (2, 100)
+
+
+# --- the plan: what an attempt can use at most ----------------------------------------------------
+
+
+def bytes_sent(request: CompletionRequest) -> int:
+    """The most input tokens a call can be billed: one per byte of everything it sends."""
+    sent = [request.system, request.user, json.dumps(request.output_schema)]
+    sent += [turn.content for turn in request.conversation]
+    return sum(len(text.encode("utf-8", "surrogatepass")) for text in sent)
+
+
+def byte_billing(answers: list[str]) -> Script:
+    """A provider billing each call at the most it can: a token per byte sent, and max_tokens of
+    output; answering `answers` in turn."""
+
+    def complete(request: CompletionRequest) -> Completion:
+        return Completion(answers.pop(0), request.model, bytes_sent(request), request.max_tokens, latency_ms=1)
+
+    return complete
+
+
+@settings(max_examples=60, deadline=None)
+@given(text=st.text(min_size=1, max_size=400), repairs=st.integers(min_value=0, max_value=2))
+def test_no_attempt_costs_more_than_its_plans_worst_case(text: str, repairs: int) -> None:
+    # Given a classify job of any text, and a provider that refuses every repair until the last
+    definition = JobRegistry().get("classify")
+    job_input = definition.parse_input({"text": text, "labels": ["spam", "ham"]})
+    answers = [json.dumps(WRONG_LABEL)] * repairs + [CLASSIFY_VALID]
+    provider = FakeProvider(byte_billing(answers))
+    gateway = ModelGateway(provider, WITH_FALLBACK, repair_attempts=repairs)
+
+    plan = gateway.plan(definition, job_input)
+    execution = gateway.execute(definition, job_input)
+
+    # Then the attempt (every re-ask included) costs no more than the plan reserved
+    assert execution.calls == repairs + 1
+    assert execution.cost_usd <= plan.worst_case_usd
+    first = provider.requests[0]
+    assert bytes_sent(first) + first.max_tokens <= plan.first_call_tokens
+    assert plan.model == "gpt-4o-mini"
+
+
+def test_the_worst_case_counts_the_fallback_models_calls_too() -> None:
+    definition = JobRegistry().get("classify")
+    job_input = definition.parse_input(INPUTS["classify"])
+
+    alone = ModelGateway(FakeProvider(), ModelTiers("gpt-4o-mini")).plan(definition, job_input)
+    with_fallback = ModelGateway(FakeProvider(), WITH_FALLBACK).plan(definition, job_input)
+    unpriced = ModelGateway(FakeProvider(), ModelTiers("my-local-llama")).plan(definition, job_input)
+
+    assert alone.first_call_tokens == with_fallback.first_call_tokens > definition.max_tokens
+    assert with_fallback.worst_case_usd > alone.worst_case_usd > 0
+    assert unpriced.worst_case_usd == 0  # a model without a price cannot be budgeted

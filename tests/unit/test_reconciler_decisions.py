@@ -29,9 +29,11 @@ class RecordingQueue:
 
     def __init__(self) -> None:
         self.sent: list[dict[str, Any]] = []
+        self.groups: list[str | None] = []
 
-    def send(self, body: dict[str, Any]) -> str:
+    def send(self, body: dict[str, Any], group_id: str | None = None) -> str:
         self.sent.append(body)
+        self.groups.append(group_id)
         return f"sent-{len(self.sent)}"
 
 
@@ -105,6 +107,24 @@ def test_jobs_past_their_deadline_that_no_worker_holds_fail_with_deadline_exceed
     assert queue.sent == []
 
 
+def test_a_job_waiting_for_its_users_budget_past_its_deadline_fails_with_budget_exceeded(
+    store: InMemoryJobStore, queue: RecordingQueue
+) -> None:
+    # Given a job a worker handed back to wait for its user's budget
+    claimed = store.claim_job("waits-budget", "worker", 30_000, T0, new_job(deadline_seconds=60))
+    waiting = JobErrorInfo(ErrorCode.BUDGET_EXCEEDED, "waiting: user user-1 has spent its budget", retryable=True)
+    store.finish_job(claimed, Released(waiting, refund_attempt=True), T0)
+
+    # When the reconciler runs past its deadline
+    report = reconciler(store, queue, T0 + 120_000).run()
+
+    # Then it fails with budget_exceeded, for good
+    assert report == {"examined": 1, "budget_exceeded": 1}
+    job = job_of(store, "waits-budget")
+    assert job.error is not None
+    assert (job.status, job.error.code, job.error.retryable) == (JobStatus.FAILED, ErrorCode.BUDGET_EXCEEDED, False)
+
+
 def test_a_job_a_worker_holds_is_left_to_it_even_past_its_deadline(
     store: InMemoryJobStore, queue: RecordingQueue
 ) -> None:
@@ -176,6 +196,7 @@ def test_a_stale_queued_job_with_its_input_stored_is_re_enqueued_once(
     # Then the stale job gets a reference message and is marked as touched; the fresh one is left
     assert report == {"examined": 2, "requeued": 1}
     assert queue.sent == [{"job_id": "stale-1"}]
+    assert queue.groups == ["user-1"]
     job = job_of(store, "stale-1")
     assert (job.status, job.updated_at) == (JobStatus.QUEUED, at)
     assert job_of(store, "fresh-1") == fresh

@@ -24,6 +24,7 @@ from engine.core import (
     ErrorCode,
     Fate,
     Job,
+    JobErrorInfo,
     JobStatus,
     NewJob,
     Retry,
@@ -40,6 +41,7 @@ from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobDefinition, JobRegistry, Prompt
 from engine.definitions.base import MAX_OUTPUT_BYTES
 from engine.definitions.summarize import SummarizeInput
+from engine.fleet.admission import Hold, Pass
 from engine.gateway import Completion, CompletionRequest, ModelGateway, ModelTiers
 from engine.intake import sha256_hex
 from engine.retry import backoff_seconds
@@ -48,6 +50,7 @@ from engine.runner import (
     GENAI_USAGE_ATTRIBUTES,
     GIVE_UP_RECEIVES,
     RETRY_SOON_SECONDS,
+    Claimed,
     JobRunner,
     output_hash,
 )
@@ -823,3 +826,100 @@ def test_a_rate_limit_without_retry_after_backs_off_by_the_receives_not_the_refu
     assert isinstance(response, Retry)
     assert response.fate is Fate.RETRIED
     assert response.visibility_seconds == backoff_seconds(receive_count, random.Random(7))
+
+
+# --- admission: a Pass's call time, a Hold (engine.fleet) ----------------------------------------
+
+
+def claimed_job(runner: JobRunner, message: dict[str, Any]) -> Claimed:
+    claimed = runner.claim(delivery(message))
+    assert isinstance(claimed, Claimed)
+    return claimed
+
+
+def test_a_pass_waits_until_its_call_time_then_calls_and_records_what_it_used(
+    make_runner: RunnerFactory, provider: FakeProvider, store: InMemoryJobStore, clock: Clock
+) -> None:
+    slept: list[float] = []
+    runner = make_runner(sleep=slept.append)
+    claimed = claimed_job(runner, job_message("classify", "pass-1"))
+    admitted = Pass(call_at_ms=clock.now_ms + 1_500)
+
+    disposition = runner.run(claimed, None, admitted)
+
+    assert disposition == Ack(Fate.SUCCEEDED)
+    assert slept == [1.5]
+    assert admitted.execution is not None
+    assert (admitted.execution.calls, admitted.execution.cost_usd) == (1, job_of(store, "pass-1").usage.cost_usd)
+
+
+def test_a_pass_whose_wait_leaves_too_little_time_is_deferred_with_no_call(
+    make_runner: RunnerFactory, provider: FakeProvider, store: InMemoryJobStore, clock: Clock
+) -> None:
+    slept: list[float] = []
+    runner = make_runner(sleep=slept.append)
+    claimed = claimed_job(runner, job_message("classify", "pass-late"))
+    timeout_ms = int(claimed.definition.timeout_seconds * 1000)
+
+    # 1 s short of the wait, the job type's timeout and the finishing margin
+    remaining = 8_000 + timeout_ms + FINISH_MARGIN_MS - 1_000
+    disposition = runner.run(claimed, lambda: remaining, Pass(call_at_ms=clock.now_ms + 8_000))
+
+    assert disposition == Retry(Fate.DEFERRED, RETRY_SOON_SECONDS, "not enough time left in this invocation")
+    assert (provider.calls, slept) == (0, [])
+    assert job_of(store, "pass-late").attempt_count == 0
+
+
+@pytest.mark.parametrize(
+    ("code", "fate"),
+    [(ErrorCode.PROVIDER_RATE_LIMITED, Fate.THROTTLED), (ErrorCode.BUDGET_EXCEEDED, Fate.OVER_BUDGET)],
+)
+def test_a_held_job_waits_queued_with_the_reason_its_attempt_refunded_and_no_call(
+    runner: JobRunner, provider: FakeProvider, store: InMemoryJobStore, clock: Clock, code: ErrorCode, fate: Fate
+) -> None:
+    claimed = claimed_job(runner, job_message("classify", "held-back"))
+
+    disposition = runner.run(claimed, None, Hold(code, clock.now_ms + 12_300, "waiting: the reason"))
+
+    assert disposition == Retry(fate, 13, "waiting: the reason")
+    assert provider.calls == 0
+    job = job_of(store, "held-back")
+    assert (job.status, job.attempt_count, job.lease_owner) == (JobStatus.QUEUED, 0, None)
+    assert job.error == JobErrorInfo(code, "waiting: the reason", retryable=True)
+
+
+@pytest.mark.parametrize(
+    ("code", "ends_with"),
+    [
+        (ErrorCode.PROVIDER_RATE_LIMITED, ErrorCode.DEADLINE_EXCEEDED),
+        (ErrorCode.BUDGET_EXCEEDED, ErrorCode.BUDGET_EXCEEDED),
+    ],
+)
+def test_a_hold_that_outlasts_the_deadline_fails_the_job_now(
+    runner: JobRunner, store: InMemoryJobStore, clock: Clock, code: ErrorCode, ends_with: ErrorCode
+) -> None:
+    claimed = claimed_job(runner, job_message("classify", "held-late", deadline_seconds=60))
+
+    disposition = runner.run(claimed, None, Hold(code, clock.now_ms + 60_000, "waiting: the reason"))
+
+    assert disposition == Ack(Fate.FAILED)
+    job = job_of(store, "held-late")
+    assert job.error is not None
+    assert (job.status, job.error.code, job.error.retryable) == (JobStatus.FAILED, ends_with, False)
+    assert job.error.message.endswith("waiting: the reason")
+
+
+def test_a_job_that_waited_for_its_budget_until_its_deadline_ends_budget_exceeded_at_its_next_claim(
+    runner: JobRunner, store: InMemoryJobStore, clock: Clock
+) -> None:
+    # Given a job held for its user's budget, whose message comes back after its deadline
+    message = job_message("classify", "budget-late", deadline_seconds=60)
+    runner.run(claimed_job(runner, message), None, Hold(ErrorCode.BUDGET_EXCEEDED, clock.now_ms + 30_000, "waiting"))
+    clock.advance(61)
+
+    disposition = runner.process(delivery(message))
+
+    assert disposition == Ack(Fate.FAILED)
+    job = job_of(store, "budget-late")
+    assert job.error is not None
+    assert (job.status, job.error.code) == (JobStatus.FAILED, ErrorCode.BUDGET_EXCEEDED)

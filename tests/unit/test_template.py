@@ -166,7 +166,7 @@ def dead_letter_queue(text: str) -> None:
 def worker_permissions(text: str) -> None:
     # With no secret, no Bedrock and no key, the worker touches its table, queue and bucket only.
     assert grants("WorkerFunction") == {
-        TABLE: {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
+        TABLE: {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
         QUEUE: {"sqs:ChangeMessageVisibility"},
         OBJECTS: {"s3:GetObject", "s3:PutObject"},
     }

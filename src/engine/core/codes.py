@@ -22,6 +22,7 @@ class ErrorCode(StrEnum):
     DEADLINE_EXCEEDED = "deadline_exceeded"
     DEAD_LETTERED = "dead_lettered"
     OUTPUT_TOO_LARGE = "output_too_large"
+    BUDGET_EXCEEDED = "budget_exceeded"
     INTERNAL_ERROR = "internal_error"
 
 

@@ -31,6 +31,8 @@ class Fate(StrEnum):
     HELD = "held"  # another worker holds the job
     RACED = "raced"  # the job changed while it was being claimed or settled
     DEFERRED = "deferred"  # too little time left in this invocation
+    THROTTLED = "throttled"  # its model's shared rate limit has no capacity now (engine.fleet)
+    OVER_BUDGET = "over_budget"  # its user's daily budget is spent (engine.fleet)
     LEASE_LOST = "lease_lost"  # this worker's lease ended before its finish
     ERROR = "error"  # nothing was recorded: an unexpected error, tried again
 

@@ -116,6 +116,20 @@ class OutputTooLargeError(PermanentError):
     code = ErrorCode.OUTPUT_TOO_LARGE
 
 
+class BudgetExceededError(PermanentError):
+    """The user's daily budget stayed spent until the job's deadline; no provider call was made."""
+
+    code = ErrorCode.BUDGET_EXCEEDED
+
+
+def deadline_error(job: Job, why: str) -> PermanentError:
+    """How a job whose deadline passed (`why`) ends: `budget_exceeded` when it was waiting for its
+    user's budget (its error says so), else `deadline_exceeded`."""
+    if job.error is not None and job.error.code is ErrorCode.BUDGET_EXCEEDED:
+        return BudgetExceededError(f"{why}; the user's daily budget stayed spent until then")
+    return DeadlineExceededError(why)
+
+
 # --- Store errors: a conditional write was refused, explained by the item it met ------------
 
 

@@ -10,7 +10,7 @@ import json
 from typing import TYPE_CHECKING
 
 from engine.config import Settings
-from engine.gateway.gateway import Execution, ModelGateway, ModelTiers
+from engine.gateway.gateway import CallPlan, Execution, ModelGateway, ModelTiers
 from engine.gateway.pricing import ModelPrice, PriceTable
 from engine.gateway.provider import ChatTurn, Completion, CompletionRequest, ModelProvider
 
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from engine.gateway.openai import ApiKeySource
 
 __all__ = [
+    "CallPlan",
     "ChatTurn",
     "Completion",
     "CompletionRequest",

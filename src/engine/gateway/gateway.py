@@ -8,6 +8,7 @@ Every call that got an answer counts: its tokens and cost are summed into the at
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -28,7 +29,7 @@ from engine.definitions import JobDefinition, RenderedPrompt
 from engine.gateway.pricing import Cost, PriceTable
 from engine.gateway.provider import ChatTurn, Completion, CompletionRequest, ModelProvider
 from engine.observability import log_unexpected, logger
-from engine.text import valid_text
+from engine.text import bounded, valid_text
 
 # Errors a re-ask with the validation error may mend; and errors a different model may avoid.
 _REPAIRABLE = (SchemaValidationError, BusinessValidationError, ReferenceValidationError)
@@ -101,6 +102,31 @@ class _Tally:
         self.latency_ms += completion.latency_ms
 
 
+@dataclass(frozen=True, slots=True)
+class CallPlan:
+    """What an attempt may use, before it runs: for the shared limits and the budgets."""
+
+    # The model of the attempt's first call, and that call's tokens at most (input + max output).
+    model: str
+    first_call_tokens: int
+    # The most the attempt can cost: every model of its chain, every re-ask, at max tokens.
+    worst_case_usd: Decimal
+
+
+# Tokens of a chat message's framing (role, separators) beyond its text, as providers count them.
+MESSAGE_OVERHEAD_TOKENS = 8
+# What a re-ask says after the rejected answer; its reason is cut to REASK_REASON_CHARS, so that
+# a re-ask adds at most the answer (max_tokens) and REASK_TOKENS (4 UTF-8 bytes a character at worst).
+REASK = "Your answer was not accepted: {reason}. Answer again with only the corrected JSON object."
+REASK_REASON_CHARS = 300
+REASK_TOKENS = len(REASK.encode()) + 4 * REASK_REASON_CHARS + MESSAGE_OVERHEAD_TOKENS
+
+
+def input_token_bound(*texts: str) -> int:
+    """More tokens than `texts` can make: no tokenizer makes a token of less than one UTF-8 byte."""
+    return sum(len(text.encode("utf-8", "surrogatepass")) + MESSAGE_OVERHEAD_TOKENS for text in texts)
+
+
 def strip_code_fence(content: str) -> str:
     """Models asked for JSON sometimes wrap it in a ```json fence; the fence is not the answer."""
     text = content.strip()
@@ -121,6 +147,19 @@ class ModelGateway:
         self._models = models
         self._prices = prices or PriceTable()
         self._repair_attempts = repair_attempts
+
+    def plan(self, definition: JobDefinition, job_input: BaseModel) -> CallPlan:
+        """What an attempt of this job can use at most; computed from its prompt, never by a call."""
+        prompt = definition.render_prompt(job_input)
+        schema = json.dumps(definition.output_schema(job_input), separators=(",", ":"), ensure_ascii=False)
+        first_input = input_token_bound(prompt.system, prompt.user, schema)
+        max_output = definition.max_tokens
+        chain = self._models.chain(definition.model_tier)
+        worst = Decimal(0)
+        for _, model in chain:
+            for repair in range(self._repair_attempts + 1):
+                worst += self._prices.most(model, first_input + repair * (max_output + REASK_TOKENS), max_output)
+        return CallPlan(chain[0][1], first_input + max_output, worst)
 
     def execute(self, definition: JobDefinition, job_input: BaseModel, time_left: TimeLeft | None = None) -> Execution:
         prompt = definition.render_prompt(job_input)
@@ -190,8 +229,7 @@ class ModelGateway:
                     ChatTurn("assistant", valid_text(completion.content)),
                     ChatTurn(
                         "user",
-                        f"Your answer was not accepted: {exc.message}. "
-                        "Answer again with only the corrected JSON object.",
+                        REASK.format(reason=bounded(exc.message, REASK_REASON_CHARS)),
                     ),
                 ]
             except JobError as exc:

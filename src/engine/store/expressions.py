@@ -41,6 +41,13 @@ class Expression:
         self._sets.append(f"{name} = if_not_exists({name}, {self.value(attribute, value)})")
         return self
 
+    def subtract(self, attribute: str, amount: Any, start: Any) -> Expression:
+        """attribute = (attribute, or `start` when absent) - amount."""
+        name = self.name(attribute)
+        start_value, amount_value = self.value(attribute + "_start", start), self.value("sub_" + attribute, amount)
+        self._sets.append(f"{name} = if_not_exists({name}, {start_value}) - {amount_value}")
+        return self
+
     def add(self, attribute: str, amount: Any) -> Expression:
         self._adds.append(f"{self.name(attribute)} {self.value('add_' + attribute, amount)}")
         return self

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
 from engine.core import AttemptOutcome, AttemptRecord, DeadLetter, ErrorCode, Job, JobErrorInfo, JobStatus, Usage
+from engine.core.days import utc_day
 from engine.text import bounded, one_line
 
 Item = dict[str, Any]  # a DynamoDB item in the low-level AttributeValue form
@@ -148,10 +148,6 @@ def _shard(key: str, shards: int) -> int:
 
 # Shards of a day in the UsageByDay index; a query of one day reads them all.
 USAGE_DAY_SHARDS = 8
-
-
-def utc_day(epoch_ms: int) -> str:
-    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).strftime("%Y-%m-%d")
 
 
 def usage_day_partition(day: str, shard: int) -> str:

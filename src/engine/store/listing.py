@@ -9,8 +9,9 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from engine.core import Job, JobStatus
+from engine.core.days import utc_day
 from engine.store.expressions import index_query
-from engine.store.items import LIST_DAY_SHARDS, Item, list_day_partition, utc_day
+from engine.store.items import LIST_DAY_SHARDS, Item, list_day_partition
 from engine.store.reads import batch_get_jobs
 from engine.store.table import default_client
 

@@ -1,0 +1,16 @@
+"""UTC days: what listings, usage and budgets are kept by."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+
+def utc_day(epoch_ms: int) -> str:
+    """The UTC day of an instant, as YYYY-MM-DD."""
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).strftime("%Y-%m-%d")
+
+
+def next_utc_midnight_ms(epoch_ms: int) -> int:
+    """When the UTC day after the one of `epoch_ms` begins (epoch ms)."""
+    today = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).date()
+    return int(datetime.combine(today + timedelta(days=1), datetime.min.time(), tzinfo=UTC).timestamp() * 1000)

@@ -1,0 +1,157 @@
+"""RateLimiter: a worker's side of the shared buckets, one take per model and batch.
+
+A take tries the cheap write first and falls back to the exact one:
+1. `add` (the common case, a busy bucket): move the arrival times on by the whole batch, fenced on
+   them lying where every ask fits; one request, whatever other workers did meanwhile.
+2. `replace` (an idle bucket, a batch that fits only in part, a bucket never seen): compute the
+   schedule from the bucket as the refused write returned it (ALL_OLD) and write it, fenced on
+   those exact values; repeated while other workers get in between, at most TAKE_TRIES writes.
+What the worker owes or is owed after its calls (re-asks, tokens not used) rides on its next take.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from engine.fleet.limits import (
+    COOLDOWN_MS,
+    HORIZON_MS,
+    Bounds,
+    BucketState,
+    Costs,
+    Debt,
+    ModelLimit,
+    Schedule,
+    add_bounds,
+    schedule,
+)
+from engine.observability import logger
+
+# Writes of one take before the asks that did not fit are left to wait on the queue, and how soon
+# they come back then.
+TAKE_TRIES = 3
+RACED_RETRY_MS = 1_000
+
+
+class LimitStore(Protocol):
+    """Where buckets are kept (engine.store.limits.LimitTable)."""
+
+    def add(
+        self, model: str, shard: int, request_ns: int, token_ns: int, bounds: Bounds, now_ms: int
+    ) -> tuple[bool, BucketState | None]: ...
+
+    def replace(
+        self, model: str, shard: int, old: BucketState | None, request_at: int, token_at: int, now_ms: int
+    ) -> tuple[bool, BucketState | None]: ...
+
+    def lower(
+        self, model: str, shard: int, seen: BucketState, factor: float, now_ms: int
+    ) -> tuple[bool, BucketState | None]: ...
+
+
+class RateLimiter:
+    def __init__(self, store: LimitStore, limits: Mapping[str, ModelLimit], rng: random.Random | None = None) -> None:
+        self._store = store
+        self._limits = dict(limits)
+        self._rng = rng or random.Random()
+        self._lock = threading.Lock()
+        # What this worker last saw of each bucket, and what it owes each: (model, shard) -> ...
+        self._seen: dict[tuple[str, int], BucketState] = {}
+        self._debts: dict[tuple[str, int], Debt] = {}
+
+    def limits(self, model: str) -> bool:
+        return model in self._limits
+
+    def take(self, model: str, asks: Sequence[int], now_ms: int, horizon_ms: int = HORIZON_MS) -> Taken:
+        """Capacity for the longest prefix of `asks` (estimated tokens of one call each) that calls within
+        the horizon: when each may call, and when the first one left out could."""
+        limit = self._limits[model]
+        shard = self._rng.randrange(limit.shard_count)
+        with self._lock:
+            key = (model, shard)
+            seen, debt = self._seen.get(key), self._debts.pop(key, Debt())
+            costs = Costs.of(limit, (seen or BucketState()).factor_now(now_ms))
+            plan: Schedule | None = None
+            ok, state = False, seen
+            for attempt in range(TAKE_TRIES):
+                if attempt == 0 and _looks_busy(seen, now_ms):
+                    request_ns, token_ns = costs.moves(debt.requests + len(asks), debt.tokens + sum(asks))
+                    bounds = add_bounds(costs, asks, now_ms, debt, horizon_ms)
+                    ok, state = self._store.add(model, shard, request_ns, token_ns, bounds, now_ms)
+                    if ok and state is not None:
+                        old = BucketState(state.request_at - request_ns, state.token_at - token_ns)
+                        plan = schedule(old, costs, asks, now_ms, debt, horizon_ms)
+                        break
+                    continue
+                plan = schedule(state or BucketState(), costs, asks, now_ms, debt, horizon_ms)
+                if not plan.call_at_ms:
+                    break  # nothing fits now: no write, the debt stays owed
+                ok, state = self._store.replace(model, shard, state, plan.request_at, plan.token_at, now_ms)
+                if ok:
+                    break
+            if state is not None:
+                self._seen[key] = state
+            if not ok or plan is None:
+                # Nothing was written: the debt is still owed, and nothing was taken.
+                self._owe(key, debt)
+                if plan is None or plan.call_at_ms:
+                    # Other workers kept getting in between: try again in a moment.
+                    return Taken(model, shard, (), tuple(now_ms + RACED_RETRY_MS for _ in asks))
+                return Taken(model, shard, (), plan.fits_at_ms)
+            return Taken(model, shard, plan.call_at_ms, plan.fits_at_ms)
+
+    def settle(self, model: str, shard: int, debt: Debt) -> None:
+        """Owe (or be owed) what calls used beyond (or short of) what was taken for them."""
+        with self._lock:
+            self._owe((model, shard), debt)
+
+    def throttled(self, model: str, now_ms: int) -> None:
+        """The provider answered 429 for `model`: lower its rate for every worker, once per overload
+        (the first 429 after a cooldown lowers it; the ones within it were spaced at the old rate)."""
+        limit = self._limits.get(model)
+        if limit is None:
+            return
+        for shard in range(limit.shard_count):
+            with self._lock:
+                state: BucketState | None = self._seen.get((model, shard)) or BucketState()
+            for _ in range(2):  # with this worker's view of the bucket, then with the bucket as it is
+                assert state is not None
+                if state.factor_at > now_ms - COOLDOWN_MS:
+                    break  # lowered for this overload already
+                factor = state.lowered(now_ms)
+                ok, state = self._store.lower(model, shard, state, factor, now_ms)
+                if state is None:
+                    break  # no bucket: nothing was taken from it yet
+                with self._lock:
+                    self._seen[(model, shard)] = state
+                if ok:
+                    logger.warning(
+                        "provider rate limit met; shared rate lowered", extra={"model": model, "factor": factor}
+                    )
+                    break
+
+    def _owe(self, key: tuple[str, int], debt: Debt) -> None:
+        if debt != Debt():
+            self._debts[key] = self._debts.get(key, Debt()) + debt
+
+
+def _looks_busy(seen: BucketState | None, now_ms: int) -> bool:
+    """Whether the bucket was busy when last seen: an add then most likely fits (else an exact write)."""
+    if seen is None:
+        return True  # most takes meet a busy bucket; an idle or new one costs one refused add
+    return max(seen.request_at, seen.token_at) >= now_ms * 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """What a take got: call times for the first asks (ms), and for each ask left out, when a take
+    could include it (ms)."""
+
+    model: str
+    shard: int
+    call_at_ms: tuple[int, ...]
+    fits_at_ms: tuple[int, ...]

@@ -1,0 +1,148 @@
+"""Budgets in the jobs table: users' caps of their own, and one item per user and UTC day.
+
+- `pk = BUDGETS, sk = USER#<user>`: a cap of the user's own (`daily_usd`), written by `aijobs budget
+  set`; one partition, read with BatchGetItem (and Query to list them).
+- `pk = BUDGET#<user>, sk = DAY#<YYYY-MM-DD>`: `cap` (as the day began, or as last set), `headroom`
+  (the cap less what is reserved or spent) and `spent`; created by the day's first reservation,
+  removed by TTL after the retention period.
+docs/fleet.md gives every write and its condition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from engine.core.days import utc_day
+from engine.fleet.budgets import BudgetDay
+from engine.store.expressions import Expression
+from engine.store.items import Item, from_item
+from engine.store.table import DAY_MS, default_client, is_condition_failure, refused_item
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+CAPS_PK = "BUDGETS"
+# BatchGetItem reads at most this many keys a request.
+BATCH_GET_KEYS = 100
+
+
+def cap_key(user_id: str) -> Item:
+    return {"pk": {"S": CAPS_PK}, "sk": {"S": f"USER#{user_id}"}}
+
+
+def day_key(user_id: str, day: str) -> Item:
+    return {"pk": {"S": f"BUDGET#{user_id}"}, "sk": {"S": f"DAY#{day}"}}
+
+
+class BudgetTable:
+    def __init__(self, table_name: str, client: DynamoDBClient | None = None, retention_days: int = 90) -> None:
+        self.table_name = table_name
+        self._client = client or default_client()
+        self._retention_ms = retention_days * DAY_MS
+
+    # --- the worker's side ---------------------------------------------------------------------
+
+    def caps(self, user_ids: Sequence[str]) -> dict[str, Decimal]:
+        caps: dict[str, Decimal] = {}
+        for start in range(0, len(user_ids), BATCH_GET_KEYS):
+            keys: list[Any] = [cap_key(user) for user in user_ids[start : start + BATCH_GET_KEYS]]
+            request: Any = {self.table_name: {"Keys": keys, "ConsistentRead": True}}
+            while request:
+                response = self._client.batch_get_item(RequestItems=request)
+                for item in response.get("Responses", {}).get(self.table_name, []):
+                    data = from_item(item)
+                    caps[data["user_id"]] = Decimal(data["daily_usd"])
+                request = response.get("UnprocessedKeys") or None
+        return caps
+
+    def reserve(self, user_id: str, day: str, amount: Decimal, cap: Decimal, now_ms: int) -> tuple[bool, Decimal]:
+        expr = Expression()
+        headroom = expr.name("headroom")
+        expr.subtract("headroom", amount, start=cap)
+        expr.set_if_absent("cap", cap)
+        expr.set_if_absent("spent", Decimal(0))
+        expr.set("user_id", user_id)
+        expr.set("day", day)
+        expr.set("expires_at", (now_ms + DAY_MS + self._retention_ms) // 1000)
+        expr.condition = f"attribute_not_exists({headroom}) OR {headroom} >= {expr.value('sub_headroom', amount)}"
+        try:
+            response: Any = self._client.update_item(
+                **expr.update_params(self.table_name, day_key(user_id, day)),
+                ReturnValues="UPDATED_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if not is_condition_failure(exc):
+                raise
+            old = refused_item(exc) or {}
+            return False, Decimal(from_item(old).get("headroom", cap))
+        return True, Decimal(from_item(response["Attributes"])["headroom"])
+
+    def settle(self, user_id: str, day: str, returned: Decimal, spent: Decimal) -> None:
+        expr = Expression()
+        expr.add("headroom", returned)
+        expr.add("spent", spent)
+        expr.condition = f"attribute_exists({expr.name('pk')})"
+        self._client.update_item(**expr.update_params(self.table_name, day_key(user_id, day)))
+
+    # --- administration (aijobs budget) --------------------------------------------------------
+
+    def set_cap(self, user_id: str, daily_usd: Decimal, now_ms: int) -> None:
+        """Give a user a cap of their own; today's headroom moves by the change (what was reserved or
+        spent stays counted)."""
+        self._client.put_item(
+            TableName=self.table_name,
+            Item=cap_key(user_id)
+            | {"user_id": {"S": user_id}, "daily_usd": {"N": str(daily_usd)}, "updated_at": {"N": str(now_ms)}},
+        )
+        day = utc_day(now_ms)
+        for _ in range(5):
+            current = self._day_item(user_id, day)
+            if current is None:
+                return  # the day begins at the new cap
+            old_cap = Decimal(current["cap"])
+            expr = Expression()
+            expr.set("cap", daily_usd)
+            expr.add("headroom", daily_usd - old_cap)
+            expr.condition = f"{expr.name('cap')} = {expr.value('old_cap', old_cap)}"
+            try:
+                self._client.update_item(**expr.update_params(self.table_name, day_key(user_id, day)))
+            except ClientError as exc:
+                if not is_condition_failure(exc):
+                    raise
+                continue  # a worker began the day, or the cap was set again, meanwhile
+            return
+        raise RuntimeError(f"the budget of {user_id} kept changing; set it again")
+
+    def own_caps(self) -> dict[str, Decimal]:
+        """Every cap of a user's own."""
+        caps: dict[str, Decimal] = {}
+        pages = self._client.get_paginator("query").paginate(
+            TableName=self.table_name,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": CAPS_PK}},
+            ConsistentRead=True,
+        )
+        for page in pages:
+            for item in page.get("Items", []):
+                data = from_item(item)
+                caps[data["user_id"]] = Decimal(data["daily_usd"])
+        return caps
+
+    def day(self, user_id: str, cap: Decimal, now_ms: int) -> BudgetDay:
+        """A user's today: with no reservation yet, all of the cap is left."""
+        day = utc_day(now_ms)
+        item = self._day_item(user_id, day)
+        if item is None:
+            return BudgetDay(user_id, day, cap, Decimal(0), Decimal(0), cap)
+        day_cap, headroom, spent = Decimal(item["cap"]), Decimal(item["headroom"]), Decimal(item.get("spent", 0))
+        return BudgetDay(user_id, day, day_cap, spent, day_cap - headroom - spent, max(headroom, Decimal(0)))
+
+    def _day_item(self, user_id: str, day: str) -> dict[str, Any] | None:
+        response = self._client.get_item(TableName=self.table_name, Key=day_key(user_id, day), ConsistentRead=True)
+        item = response.get("Item")
+        return from_item(item) if item else None

@@ -1,0 +1,115 @@
+"""Rate-limit buckets in the jobs table: one small item per model and shard (`LIMIT#<model>#<shard>`).
+
+Each write is one conditional UpdateItem whose refusal returns the bucket as it was (ALL_OLD), so
+that a retry needs no read. The arithmetic is engine.fleet.limits'; docs/fleet.md gives the items.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
+
+from engine.fleet.limits import Bounds, BucketState
+from engine.store.expressions import Expression
+from engine.store.items import Item, from_item
+from engine.store.table import default_client, is_condition_failure, refused_item
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+LIMIT_SK = "LIMIT"
+# An idle bucket's item is removed by TTL this long after its last take; a new one starts full.
+IDLE_EXPIRY_SECONDS = 86_400
+
+
+def limit_key(model: str, shard: int) -> Item:
+    return {"pk": {"S": f"LIMIT#{model}#{shard}"}, "sk": {"S": LIMIT_SK}}
+
+
+def bucket_from_item(item: Item) -> BucketState:
+    data = from_item(item)
+    return BucketState(
+        request_at=int(data.get("request_at", 0)),
+        token_at=int(data.get("token_at", 0)),
+        factor=float(data.get("factor", 1)),
+        factor_at=int(data.get("factor_at", 0)),
+    )
+
+
+class LimitTable:
+    def __init__(self, table_name: str, client: DynamoDBClient | None = None) -> None:
+        self.table_name = table_name
+        self._client = client or default_client()
+
+    def add(
+        self, model: str, shard: int, request_ns: int, token_ns: int, bounds: Bounds, now_ms: int
+    ) -> tuple[bool, BucketState | None]:
+        """Move a busy bucket's arrival times on: (True, the bucket after) when both lay within
+        `bounds`, else (False, the bucket as it was, None when there is none)."""
+        expr = self._touched(model, shard, now_ms)
+        expr.add("request_at", request_ns)
+        expr.add("token_at", token_ns)
+        conditions = []
+        for attribute, bound in (("request_at", bounds.request), ("token_at", bounds.token)):
+            if bound is not None:
+                low, high = bound
+                name = expr.name(attribute)
+                conditions.append(
+                    f"{name} BETWEEN {expr.value(attribute + '_low', low)} AND {expr.value(attribute + '_high', high)}"
+                )
+        expr.condition = " AND ".join(conditions) or f"attribute_exists({expr.name('pk')})"
+        return self._update(expr, model, shard)
+
+    def replace(
+        self, model: str, shard: int, old: BucketState | None, request_at: int, token_at: int, now_ms: int
+    ) -> tuple[bool, BucketState | None]:
+        """Set a bucket's arrival times, fenced on them being `old`'s (or on there being no bucket)."""
+        expr = self._touched(model, shard, now_ms)
+        expr.set("request_at", request_at)
+        expr.set("token_at", token_at)
+        if old is None:
+            expr.condition = f"attribute_not_exists({expr.name('pk')})"
+        else:
+            expr.condition = (
+                f"{expr.name('request_at')} = {expr.value('old_request_at', old.request_at)}"
+                f" AND {expr.name('token_at')} = {expr.value('old_token_at', old.token_at)}"
+            )
+        return self._update(expr, model, shard)
+
+    def lower(
+        self, model: str, shard: int, seen: BucketState, factor: float, now_ms: int
+    ) -> tuple[bool, BucketState | None]:
+        """Set the adaptive factor, fenced on it not having been lowered since `seen`: (True, the bucket
+        after), or (False, the bucket as it was; None when there is none)."""
+        expr = Expression()
+        expr.set("factor", Decimal(str(round(factor, 6))))
+        expr.set("factor_at", now_ms)
+        at = expr.name("factor_at")
+        unchanged = (
+            f"{at} = {expr.value('seen_at', seen.factor_at)}" if seen.factor_at else f"attribute_not_exists({at})"
+        )
+        expr.condition = f"attribute_exists({expr.name('pk')}) AND {unchanged}"
+        return self._update(expr, model, shard)
+
+    def _touched(self, model: str, shard: int, now_ms: int) -> Expression:
+        expr = Expression()
+        expr.set("model", model)
+        expr.set("shard", shard)
+        expr.set("expires_at", now_ms // 1000 + IDLE_EXPIRY_SECONDS)
+        return expr
+
+    def _update(self, expr: Expression, model: str, shard: int) -> tuple[bool, BucketState | None]:
+        try:
+            response: Any = self._client.update_item(
+                **expr.update_params(self.table_name, limit_key(model, shard)),
+                ReturnValues="ALL_NEW",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            if not is_condition_failure(exc):
+                raise
+            old = refused_item(exc)
+            return False, bucket_from_item(old) if old else None
+        return True, bucket_from_item(response["Attributes"])

@@ -1,0 +1,261 @@
+"""The worker with shared limits and budgets on (moto): a batch claimed, admitted together, run at
+the times its model's limit gives, and settled; jobs without capacity or budget wait, queued,
+with no provider call and no attempt spent."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from aijobs.stack import StackResources
+from engine.aws_errors import is_transient
+from engine.core import ErrorCode, JobStatus
+from engine.core.days import utc_day
+from engine.core.errors import ProviderRateLimitedError
+from engine.dead_letters import DeadLetterRecorder
+from engine.definitions import JobRegistry
+from engine.fleet.admission import BUDGET_RECHECK_MS, Admission
+from engine.fleet.budgets import Budgets
+from engine.fleet.limiter import RateLimiter
+from engine.fleet.limits import ModelLimit
+from engine.gateway import CompletionRequest, ModelGateway, ModelTiers
+from engine.runner import JobRunner
+from engine.store import DynamoJobStore
+from engine.store.budgets import BudgetTable, day_key
+from engine.store.limits import LimitTable, bucket_from_item, limit_key
+from engine.worker import Worker
+from tests.conftest import RequestCounter
+from tests.integration.conftest import ACKNOWLEDGED, MODEL, RecordingQueue, TableReader
+from tests.support.events import InvocationContext, job_message, sqs_event, sqs_record
+from tests.support.providers import FakeProvider, valid_answer
+
+T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+
+
+class FakeTime:
+    """One clock for the worker, its admission and its waits: sleeping moves it on."""
+
+    def __init__(self) -> None:
+        self.now = T0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        # Records sleep side by side: each until its own time, the clock at the latest of them.
+        start = self.now
+        self.slept.append(seconds)
+        self.now = max(self.now, start + seconds)
+
+
+@pytest.fixture
+def fake_time() -> FakeTime:
+    return FakeTime()
+
+
+FleetWorker = Callable[..., Worker]
+
+
+@pytest.fixture
+def fleet_worker(
+    stack: StackResources,
+    dynamodb: Any,
+    store: DynamoJobStore,
+    provider: FakeProvider,
+    registry: JobRegistry,
+    queue: RecordingQueue,
+    fake_time: FakeTime,
+) -> FleetWorker:
+    """A worker whose admission has `limits` (model -> ModelLimit) and a default daily `budget`."""
+
+    def build(limits: dict[str, ModelLimit] | None = None, budget: str | None = None) -> Worker:
+        gateway = ModelGateway(provider, ModelTiers(MODEL))
+        recorder = DeadLetterRecorder(store, registry, clock=fake_time)
+        runner = JobRunner(
+            store,
+            gateway,
+            registry,
+            recorder,
+            clock=fake_time,
+            rng=random.Random(7),
+            is_transient=is_transient,
+            sleep=fake_time.sleep,
+        )
+        limiter = RateLimiter(LimitTable(stack.table_name, dynamodb), limits, random.Random(1)) if limits else None
+        budgets = Budgets(BudgetTable(stack.table_name, dynamodb), Decimal(budget)) if budget else None
+        admission = Admission(limiter, budgets, clock=fake_time)
+        return Worker(runner, queue, admission=admission, planner=gateway.plan)
+
+    return build
+
+
+def batch(*job_ids: str, user: str = "acme", **overrides: Any) -> dict[str, Any]:
+    return sqs_event(*(sqs_record(job_message("classify", job_id, user_id=user, **overrides)) for job_id in job_ids))
+
+
+def call_times(provider: FakeProvider, fake_time: FakeTime) -> Callable[[], list[float]]:
+    """Make the provider note when (on the fake clock) each call was made."""
+    times: list[float] = []
+
+    def answer(request: CompletionRequest) -> Any:
+        times.append(fake_time.now - T0)
+        return valid_answer(request)
+
+    provider.script = answer
+    return lambda: sorted(times)
+
+
+# --- limits ---------------------------------------------------------------------------------------
+
+
+def test_a_batch_under_a_shared_limit_calls_at_its_rate_after_one_take(
+    fleet_worker: FleetWorker,
+    provider: FakeProvider,
+    fake_time: FakeTime,
+    dynamodb_requests: RequestCounter,
+    table: TableReader,
+) -> None:
+    # Given a model limited to 600 requests a minute (one per 100 ms, a burst of 500 ms)
+    worker = fleet_worker({MODEL: ModelLimit(rpm=600)})
+    times = call_times(provider, fake_time)
+
+    # When a batch of ten jobs runs
+    assert worker.handle(batch(*(f"rate-{n}" for n in range(10))), InvocationContext()) == ACKNOWLEDGED
+
+    # Then all succeed; the first six call at once, the rest 100 ms apart, each after its own wait
+    assert {table.job(f"rate-{n}").status for n in range(10)} == {JobStatus.SUCCEEDED}
+    assert times() == pytest.approx([0.0] * 6 + [0.1, 0.2, 0.3, 0.4], abs=0.002)
+    # And the limit cost the batch one take (a new bucket: a refused add, then its first write)
+    assert dynamodb_requests.operations == {"UpdateItem": 10 + 2, "TransactWriteItems": 10}
+
+
+def test_jobs_past_the_limits_horizon_make_no_call_spend_no_attempt_and_wait_until_capacity(
+    fleet_worker: FleetWorker, provider: FakeProvider, queue: RecordingQueue, table: TableReader
+) -> None:
+    # Given a model limited to 3 requests a minute: one call every 20 s, and a horizon of 10 s
+    worker = fleet_worker({MODEL: ModelLimit(rpm=3)})
+
+    # When a batch of four jobs is handled
+    response = worker.handle(batch("slow-0", "slow-1", "slow-2", "slow-3"), InvocationContext())
+
+    # Then one ran, and three were handed back for when capacity is expected: queued, attempt refunded
+    assert provider.calls == 1
+    assert len(response["batchItemFailures"]) == 3
+    for job_id in ("slow-1", "slow-2", "slow-3"):
+        job = table.job(job_id)
+        assert (job.status, job.attempt_count, job.usage.attempts) == (JobStatus.QUEUED, 0, 0)
+        assert job.error is not None
+        assert (job.error.code, job.error.retryable) == (ErrorCode.PROVIDER_RATE_LIMITED, True)
+        assert job.error.message.startswith("waiting: gpt-4o-mini is at its shared rate limit")
+    # And their messages are hidden until a take could include them, 20 s apart as the rate spaces them
+    assert sorted(seconds for _, seconds in queue.visibility_changes) == [10, 30, 50]
+
+
+def test_a_429_lowers_the_models_shared_rate_for_every_worker(
+    fleet_worker: FleetWorker, provider: FakeProvider, table: TableReader
+) -> None:
+    worker = fleet_worker({MODEL: ModelLimit(rpm=600)})
+    provider.script = lambda _: ProviderRateLimitedError("provider rate limit (HTTP 429)", retry_after_seconds=2)
+
+    worker.handle(batch("limited-0"), InvocationContext())
+
+    item = table.client.get_item(TableName=table.table_name, Key=limit_key(MODEL, 0), ConsistentRead=True)["Item"]
+    assert bucket_from_item(item).factor == pytest.approx(0.7)
+    job = table.job("limited-0")
+    assert (job.status, job.attempt_count) == (JobStatus.QUEUED, 0)
+
+
+# --- budgets --------------------------------------------------------------------------------------
+
+
+def test_a_user_without_budget_left_waits_queued_with_the_reason_and_no_call(
+    fleet_worker: FleetWorker, provider: FakeProvider, queue: RecordingQueue, table: TableReader
+) -> None:
+    # Given a daily budget that holds the worst case of two classify jobs, not three
+    worker = fleet_worker(budget="0.0016")
+
+    # When a batch of three jobs of that user is handled
+    worker.handle(batch("b-0", "b-1", "b-2"), InvocationContext())
+
+    # Then two ran, and the third waits: queued, attempt refunded, its view saying why
+    assert provider.calls == 2
+    waiting = table.job("b-2")
+    assert (waiting.status, waiting.attempt_count) == (JobStatus.QUEUED, 0)
+    assert waiting.error is not None
+    assert (waiting.error.code, waiting.error.retryable) == (ErrorCode.BUDGET_EXCEEDED, True)
+    assert waiting.error.message == "waiting: user acme has spent or reserved its daily budget of $0.0016"
+    assert [seconds for _, seconds in queue.visibility_changes] == [BUDGET_RECHECK_MS // 1000]
+    # And the day holds exactly what the two calls cost, the reservations given back
+    day = table.item(day_key("acme", utc_day(int(T0 * 1000))))
+    assert day is not None
+    spent = table.job("b-0").usage.cost_usd + table.job("b-1").usage.cost_usd
+    assert (Decimal(day["spent"]), Decimal(day["headroom"])) == (spent, Decimal("0.0016") - spent)
+
+
+def test_a_job_whose_deadline_comes_before_the_budget_fails_with_budget_exceeded(
+    fleet_worker: FleetWorker, provider: FakeProvider, table: TableReader
+) -> None:
+    worker = fleet_worker(budget="0")
+
+    assert worker.handle(batch("late-budget", deadline_seconds=600), InvocationContext()) == ACKNOWLEDGED
+
+    job = table.job("late-budget")
+    assert provider.calls == 0
+    assert job.status is JobStatus.FAILED
+    assert job.error is not None
+    assert (job.error.code, job.error.retryable) == (ErrorCode.BUDGET_EXCEEDED, False)
+
+
+def test_users_are_budgeted_apart(fleet_worker: FleetWorker, provider: FakeProvider, table: TableReader) -> None:
+    worker = fleet_worker(budget="0.0009")  # one classify job's worst case each
+    event = sqs_event(*batch("u-a0", "u-a1", user="acme")["Records"], *batch("u-g0", user="globex")["Records"])
+
+    worker.handle(event, InvocationContext())
+
+    assert provider.calls == 2
+    assert [table.job(job_id).status for job_id in ("u-a0", "u-a1", "u-g0")] == [
+        JobStatus.SUCCEEDED,
+        JobStatus.QUEUED,
+        JobStatus.SUCCEEDED,
+    ]
+
+
+# --- both, and what they cost ---------------------------------------------------------------------
+
+
+def test_with_limits_and_budgets_a_warm_batch_of_ten_costs_at_most_2_3_requests_a_job(
+    fleet_worker: FleetWorker, provider: FakeProvider, dynamodb_requests: RequestCounter, table: TableReader
+) -> None:
+    worker = fleet_worker({MODEL: ModelLimit(rpm=6_000)}, budget="10")
+    worker.handle(batch(*(f"warm-{n}" for n in range(10))), InvocationContext())  # the bucket and the caps
+    dynamodb_requests.reset()
+
+    worker.handle(batch(*(f"cost-{n}" for n in range(10))), InvocationContext())
+
+    assert {table.job(f"cost-{n}").status for n in range(10)} == {JobStatus.SUCCEEDED}
+    # 10 claims, one take, one reservation, one settlement; 10 finishes
+    assert dynamodb_requests.operations == {"UpdateItem": 13, "TransactWriteItems": 10}
+    assert dynamodb_requests.total / 10 <= 2.3
+
+
+def test_when_admission_cannot_reach_the_table_the_batch_waits_and_nothing_runs(
+    fleet_worker: FleetWorker, provider: FakeProvider, table: TableReader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker = fleet_worker({MODEL: ModelLimit(rpm=600)})
+
+    def unavailable(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the table is unavailable")
+
+    monkeypatch.setattr(LimitTable, "add", unavailable)
+    monkeypatch.setattr(LimitTable, "replace", unavailable)
+
+    response = worker.handle(batch("down-0", "down-1"), InvocationContext())
+
+    assert provider.calls == 0
+    assert len(response["batchItemFailures"]) == 2
+    assert {table.job(job_id).attempt_count for job_id in ("down-0", "down-1")} == {0}

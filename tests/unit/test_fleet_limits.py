@@ -1,0 +1,170 @@
+"""The arithmetic of a shared bucket (engine.fleet.limits): spacing, burst, horizon, debts, AIMD."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from engine.fleet.limits import (
+    BURST_MS,
+    COOLDOWN_MS,
+    DECREASE,
+    HORIZON_MS,
+    MIN_FACTOR,
+    RECOVERY_PER_SECOND,
+    BucketState,
+    Costs,
+    Debt,
+    ModelLimit,
+    add_bounds,
+    schedule,
+)
+
+NOW = 1_800_000_000_000  # ms
+NS = 1_000_000  # ns per ms
+
+
+def rpm(limit: int, factor: float = 1.0) -> Costs:
+    return Costs.of(ModelLimit(rpm=limit), factor)
+
+
+def test_an_idle_bucket_lets_its_burst_through_at_once_then_spaces_calls_at_the_rate() -> None:
+    # 600 rpm: one request per 100 ms; the burst (500 ms) lets 6 go now
+    plan = schedule(BucketState(), rpm(600), [1] * 10, NOW)
+
+    assert [call - NOW for call in plan.call_at_ms] == [0, 0, 0, 0, 0, 0, 100, 200, 300, 400]
+    assert plan.fits_at_ms == ()
+    assert plan.request_at == (NOW + 1_000) * NS
+
+
+def test_a_busy_bucket_spaces_every_call() -> None:
+    busy = BucketState(request_at=(NOW + 2_000) * NS)
+
+    plan = schedule(busy, rpm(600), [1] * 3, NOW)
+
+    assert [call - NOW for call in plan.call_at_ms] == [1_500, 1_600, 1_700]
+
+
+def test_asks_past_the_horizon_are_not_taken_and_learn_when_they_would_fit() -> None:
+    # 60 rpm: one a second; the horizon holds about ten seconds of calls
+    plan = schedule(BucketState(), rpm(60), [1] * 15, NOW)
+
+    assert len(plan.call_at_ms) == 11  # at 0 (burst), 0.5 s, 1.5 s ... 9.5 s
+    assert plan.call_at_ms[-1] - NOW <= HORIZON_MS
+    # The bucket keeps only what was taken; the rest would fit a second apart, later
+    assert plan.request_at == (NOW + 11_000) * NS
+    assert [fits - NOW for fits in plan.fits_at_ms] == [500, 1_500, 2_500, 3_500]
+
+
+def test_tokens_space_calls_by_their_size() -> None:
+    # 60,000 tpm: one token per ms; jobs of 1,000 tokens call a second apart after the burst
+    costs = Costs.of(ModelLimit(tpm=60_000), 1.0)
+
+    plan = schedule(BucketState(), costs, [1_000, 1_000, 1_000], NOW)
+
+    assert [call - NOW for call in plan.call_at_ms] == [0, 500, 1_500]
+    assert plan.token_at == (NOW + 3_000) * NS
+
+
+def test_both_limits_bind_and_the_later_call_time_wins() -> None:
+    costs = Costs.of(ModelLimit(rpm=600, tpm=60_000), 1.0)
+
+    plan = schedule(BucketState(), costs, [10, 10, 2_000, 10], NOW)
+
+    # requests alone: 0, 0, 0, 0; tokens: 0, 0, 0 (20 ms of tokens), then 2,020 - 500 ms
+    assert [call - NOW for call in plan.call_at_ms] == [0, 0, 0, 1_520]
+
+
+def test_a_give_back_makes_room_but_never_credit_past_the_burst() -> None:
+    busy = BucketState(request_at=(NOW + 3_000) * NS)
+
+    owed = schedule(busy, rpm(600), [1], NOW, Debt(requests=-10))
+    assert owed.call_at_ms == (NOW + 1_500,)
+
+    idle = schedule(BucketState(request_at=(NOW - 60_000) * NS), rpm(600), [1] * 7, NOW, Debt(requests=-100))
+    assert [call - NOW for call in idle.call_at_ms] == [0, 0, 0, 0, 0, 0, 100]
+
+
+def test_a_debt_of_re_asks_pushes_the_next_calls_back() -> None:
+    plan = schedule(BucketState(request_at=NOW * NS), rpm(600), [1], NOW, Debt(requests=5))
+
+    assert plan.call_at_ms == (NOW + 0,)
+    assert plan.request_at == (NOW + 600) * NS
+    assert schedule(BucketState(request_at=NOW * NS), rpm(600), [1] * 7, NOW, Debt(requests=5)).call_at_ms[-1] == (
+        NOW + 600
+    )
+
+
+def test_the_factor_scales_the_rate_and_shards_split_it() -> None:
+    assert rpm(600).request_ns == 100 * NS
+    assert rpm(600, factor=0.5).request_ns == 200 * NS
+    assert Costs.of(ModelLimit(rpm=600, shards=4), 1.0).request_ns == 400 * NS
+    assert Costs.of(ModelLimit(tpm=120_000), 1.0).token_ns == NS // 2
+
+
+@pytest.mark.parametrize(
+    ("limit", "shards"),
+    [(ModelLimit(rpm=500), 1), (ModelLimit(rpm=30_000), 1), (ModelLimit(rpm=30_001), 2), (ModelLimit(tpm=10**9), 1)],
+)
+def test_shards_follow_the_request_rate_a_partition_takes(limit: ModelLimit, shards: int) -> None:
+    assert limit.shard_count == shards
+
+
+def test_a_429_lowers_the_factor_which_climbs_back_while_none_comes() -> None:
+    state = BucketState(factor=1.0)
+
+    lowered = state.lowered(NOW)
+    assert lowered == pytest.approx(DECREASE)
+
+    after = BucketState(factor=lowered, factor_at=NOW)
+    ten_seconds = after.factor_now(NOW + 10_000)
+    assert ten_seconds == pytest.approx(DECREASE + 10 * RECOVERY_PER_SECOND)
+    assert after.factor_now(NOW + 10**9) == 1.0
+    assert BucketState(factor=0.01, factor_at=NOW).factor_now(NOW) == MIN_FACTOR
+    assert BucketState(factor=MIN_FACTOR, factor_at=NOW).lowered(NOW) == MIN_FACTOR
+    assert COOLDOWN_MS > HORIZON_MS  # calls spaced at the old rate within the horizon count as the same overload
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    request_offset_ms=st.integers(min_value=-5_000, max_value=20_000),
+    token_offset_ms=st.integers(min_value=-5_000, max_value=20_000),
+    asks=st.lists(st.integers(min_value=1, max_value=50_000), min_size=1, max_size=12),
+    debt=st.builds(Debt, st.integers(-20, 20), st.integers(-100_000, 100_000)),
+    limit=st.builds(ModelLimit, st.one_of(st.none(), st.integers(1, 100_000)), st.integers(1_000, 10_000_000)),
+)
+def test_an_add_within_its_bounds_takes_exactly_what_the_exact_schedule_takes(
+    request_offset_ms: int, token_offset_ms: int, asks: list[int], debt: Debt, limit: ModelLimit
+) -> None:
+    # Given a bucket, and the condition under which adding the batch's cost needs no clamp
+    state = BucketState((NOW + request_offset_ms) * NS, (NOW + token_offset_ms) * NS)
+    costs = Costs.of(limit, 1.0)
+    bounds = add_bounds(costs, asks, NOW, debt)
+    within = all(
+        bound is None or bound[0] <= at <= bound[1]
+        for bound, at in ((bounds.request, state.request_at), (bounds.token, state.token_at))
+    )
+    plan = schedule(state, costs, asks, NOW, debt)
+    request_ns, token_ns = costs.moves(debt.requests + len(asks), debt.tokens + sum(asks))
+
+    # Then the add is taken exactly when every ask fits with no clamp, and it writes what the schedule would
+    event(f"within bounds: {within}")
+    debt_request, debt_token = costs.moves(debt.requests, debt.tokens)
+    unclamped = (not costs.request_ns or state.request_at + debt_request >= NOW * NS) and (
+        not costs.token_ns or state.token_at + debt_token >= NOW * NS
+    )
+    assert within == (unclamped and len(plan.call_at_ms) == len(asks))
+    if within:
+        assert len(plan.call_at_ms) == len(asks)
+        if costs.request_ns:
+            assert plan.request_at == state.request_at + request_ns
+        if costs.token_ns:
+            assert plan.token_at == state.token_at + token_ns
+    # And every call the schedule gives is within the horizon and never before now
+    assert all(NOW <= call <= NOW + HORIZON_MS for call in plan.call_at_ms)
+    assert len(plan.call_at_ms) + len(plan.fits_at_ms) == len(asks)
+
+
+def test_the_burst_is_smaller_than_the_horizon() -> None:
+    assert 0 < BURST_MS < HORIZON_MS
