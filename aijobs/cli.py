@@ -329,6 +329,9 @@ def dev(
     ] = None,
     rpm: Annotated[int | None, typer.Option("--rpm", min=1, help="The local provider's own requests/minute.")] = None,
     tpm: Annotated[int | None, typer.Option("--tpm", min=1, help="The local provider's own tokens/minute.")] = None,
+    reasoning_tokens: Annotated[
+        int, typer.Option("--reasoning-tokens", min=0, max=100_000, help="Reasoning tokens the local provider bills.")
+    ] = 0,
     provider_limits: Annotated[
         str,
         typer.Option(
@@ -359,6 +362,7 @@ def dev(
         fault_rate=fault_rate,
         provider_rpm=rpm,
         provider_tpm=tpm,
+        provider_reasoning_tokens=reasoning_tokens,
         provider_limits=provider_limits,
         default_daily_budget_usd=default_budget,
     )

@@ -1,7 +1,10 @@
 """`aijobs demo`: the whole pipeline on the embedded stack, with jobs of every type and chosen faults.
 
 Each sample job says how it is meant to end; the demo exits 0 only when every job did.
-Faults are asked of the local provider through a marker in the job's input text.
+Faults are asked of the local provider through a marker in the job's input text. Fleet control is
+on: the local provider enforces DEMO_RPM requests a minute of its own and the workers share that
+limit, so a burst of jobs is spaced to it; and one user has a daily budget of one job's worst
+case, so that their later jobs wait for it and, their deadline short, end `budget_exceeded`.
 """
 
 from __future__ import annotations
@@ -10,8 +13,10 @@ import json
 import logging
 import statistics
 import time
+from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from rich.console import Console
@@ -19,7 +24,8 @@ from rich.live import Live
 from rich.table import Table
 
 from aijobs.client import AiJobsClient
-from aijobs.local.devstack import DevStack, DevStackOptions
+from aijobs.local.devstack import LOCAL_MODEL, DevStack, DevStackOptions
+from aijobs.local.provider import ServedRequest
 from aijobs.render import status_text
 from engine.core import ErrorCode, JobStatus
 from engine.core.errors import JobNotFoundError
@@ -27,6 +33,12 @@ from engine.models import JobView
 from engine.observability import logger as engine_logger
 
 POLL_SECONDS = 0.5
+# The local provider's own limit, and the shared limit the workers keep to it.
+DEMO_RPM = 120
+BURST_JOBS = 8
+DEMO_USER = "demo"
+# The user with a daily budget of one job's worst case.
+CAPPED_USER = "capped"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +51,10 @@ class SampleJob:
     # Sent as a raw SQS message (docs/messages.md) instead of through the client.
     as_message: bool = False
     note: str = ""
+    user_id: str = DEMO_USER
+    # Submitted once this job (an id) has ended, rather than at the start.
+    after: str | None = None
+    deadline_seconds: int | None = None
 
 
 ARTICLE = (
@@ -59,10 +75,13 @@ TICKETS = [
     "Win a free cruise, click now!!!",
 ]
 LABELS = ["billing", "bug", "account", "spam"]
+# The capped user's jobs all carry this input: each reserves the same worst case.
+CAPPED_INPUT: dict[str, Any] = {"text": "Refund the second charge on my card", "labels": LABELS}
 
 
 def sample_jobs(run: str) -> list[SampleJob]:
-    """About 20 jobs: most succeed, some meet transient faults and recover, some fail for good."""
+    """About 30 jobs: most succeed, some meet transient faults and recover, some fail for good, a burst
+    keeps to the provider's limit, and a capped user's later jobs wait for their budget."""
     ok, failed = JobStatus.SUCCEEDED, JobStatus.FAILED
     jobs = [
         SampleJob(f"{run}-classify-{n}", "classify", {"text": text, "labels": LABELS}, ok)
@@ -121,6 +140,32 @@ def sample_jobs(run: str) -> list[SampleJob]:
         ),
         faulty("not-json", "summarize", "non_json", failed, ErrorCode.SCHEMA_VALIDATION_FAILED, "never valid JSON"),
     ]
+    jobs += [
+        SampleJob(
+            f"{run}-burst-{n}",
+            "classify",
+            {"text": f"{TICKETS[n % len(TICKETS)]} (burst {n})", "labels": LABELS},
+            ok,
+            note=f"a burst, spaced to the provider's {DEMO_RPM} rpm",
+        )
+        for n in range(1, BURST_JOBS + 1)
+    ]
+    first = f"{run}-budget-1"
+    jobs.append(SampleJob(first, "classify", CAPPED_INPUT, ok, user_id=CAPPED_USER, note="within its user's budget"))
+    jobs += [
+        SampleJob(
+            f"{run}-budget-{n}",
+            "classify",
+            CAPPED_INPUT,
+            failed,
+            ErrorCode.BUDGET_EXCEEDED,
+            user_id=CAPPED_USER,
+            after=first,
+            deadline_seconds=60,
+            note="its user's budget is spent",
+        )
+        for n in (2, 3)
+    ]
     jobs.append(
         SampleJob(
             f"{run}-bad-input",
@@ -140,10 +185,12 @@ def submit(client: AiJobsClient, stack: DevStack, jobs: list[SampleJob]) -> None
     queue_url = stack.settings.jobs_queue_url
     for job in jobs:
         if job.as_message:
-            body = {"job_id": job.job_id, "job_type": job.job_type, "user_id": "demo", "input": job.job_input}
-            sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps(body))
+            body = {"job_id": job.job_id, "job_type": job.job_type, "user_id": job.user_id, "input": job.job_input}
+            sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps(body), MessageGroupId=job.user_id)
         else:
-            client.submit(job.job_type, "demo", job.job_input, job_id=job.job_id)
+            client.submit(
+                job.job_type, job.user_id, job.job_input, job_id=job.job_id, deadline_seconds=job.deadline_seconds
+            )
 
 
 def progress_table(jobs: list[SampleJob], views: dict[str, JobView | None]) -> Table:
@@ -172,22 +219,42 @@ def ended_as_meant(job: SampleJob, view: JobView | None) -> bool:
     return job.expected_code is None or (view.error is not None and view.error.code is job.expected_code)
 
 
-def run_demo(console: Console, timeout_seconds: float = 90.0) -> bool:
+def demo_options() -> DevStackOptions:
+    """The embedded stack with fleet control on: the provider's own limit, the same limit shared by
+    the workers, and budgets read (users without a cap of their own are not capped)."""
+    return DevStackOptions(
+        aws_port=0,
+        provider_port=0,
+        concurrency=2,
+        quiet=True,
+        provider_rpm=DEMO_RPM,
+        provider_limits=json.dumps({LOCAL_MODEL: {"rpm": DEMO_RPM}}),
+        default_daily_budget_usd="unlimited",
+    )
+
+
+def run_demo(console: Console, timeout_seconds: float = 120.0) -> bool:
     """Run the demo; True when every job ended as it was meant to."""
     # The live table is the demo's output: the functions' own logs and metrics would tear it.
     engine_logger.setLevel(logging.ERROR)
-    with DevStack(DevStackOptions(aws_port=0, provider_port=0, concurrency=2, quiet=True)) as stack:
+    with DevStack(demo_options()) as stack:
         client = AiJobsClient.from_settings(stack.settings, stack.session)
         jobs = sample_jobs(f"demo{int(time.time())}")
+        # The capped user's cap: exactly one of their jobs' worst case, so one runs and the rest wait.
+        cap = client.set_budget(CAPPED_USER, stack.worst_case_usd("classify", CAPPED_INPUT)).cap_usd
         started = time.monotonic()
-        submit(client, stack, jobs)
+        waiting = [job for job in jobs if job.after is not None]
+        submit(client, stack, [job for job in jobs if job.after is None])
         views: dict[str, JobView | None] = {}
         ended_after: dict[str, float] = {}
         deadline = started + timeout_seconds
         with Live(progress_table(jobs, views), console=console, auto_refresh=False) as live:
             while time.monotonic() < deadline:
+                ready = [job for job in waiting if job.after in ended_after]
+                submit(client, stack, ready)
+                waiting = [job for job in waiting if job not in ready]
                 for job in jobs:
-                    if job.job_id in ended_after:
+                    if job.job_id in ended_after or job in waiting:
                         continue
                     try:
                         view: JobView | None = client.get(job.job_id)
@@ -202,6 +269,8 @@ def run_demo(console: Console, timeout_seconds: float = 90.0) -> bool:
                 time.sleep(POLL_SECONDS)
         console.print()
         console.print(summary(jobs, views, ended_after, time.monotonic() - started))
+        assert stack.provider is not None
+        console.print(fleet_summary(client, cap, stack.provider.log))
         return all(ended_as_meant(job, views.get(job.job_id)) for job in jobs)
 
 
@@ -224,4 +293,30 @@ def summary(
     if latencies:
         p95 = latencies[min(len(latencies) - 1, round(0.95 * (len(latencies) - 1)))]
         table.add_row("latency", f"p50 {statistics.median(latencies):.2f}s, p95 {p95:.2f}s (submit to end)")
+    return table
+
+
+def fleet_summary(client: AiJobsClient, cap: Decimal, log: list[ServedRequest]) -> Table:
+    """What fleet control did: the calls against the provider's own limit, and the capped user's day."""
+    answered = sorted(entry.at for entry in log if entry.status is not None)
+    window = 10.0
+    busiest = max((bisect_right(answered, at + window) - n for n, at in enumerate(answered)), default=0)
+    refused = sum(entry.limited for entry in log)
+    table = Table(title="fleet control", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row(
+        "provider limit",
+        f"{DEMO_RPM} requests/min at the provider, shared by the workers: {len(answered)} calls, at most "
+        f"{busiest} in any {window:g} s (the limit: {DEMO_RPM * window / 60:g}), {refused} refused by its own limit "
+        "(a repair re-ask is counted against the shared limit after it is made)",
+    )
+    day = client.budget(CAPPED_USER)
+    if day is not None:
+        table.add_row(
+            "budget",
+            f"user {CAPPED_USER}: a daily cap of ${cap:.6f} (one classify job's worst case), "
+            f"spent ${day.spent_usd:.6f}, left ${day.left_usd:.6f}; their later jobs found no budget left "
+            "and, their deadline too near to wait for it, ended budget_exceeded",
+        )
     return table

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
-import platform
 import random
 import statistics
 import subprocess
@@ -21,14 +19,12 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import boto3
 from moto import mock_aws
 from rich.console import Console
-from rich.table import Table
 
 from aijobs.client import AiJobsClient
 from aijobs.local.devstack import LOCAL_CREDENTIALS
@@ -37,6 +33,8 @@ from aijobs.local.moto_patches import fit_moto
 from aijobs.local.provider import LocalProvider
 from aijobs.stack import StackResources, create_stack_resources
 from bench.capacity import Index, WriteMeter, item_size, units
+from bench.fleet import fleet_figures
+from bench.report import Figure, quiet_engine, render
 from bench.shapes import message
 from engine.core import Delivery
 from engine.core.errors import ProviderRejectedError, ProviderUnavailableError
@@ -50,7 +48,6 @@ from engine.gateway import (
 )
 from engine.gateway.openai import OpenAICompatibleProvider, static_api_key
 from engine.intake import parse_message
-from engine.observability import logger as engine_logger
 from engine.queue import JobQueue
 from engine.runner import JobRunner
 from engine.store import DynamoJobStore, JobListing, UsageLedger
@@ -58,15 +55,6 @@ from engine.worker import Worker
 
 CREDENTIALS = LOCAL_CREDENTIALS
 LAMBDA_MEMORY_GB = 0.5  # the template's MemorySize 512
-
-
-@dataclass(frozen=True, slots=True)
-class Figure:
-    name: str
-    value: str
-    target: str
-    met: bool | None
-    method: str
 
 
 class RequestCounter:
@@ -466,9 +454,7 @@ def ratio_figure(name: str, numerator: float, denominator: float, limit: float, 
 
 
 def measure(console: Console) -> list[Figure]:
-    # The figures are the output: the engine's own logs and metrics would bury them.
-    os.environ["POWERTOOLS_METRICS_DISABLED"] = "true"
-    engine_logger.setLevel(logging.CRITICAL)
+    quiet_engine()
     figures: list[Figure] = []
     console.print("requests per path ...")
     figures += requests_per_path()
@@ -591,19 +577,8 @@ def measure(console: Console) -> list[Figure]:
             f"incl. indexes; the same job as a full SQS message: {carried} WCU",
         )
     )
+    figures += fleet_figures(console)
     return figures
-
-
-def render(figures: list[Figure]) -> Table:
-    table = Table(
-        title=f"aijobs bench — {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-    )
-    for column in ("figure", "measured", "target", "met", "method"):
-        table.add_column(column, overflow="fold")
-    for figure in figures:
-        met = "-" if figure.met is None else ("[green]yes[/]" if figure.met else "[red]no[/]")
-        table.add_row(figure.name, figure.value, figure.target, met, figure.method)
-    return table
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,16 +13,23 @@ needs to use the stack (printed by `aijobs dev`), and `settings`/`session` serve
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
 
 import boto3
+from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from aijobs.local.aws import LocalAws
 from aijobs.local.poller import EventSourceMapping
 from aijobs.local.provider import LocalProvider
 from aijobs.stack import DEFAULT_TEMPLATE, StackResources, create_stack_resources, function_timeout, load_template
 from engine.config import Settings, load_settings
-from engine.observability import lambda_function
+from engine.definitions import JobRegistry
+from engine.gateway import build_gateway
+from engine.observability import Event, Handle, lambda_function
 from engine.wiring import build_recorder, build_worker
 
 # The model id the local provider answers as; priced like the real one, so the demo shows costs.
@@ -47,6 +54,8 @@ class DevStackOptions:
     # The local provider's own rate limit (429 with Retry-After beyond it), per minute.
     provider_rpm: int | None = None
     provider_tpm: int | None = None
+    # Reasoning tokens the local provider bills per answer (as a reasoning model would).
+    provider_reasoning_tokens: int = 0
     # The engine's shared limits and default budget (AIJOBS_PROVIDER_LIMITS, AIJOBS_DEFAULT_DAILY_BUDGET_USD).
     provider_limits: str = ""
     default_daily_budget_usd: str = ""
@@ -83,6 +92,12 @@ class DevStack:
             raise RuntimeError("the stack is not started")
         return self._settings
 
+    def worst_case_usd(self, job_type: str, job_input: dict[str, Any]) -> Decimal:
+        """What an attempt of this job reserves against its user's budget, as this stack's worker
+        computes it (ModelGateway.plan: every call it can make, at max tokens and price)."""
+        definition = JobRegistry.from_settings(self.settings).get(job_type)
+        return build_gateway(self.settings).plan(definition, definition.parse_input(job_input)).worst_case_usd
+
     @property
     def resources(self) -> StackResources:
         if self._resources is None:
@@ -104,6 +119,7 @@ class DevStack:
                 fault_rate=options.fault_rate,
                 rpm=options.provider_rpm,
                 tpm=options.provider_tpm,
+                reasoning_tokens=options.provider_reasoning_tokens,
             ).start()
             ai_environment = {
                 "AI_BASE_URL": self.provider.url,
@@ -131,6 +147,7 @@ class DevStack:
 
     def _start_functions(self) -> None:
         template = load_template(DEFAULT_TEMPLATE)
+        # Built here, so that bad settings fail the start: the first poller's environment.
         worker = build_worker(self.settings, self.session)
         recorder = build_recorder(self.settings, self.session)
         resources = self.resources
@@ -139,7 +156,10 @@ class DevStack:
         self._mappings = [
             EventSourceMapping(
                 resources.queue_url,
-                lambda_function(worker.handle, emit_metrics=not self.options.quiet),
+                lambda_function(
+                    _environments(worker.handle, lambda: build_worker(self.settings, self.session).handle),
+                    emit_metrics=not self.options.quiet,
+                ),
                 function_timeout_seconds=function_timeout(template, "WorkerFunction"),
                 concurrency=self.options.concurrency,
                 function_name="aijobs-worker",
@@ -168,3 +188,21 @@ class DevStack:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
+
+
+def _environments(first: Handle, build: Callable[[], Handle]) -> Handle:
+    """A handler that gives each poller thread parts of its own (`first`, then built on a thread's first
+    batch): as Lambda runs concurrent invocations in execution environments of their own, a worker's
+    limiter state and caches are never shared by invocations running at once."""
+    local = threading.local()
+    spare = [first]
+    lock = threading.Lock()
+
+    def handle(event: Event, context: LambdaContext) -> Any:
+        if not hasattr(local, "handle"):
+            with lock:
+                local.handle = spare.pop() if spare else None
+            local.handle = local.handle or build()
+        return local.handle(event, context)
+
+    return handle

@@ -10,6 +10,13 @@ tests, the soak and the bench.
   rollback copy (O(table) per transaction); here a transaction keeps a copy of the items it
   touches and puts them back when it fails, with the same outcome. And moto's server lists its
   own package directory on every request; that list is cached.
+- Numbers as DynamoDB reads them: moto's `ADD` and `SET a = a - :b` parse a number without a
+  decimal point as an int, so a value it stored in exponent notation itself (a headroom that
+  reached `0E-9`) could not be added to again. Here they add and subtract as decimals, as
+  DynamoDB does.
+- SQS message groups read safely: a receive on a queue whose messages carry a `MessageGroupId`
+  iterates the queue's set of pending messages while other requests change it; here it iterates
+  a copy.
 
 `fit_moto()` applies all of it once per process; it changes moto in this process only.
 """
@@ -19,8 +26,10 @@ from __future__ import annotations
 import copy as stdlib_copy
 import functools
 import inspect
+import operator
 import threading
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 _LOCK = threading.RLock()
@@ -34,6 +43,8 @@ def fit_moto() -> None:
         if _fitted:
             return
         _cheap_transaction_rollback()
+        _exact_numbers()
+        _copied_pending_groups()
         _serialize_dynamodb()
         _cache_server_routing()
         _fitted = True
@@ -54,6 +65,34 @@ def _under_lock(function: Callable[..., Any]) -> Callable[..., Any]:
             return function(*args, **kwargs)
 
     return serialized
+
+
+def _exact_numbers() -> None:
+    from moto.dynamodb.models.dynamo_type import DDBType, DynamoType
+
+    Operation = Callable[[Decimal, Decimal], Decimal]
+
+    def arithmetic(original: Callable[..., Any], operation: Operation) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def exact(self: Any, other: Any) -> Any:
+            if self.type == other.type == DDBType.NUMBER:
+                result = operation(Decimal(self.value), Decimal(other.value))
+                return DynamoType({DDBType.NUMBER: format(result, "f")})
+            return original(self, other)
+
+        return exact
+
+    DynamoType.__add__ = arithmetic(DynamoType.__add__, operator.add)  # type: ignore[method-assign]
+    DynamoType.__sub__ = arithmetic(DynamoType.__sub__, operator.sub)  # type: ignore[method-assign]
+
+
+def _copied_pending_groups() -> None:
+    from moto.sqs.models import Queue
+
+    def pending_message_groups(self: Any) -> set[str]:
+        return {message.group_id for message in self._pending_messages.copy() if message.group_id is not None}
+
+    Queue.pending_message_groups = property(pending_message_groups)  # type: ignore[method-assign,assignment]
 
 
 def _cheap_transaction_rollback() -> None:

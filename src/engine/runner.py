@@ -55,7 +55,7 @@ from engine.core.errors import (
 from engine.core.ports import WorkerStore
 from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobDefinition, JobRegistry
-from engine.fleet.admission import Hold, Verdict
+from engine.fleet.admission import Hold, Pass, Verdict
 from engine.gateway import Execution, ModelGateway
 from engine.intake import BadMessageError, JobRequest, canonical_json, parse_message, sha256_hex
 from engine.observability import log_unexpected, logger
@@ -280,6 +280,9 @@ class JobRunner:
                 return self._finish(job, request, Released(None, refund_attempt=True)) or deferred
             if wait_ms:
                 self._sleep(wait_ms / 1000)  # until the call time the shared limit gave
+            revoked = verdict.revoked() if isinstance(verdict, Pass) else None
+            if revoked is not None:
+                return self._hold(job, request, revoked)
             started = self._now_ms()
             execution = self._gateway.execute(definition, job_input, _time_left(remaining_ms))
             if verdict is not None:

@@ -95,6 +95,11 @@ class Worker:
             if isinstance(step, Claimed):
                 run = partial(self._runner.run, step, remaining_ms, verdicts.get(id(step)))
                 disposition = await loop.run_in_executor(self._executor, run)
+                verdict = verdicts.pop(id(step), None) if isinstance(disposition, Retry) else None
+                if verdict is not None and self._admission is not None:
+                    # The job is queued again: what it holds of its user's budget goes back before its
+                    # message can come back, lest its next claim find the budget still reserved.
+                    await loop.run_in_executor(self._executor, self._admission.settle, [verdict])
             elif self._admission is None:  # no shared limits or budgets: each record runs whole
                 disposition = await loop.run_in_executor(
                     self._executor, self._runner.process, delivery_of(record), remaining_ms

@@ -20,9 +20,12 @@ from typing import IO
 
 import pytest
 
+from aijobs.demo import sample_jobs
+
 AIJOBS = [sys.executable, "-m", "aijobs"]
 READY_SECONDS = 60.0
-DEMO_SECONDS = 120.0
+DEMO_SECONDS = 180.0
+DEMO_JOBS = len(sample_jobs("count"))
 # `aijobs dev` stops its pollers one after the other, each after its SQS long poll (up to 20 s):
 # see test_cli_commands.py::test_a_stopping_poller_does_not_wait_out_its_long_poll.
 STOP_SECONDS = 60.0
@@ -163,5 +166,5 @@ def test_demo_ends_every_job_as_meant(demo_run: tuple[subprocess.Popen[str], Pat
 
     text = output.read_text()
     assert returncode == 0, text[-3000:]
-    assert "20 of 20" in text
+    assert f"{DEMO_JOBS} of {DEMO_JOBS}" in text
     assert "summary" in text

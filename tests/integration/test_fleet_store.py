@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from decimal import Decimal
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from aijobs.stack import StackResources
 from engine.core.days import utc_day
 from engine.fleet.budgets import CAP_CACHE_SECONDS, Budgets
 from engine.fleet.limiter import RateLimiter
-from engine.fleet.limits import COOLDOWN_MS, DECREASE, BucketState, Debt, ModelLimit
+from engine.fleet.limits import DECREASE, BucketState, Debt, ModelLimit
 from engine.store.budgets import BudgetTable
 from engine.store.limits import LimitTable, bucket_from_item, limit_key
 from tests.conftest import RequestCounter
@@ -52,8 +53,8 @@ def test_a_new_bucket_costs_a_refused_add_and_an_exact_write_then_busy_takes_cos
     second = workers.take(MODEL, [100] * 10, NOW)
 
     assert dynamodb_requests.operations == {"UpdateItem": 1}
-    assert [call - NOW for call in first.call_at_ms] == [0, 0, 0, 0, 0, 0, 100, 200, 300, 400]
-    assert [call - NOW for call in second.call_at_ms] == [500 + 100 * n for n in range(10)]
+    assert [call - NOW for call in first.call_at_ms] == [100 * n for n in range(10)]
+    assert [call - NOW for call in second.call_at_ms] == [1_000 + 100 * n for n in range(10)]
     assert bucket(table).request_at == (NOW + 2_000) * NS
 
 
@@ -64,8 +65,8 @@ def test_two_workers_sharing_a_bucket_never_take_two_calls_at_one_time(limits: L
     calls = [*a.take(MODEL, [1] * 4, NOW).call_at_ms, *b.take(MODEL, [1] * 4, NOW).call_at_ms]
     calls += [*a.take(MODEL, [1] * 4, NOW).call_at_ms, *b.take(MODEL, [1] * 4, NOW).call_at_ms]
 
-    # Then together they took the burst and then one call per 100 ms, as one worker would have
-    assert sorted(call - NOW for call in calls) == [0] * 6 + [100 * n for n in range(1, 11)]
+    # Then together they took one call per 100 ms, as one worker would have
+    assert sorted(call - NOW for call in calls) == [100 * n for n in range(16)]
 
 
 def test_a_batch_that_fits_only_in_part_takes_what_fits_and_says_when_the_rest_would(
@@ -76,7 +77,7 @@ def test_a_batch_that_fits_only_in_part_takes_what_fits_and_says_when_the_rest_w
     taken = workers.take(MODEL, [1] * 15, NOW)
 
     assert len(taken.call_at_ms) == 11
-    assert [fits - NOW for fits in taken.fits_at_ms] == [500, 1_500, 2_500, 3_500]
+    assert [fits - NOW for fits in taken.fits_at_ms] == [1_000, 2_000, 3_000, 4_000]
     dynamodb_requests.reset()
     # And a take when nothing fits writes nothing
     assert limiter(limits, rpm=60).take(MODEL, [1], NOW).call_at_ms == ()
@@ -108,19 +109,50 @@ def test_a_429_lowers_the_shared_rate_once_per_overload(
     a.take(MODEL, [1], NOW)
     b.take(MODEL, [1], NOW)
 
-    a.throttled(MODEL, NOW + 1_000)
-    b.throttled(MODEL, NOW + 2_000)  # the same overload: refused by the cooldown
+    # When both workers' calls, taken at the same rate, meet 429s
+    a.throttled(MODEL, NOW, NOW + 1_000)
+    b.throttled(MODEL, NOW, NOW + 2_000)  # taken before a lowered it: the same overload
 
     state = bucket(table)
     assert (state.factor, state.factor_at) == (pytest.approx(DECREASE), NOW + 1_000)
-    # And once the cooldown has passed another 429 lowers it again, from where it has climbed to
-    b.throttled(MODEL, NOW + 1_000 + COOLDOWN_MS + 1)
+    # And a call taken after the decrease that meets a 429 lowers it again, from where it has climbed to
+    retaken = b.take(MODEL, [1], NOW + 5_000)
+    b.throttled(MODEL, retaken.taken_at_ms, NOW + 6_000)
     again = bucket(table)
-    assert again.factor == pytest.approx(state.factor_now(NOW + 1_000 + COOLDOWN_MS + 1) * DECREASE, abs=1e-6)
+    assert again.factor == pytest.approx(state.factor_now(NOW + 6_000) * DECREASE, abs=1e-6)
     # And the workers space their calls at the lowered rate
     dynamodb_requests.reset()
-    calls = a.take(MODEL, [1] * 20, NOW + 1_000 + COOLDOWN_MS + 2).call_at_ms
+    calls = a.take(MODEL, [1] * 20, NOW + 6_001).call_at_ms
     assert calls[-1] - calls[-2] > 100
+
+
+def test_a_take_with_a_stale_view_of_a_lowered_rate_is_refused_and_taken_at_the_lowered_rate(
+    limits: LimitTable, dynamodb_requests: RequestCounter
+) -> None:
+    # Given a worker that last saw the bucket at the full rate, and another that lowered it since
+    a, b = limiter(limits, rpm=600), limiter(limits, rpm=600)
+    a.take(MODEL, [1], NOW)
+    b.take(MODEL, [1], NOW)
+    b.throttled(MODEL, NOW, NOW + 1)
+
+    # When the first takes for a batch on what it saw
+    dynamodb_requests.reset()
+    calls = a.take(MODEL, [1] * 3, NOW + 2).call_at_ms
+
+    # Then its add is refused (the rate changed) and the exact write spaces calls at the lowered rate
+    assert dynamodb_requests.operations == {"UpdateItem": 2}
+    assert [later - earlier for earlier, later in pairwise(calls)] == [143, 143]
+
+
+def test_a_429_pauses_the_calls_this_worker_took_before_it(limits: LimitTable) -> None:
+    workers = limiter(limits, rpm=600)
+    before = workers.take(MODEL, [1] * 3, NOW)
+
+    workers.throttled(MODEL, before.taken_at_ms, NOW + 100, retry_after_ms=2_000)
+
+    assert workers.paused_until(MODEL, before.taken_at_ms) == NOW + 2_100
+    # Capacity taken after the 429 is not paused
+    assert workers.paused_until(MODEL, NOW + 101) is None
 
 
 def test_a_model_without_a_limit_is_never_taken_from(limits: LimitTable) -> None:
@@ -164,6 +196,22 @@ def test_a_reservation_left_out_by_a_race_is_retried_with_the_headroom_it_met(bu
     # Then it gets the one that fits, and the day never goes below zero
     assert count == 1
     assert budget_table.day("acme", Decimal("1.00"), NOW).left_usd == Decimal("0.05")
+
+
+def test_a_reservation_of_the_whole_cap_in_fine_amounts_settles_exactly(budget_table: BudgetTable) -> None:
+    # Given worst cases priced to the nano-dollar, and a cap of exactly three of them
+    worst = Decimal("0.000732450")
+    budgets = Budgets(budget_table, worst * 3)
+    assert budgets.reserve("acme", [worst] * 4, worst * 3, NOW) == 3
+
+    # When the three settle, each having cost a fraction of its worst case
+    budgets.settle("acme", utc_day(NOW), worst * 3, Decimal("0.000031001") * 3)
+
+    # Then the day holds exactly what was spent, and what is left can be reserved again
+    today = budget_table.day("acme", worst * 3, NOW)
+    assert (today.spent_usd, today.reserved_usd) == (Decimal("0.000093003"), 0)
+    assert today.left_usd == worst * 3 - Decimal("0.000093003")
+    assert budgets.reserve("acme", [worst], worst * 3, NOW) == 1
 
 
 def test_each_utc_day_starts_at_the_cap(budget_table: BudgetTable) -> None:

@@ -73,7 +73,7 @@ def fleet_worker(
 ) -> FleetWorker:
     """A worker whose admission has `limits` (model -> ModelLimit) and a default daily `budget`."""
 
-    def build(limits: dict[str, ModelLimit] | None = None, budget: str | None = None) -> Worker:
+    def build(limits: dict[str, ModelLimit] | None = None, budget: str | None = None, concurrency: int = 10) -> Worker:
         gateway = ModelGateway(provider, ModelTiers(MODEL))
         recorder = DeadLetterRecorder(store, registry, clock=fake_time)
         runner = JobRunner(
@@ -89,7 +89,7 @@ def fleet_worker(
         limiter = RateLimiter(LimitTable(stack.table_name, dynamodb), limits, random.Random(1)) if limits else None
         budgets = Budgets(BudgetTable(stack.table_name, dynamodb), Decimal(budget)) if budget else None
         admission = Admission(limiter, budgets, clock=fake_time)
-        return Worker(runner, queue, admission=admission, planner=gateway.plan)
+        return Worker(runner, queue, concurrency, admission=admission, planner=gateway.plan)
 
     return build
 
@@ -120,16 +120,16 @@ def test_a_batch_under_a_shared_limit_calls_at_its_rate_after_one_take(
     dynamodb_requests: RequestCounter,
     table: TableReader,
 ) -> None:
-    # Given a model limited to 600 requests a minute (one per 100 ms, a burst of 500 ms)
+    # Given a model limited to 600 requests a minute (one per 100 ms)
     worker = fleet_worker({MODEL: ModelLimit(rpm=600)})
     times = call_times(provider, fake_time)
 
     # When a batch of ten jobs runs
     assert worker.handle(batch(*(f"rate-{n}" for n in range(10))), InvocationContext()) == ACKNOWLEDGED
 
-    # Then all succeed; the first six call at once, the rest 100 ms apart, each after its own wait
+    # Then all succeed; the first calls at once, the rest 100 ms apart, each after its own wait
     assert {table.job(f"rate-{n}").status for n in range(10)} == {JobStatus.SUCCEEDED}
-    assert times() == pytest.approx([0.0] * 6 + [0.1, 0.2, 0.3, 0.4], abs=0.002)
+    assert times() == pytest.approx([0.1 * n for n in range(10)], abs=0.002)
     # And the limit cost the batch one take (a new bucket: a refused add, then its first write)
     assert dynamodb_requests.operations == {"UpdateItem": 10 + 2, "TransactWriteItems": 10}
 
@@ -170,6 +170,30 @@ def test_a_429_lowers_the_models_shared_rate_for_every_worker(
     assert (job.status, job.attempt_count) == (JobStatus.QUEUED, 0)
 
 
+def test_a_429_mid_batch_makes_the_batchs_later_calls_wait_instead_of_meeting_it_again(
+    fleet_worker: FleetWorker, provider: FakeProvider, queue: RecordingQueue, table: TableReader
+) -> None:
+    # Given a batch of six run one after the other, whose third call meets a 429 (retry after 3 s)
+    worker = fleet_worker({MODEL: ModelLimit(rpm=600)}, concurrency=1)
+    answers = iter([None, None, ProviderRateLimitedError("provider rate limit (HTTP 429)", retry_after_seconds=3)])
+    provider.script = lambda request: next(answers, None) or valid_answer(request)
+
+    worker.handle(batch(*(f"pause-{n}" for n in range(6))), InvocationContext())
+
+    # Then the three later jobs made no call: queued, attempt refunded, saying why, back after the pause
+    assert provider.calls == 3
+    assert [table.job(f"pause-{n}").status for n in range(3)] == [JobStatus.SUCCEEDED] * 2 + [JobStatus.QUEUED]
+    for n in range(3, 6):
+        job = table.job(f"pause-{n}")
+        assert (job.status, job.attempt_count) == (JobStatus.QUEUED, 0)
+        assert job.error is not None
+        assert job.error.message.startswith("waiting: gpt-4o-mini answered 429 after this call's capacity was taken")
+    assert sorted(seconds for _, seconds in queue.visibility_changes) == [3, 3, 3, 3]
+    # And the shared rate was lowered once
+    item = table.client.get_item(TableName=table.table_name, Key=limit_key(MODEL, 0), ConsistentRead=True)["Item"]
+    assert bucket_from_item(item).factor == pytest.approx(0.7)
+
+
 # --- budgets --------------------------------------------------------------------------------------
 
 
@@ -195,6 +219,53 @@ def test_a_user_without_budget_left_waits_queued_with_the_reason_and_no_call(
     assert day is not None
     spent = table.job("b-0").usage.cost_usd + table.job("b-1").usage.cost_usd
     assert (Decimal(day["spent"]), Decimal(day["headroom"])) == (spent, Decimal("0.0016") - spent)
+
+
+def test_a_job_held_for_capacity_holds_none_of_its_users_budget(
+    fleet_worker: FleetWorker, provider: FakeProvider, table: TableReader
+) -> None:
+    # Given a budget of one classify job's worst case and a limit of one call every 20 s
+    worker = fleet_worker({MODEL: ModelLimit(rpm=3)}, budget="0.0009")
+
+    worker.handle(batch("cap-0", "cap-1"), InvocationContext())
+
+    # Then the second job waits for capacity, not for a budget it never reserved
+    assert provider.calls == 1
+    waiting = table.job("cap-1")
+    assert waiting.error is not None
+    assert (waiting.status, waiting.error.code) == (JobStatus.QUEUED, ErrorCode.PROVIDER_RATE_LIMITED)
+    day = table.item(day_key("acme", utc_day(int(T0 * 1000))))
+    assert day is not None
+    assert Decimal(day["headroom"]) == Decimal("0.0009") - table.job("cap-0").usage.cost_usd
+
+
+def test_a_job_queued_again_gives_its_reservation_back_before_its_message_can_return(
+    fleet_worker: FleetWorker,
+    provider: FakeProvider,
+    queue: RecordingQueue,
+    table: TableReader,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given a budget of one job's worst case, and a provider that answers 429 (retry after 1 s)
+    worker = fleet_worker(budget="0.0009")
+    provider.script = lambda _: ProviderRateLimitedError("provider rate limit (HTTP 429)", retry_after_seconds=1)
+    headroom_when_hidden: list[Decimal] = []
+    hide = queue.change_visibility
+
+    def noting_the_budget(receipt_handle: str, seconds: int) -> None:
+        day = table.item(day_key("acme", utc_day(int(T0 * 1000))))
+        assert day is not None
+        headroom_when_hidden.append(Decimal(day["headroom"]))
+        hide(receipt_handle, seconds)
+
+    monkeypatch.setattr(queue, "change_visibility", noting_the_budget)
+
+    # When its job is handled and meets the 429
+    worker.handle(batch("again-0"), InvocationContext())
+
+    # Then, by the time its message was hidden for a second, the whole budget was free again
+    assert headroom_when_hidden == [Decimal("0.0009")]
+    assert table.job("again-0").status is JobStatus.QUEUED
 
 
 def test_a_job_whose_deadline_comes_before_the_budget_fails_with_budget_exceeded(

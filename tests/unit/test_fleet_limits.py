@@ -1,4 +1,4 @@
-"""The arithmetic of a shared bucket (engine.fleet.limits): spacing, burst, horizon, debts, AIMD."""
+"""The arithmetic of a shared bucket (engine.fleet.limits): spacing, horizon, debts, AIMD."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from engine.fleet.limits import (
-    BURST_MS,
-    COOLDOWN_MS,
     DECREASE,
     HORIZON_MS,
     MIN_FACTOR,
@@ -29,11 +27,11 @@ def rpm(limit: int, factor: float = 1.0) -> Costs:
     return Costs.of(ModelLimit(rpm=limit), factor)
 
 
-def test_an_idle_bucket_lets_its_burst_through_at_once_then_spaces_calls_at_the_rate() -> None:
-    # 600 rpm: one request per 100 ms; the burst (500 ms) lets 6 go now
+def test_an_idle_bucket_lets_its_first_call_go_at_once_then_spaces_calls_at_the_rate() -> None:
+    # 600 rpm: one request per 100 ms, from now
     plan = schedule(BucketState(), rpm(600), [1] * 10, NOW)
 
-    assert [call - NOW for call in plan.call_at_ms] == [0, 0, 0, 0, 0, 0, 100, 200, 300, 400]
+    assert [call - NOW for call in plan.call_at_ms] == [0, 100, 200, 300, 400, 500, 600, 700, 800, 900]
     assert plan.fits_at_ms == ()
     assert plan.request_at == (NOW + 1_000) * NS
 
@@ -43,28 +41,28 @@ def test_a_busy_bucket_spaces_every_call() -> None:
 
     plan = schedule(busy, rpm(600), [1] * 3, NOW)
 
-    assert [call - NOW for call in plan.call_at_ms] == [1_500, 1_600, 1_700]
+    assert [call - NOW for call in plan.call_at_ms] == [2_000, 2_100, 2_200]
 
 
 def test_asks_past_the_horizon_are_not_taken_and_learn_when_they_would_fit() -> None:
     # 60 rpm: one a second; the horizon holds about ten seconds of calls
     plan = schedule(BucketState(), rpm(60), [1] * 15, NOW)
 
-    assert len(plan.call_at_ms) == 11  # at 0 (burst), 0.5 s, 1.5 s ... 9.5 s
-    assert plan.call_at_ms[-1] - NOW <= HORIZON_MS
+    assert len(plan.call_at_ms) == 11  # at 0, 1 s ... 10 s
+    assert plan.call_at_ms[-1] - NOW == HORIZON_MS
     # The bucket keeps only what was taken; the rest would fit a second apart, later
     assert plan.request_at == (NOW + 11_000) * NS
-    assert [fits - NOW for fits in plan.fits_at_ms] == [500, 1_500, 2_500, 3_500]
+    assert [fits - NOW for fits in plan.fits_at_ms] == [1_000, 2_000, 3_000, 4_000]
 
 
 def test_tokens_space_calls_by_their_size() -> None:
-    # 60,000 tpm: one token per ms; jobs of 1,000 tokens call a second apart after the burst
+    # 60,000 tpm: one token per ms; jobs of 1,000 tokens call a second apart, small ones sooner
     costs = Costs.of(ModelLimit(tpm=60_000), 1.0)
 
-    plan = schedule(BucketState(), costs, [1_000, 1_000, 1_000], NOW)
+    plan = schedule(BucketState(), costs, [1_000, 1_000, 10, 1_000], NOW)
 
-    assert [call - NOW for call in plan.call_at_ms] == [0, 500, 1_500]
-    assert plan.token_at == (NOW + 3_000) * NS
+    assert [call - NOW for call in plan.call_at_ms] == [0, 1_000, 2_000, 2_010]
+    assert plan.token_at == (NOW + 3_010) * NS
 
 
 def test_both_limits_bind_and_the_later_call_time_wins() -> None:
@@ -72,28 +70,25 @@ def test_both_limits_bind_and_the_later_call_time_wins() -> None:
 
     plan = schedule(BucketState(), costs, [10, 10, 2_000, 10], NOW)
 
-    # requests alone: 0, 0, 0, 0; tokens: 0, 0, 0 (20 ms of tokens), then 2,020 - 500 ms
-    assert [call - NOW for call in plan.call_at_ms] == [0, 0, 0, 1_520]
+    # requests alone: 0, 100, 200, 300; tokens: 0, 10, 20, 2,020
+    assert [call - NOW for call in plan.call_at_ms] == [0, 100, 200, 2_020]
 
 
-def test_a_give_back_makes_room_but_never_credit_past_the_burst() -> None:
+def test_a_give_back_makes_room_but_never_credit_past_now() -> None:
     busy = BucketState(request_at=(NOW + 3_000) * NS)
 
     owed = schedule(busy, rpm(600), [1], NOW, Debt(requests=-10))
-    assert owed.call_at_ms == (NOW + 1_500,)
+    assert owed.call_at_ms == (NOW + 2_000,)
 
-    idle = schedule(BucketState(request_at=(NOW - 60_000) * NS), rpm(600), [1] * 7, NOW, Debt(requests=-100))
-    assert [call - NOW for call in idle.call_at_ms] == [0, 0, 0, 0, 0, 0, 100]
+    idle = schedule(BucketState(request_at=(NOW - 60_000) * NS), rpm(600), [1] * 3, NOW, Debt(requests=-100))
+    assert [call - NOW for call in idle.call_at_ms] == [0, 100, 200]
 
 
 def test_a_debt_of_re_asks_pushes_the_next_calls_back() -> None:
-    plan = schedule(BucketState(request_at=NOW * NS), rpm(600), [1], NOW, Debt(requests=5))
+    plan = schedule(BucketState(request_at=NOW * NS), rpm(600), [1, 1], NOW, Debt(requests=5))
 
-    assert plan.call_at_ms == (NOW + 0,)
-    assert plan.request_at == (NOW + 600) * NS
-    assert schedule(BucketState(request_at=NOW * NS), rpm(600), [1] * 7, NOW, Debt(requests=5)).call_at_ms[-1] == (
-        NOW + 600
-    )
+    assert [call - NOW for call in plan.call_at_ms] == [500, 600]
+    assert plan.request_at == (NOW + 700) * NS
 
 
 def test_the_factor_scales_the_rate_and_shards_split_it() -> None:
@@ -123,7 +118,6 @@ def test_a_429_lowers_the_factor_which_climbs_back_while_none_comes() -> None:
     assert after.factor_now(NOW + 10**9) == 1.0
     assert BucketState(factor=0.01, factor_at=NOW).factor_now(NOW) == MIN_FACTOR
     assert BucketState(factor=MIN_FACTOR, factor_at=NOW).lowered(NOW) == MIN_FACTOR
-    assert COOLDOWN_MS > HORIZON_MS  # calls spaced at the old rate within the horizon count as the same overload
 
 
 @settings(max_examples=300, deadline=None)
@@ -164,7 +158,3 @@ def test_an_add_within_its_bounds_takes_exactly_what_the_exact_schedule_takes(
     # And every call the schedule gives is within the horizon and never before now
     assert all(NOW <= call <= NOW + HORIZON_MS for call in plan.call_at_ms)
     assert len(plan.call_at_ms) + len(plan.fits_at_ms) == len(asks)
-
-
-def test_the_burst_is_smaller_than_the_horizon() -> None:
-    assert 0 < BURST_MS < HORIZON_MS

@@ -1,11 +1,13 @@
 """Admission: a batch's claimed jobs get their user's budget, then their model's capacity, together.
 
-The worker claims a batch's jobs, then asks `admit` once: for each user with a cap, one
-reservation of the worst cases of that user's jobs; for each limited model, one take of capacity
-for the jobs left. A job that gets both gets a `Pass` (when it may call); one that does not gets a
-`Hold` (what it waits for and until when) and makes no provider call. When the batch is done,
-`settle` gives back what the calls did not use: one write per user, and the models' share rides on
-the next take. docs/fleet.md walks through it.
+The worker claims a batch's jobs, then asks `admit` once: for each limited model, one take of
+capacity for its jobs; for each user with a cap, one reservation of the worst cases of that user's
+jobs that got capacity. A job that gets both gets a `Pass` (when it may call); one that does not gets a
+`Hold` (what it waits for and until when) and makes no provider call. Just before its call, a pass
+is checked again (`Pass.revoked`): if this worker met a 429 for its model since the capacity was
+taken, the job waits instead. A 429 lowers the model's shared rate as soon as it is met. When the
+batch is done, `settle` gives back what the calls did not use: one write per user, and the models'
+share rides on the next take. docs/fleet.md walks through it.
 """
 
 from __future__ import annotations
@@ -40,20 +42,37 @@ class Ask:
     plan: CallPlan
 
 
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """The capacity taken for a job's first call: from which bucket, how many tokens, and when."""
+
+    model: str
+    shard: int
+    tokens: int
+    taken_at_ms: int
+
+
 @dataclass
 class Pass:
-    """Admitted: call at `call_at_ms`. The runner records what the attempt used, for `settle`."""
+    """Admitted: call at `call_at_ms`. The runner checks `revoked()` just before the call and
+    `record`s what the attempt used, for `settle`."""
 
     call_at_ms: int
     user_id: str | None = None
     day: str = ""
     reserved_usd: Decimal = Decimal(0)
-    # The capacity taken for the first call: (model, shard, tokens), when the model is limited.
-    taken: tuple[str, int, int] | None = None
+    taken: Capacity | None = None  # when the model is limited
     execution: Execution | None = field(default=None, repr=False)
+    admission: Admission | None = field(default=None, repr=False)
+
+    def revoked(self) -> Hold | None:
+        """A hold instead of the call when the capacity taken for it is void (a 429 met since)."""
+        return self.admission.revoked(self) if self.admission is not None else None
 
     def record(self, execution: Execution) -> None:
         self.execution = execution
+        if self.admission is not None:
+            self.admission.recorded(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,10 +82,16 @@ class Hold:
     code: ErrorCode  # provider_rate_limited (shared capacity) or budget_exceeded
     until_ms: int
     reason: str
-    # A reservation made for the job before its model had no capacity: given back at settle.
+    # A reservation, or capacity, taken for the job before it was held: given back at settle.
     user_id: str | None = None
     day: str = ""
     reserved_usd: Decimal = Decimal(0)
+    taken: Capacity | None = None
+
+    @classmethod
+    def instead_of(cls, admitted: Pass, code: ErrorCode, until_ms: int, reason: str) -> Hold:
+        """A hold for a job admitted so far, keeping what was taken for it (to give it back)."""
+        return cls(code, until_ms, reason, admitted.user_id, admitted.day, admitted.reserved_usd, admitted.taken)
 
 
 Verdict = Pass | Hold
@@ -84,46 +109,104 @@ class Admission:
         self._clock = clock
 
     def admit(self, asks: Sequence[Ask], horizon_ms: int) -> list[Verdict]:
-        """A verdict per ask, in order. Fails closed: if the table cannot be reached, every job waits."""
+        """A verdict per ask, in order. Fails closed: if the table cannot be reached, every job waits.
+
+        Capacity first, then budgets: capacity a job cannot use rides back on the next take at no
+        cost, while a reservation takes a write to give back; and a job held for capacity must not
+        hold its user's budget while it waits."""
         now = self._now_ms()
-        verdicts: list[Verdict | None] = [None] * len(asks)
-        reserved: dict[int, Pass] = {}
+        verdicts: list[Verdict] = [Pass(now, admission=self) for _ in asks]
         try:
-            self._reserve(asks, verdicts, reserved, now)
-            self._take(asks, verdicts, reserved, now, horizon_ms)
+            self._take(asks, verdicts, now, horizon_ms)
+            self._reserve(asks, verdicts, now)
         except Exception as exc:
             log_unexpected("admission failed; the batch's jobs wait", exc)
-            held = Hold(
-                ErrorCode.PROVIDER_RATE_LIMITED, now + UNCHECKED_RETRY_MS, "waiting: capacity could not be checked"
-            )
-            # What was reserved before the failure is given back at settle.
+            until, reason = now + UNCHECKED_RETRY_MS, "waiting: capacity could not be checked"
+            # What was taken or reserved before the failure is given back at settle.
             return [
-                verdict if isinstance(verdict, Hold) else _unchecked(held, verdict, reserved.get(index))
-                for index, verdict in enumerate(verdicts)
+                Hold.instead_of(verdict, ErrorCode.PROVIDER_RATE_LIMITED, until, reason)
+                if isinstance(verdict, Pass)
+                else verdict
+                for verdict in verdicts
             ]
-        return [verdict or Pass(call_at_ms=now) for verdict in verdicts]
+        return verdicts
+
+    def revoked(self, admitted: Pass) -> Hold | None:
+        """Hold a pass whose capacity was taken before a 429 this worker met for its model: it was
+        taken at a rate the provider refuses. Its capacity is not given back (the pause the 429 asks)."""
+        taken = admitted.taken
+        if self._limiter is None or taken is None:
+            return None
+        until = self._limiter.paused_until(taken.model, taken.taken_at_ms)
+        if until is None:
+            return None
+        admitted.taken = None
+        now = self._now_ms()
+        seconds = max(1, round((until - now) / 1000))
+        return Hold.instead_of(
+            admitted,
+            ErrorCode.PROVIDER_RATE_LIMITED,
+            max(until, now + 1000),
+            f"waiting: {taken.model} answered 429 after this call's capacity was taken; next try in about {seconds}s",
+        )
+
+    def recorded(self, admitted: Pass) -> None:
+        """A 429 lowers its model's shared rate at once, for every worker."""
+        execution = admitted.execution
+        if self._limiter is None or execution is None or not isinstance(execution.error, ProviderRateLimitedError):
+            return
+        taken_at = admitted.taken.taken_at_ms if admitted.taken else self._now_ms()
+        retry_after = execution.error.retry_after_seconds
+        try:
+            self._limiter.throttled(
+                execution.model, taken_at, self._now_ms(), round(retry_after * 1000) if retry_after else None
+            )
+        except Exception as exc:
+            log_unexpected("the shared rate could not be lowered", exc, model=execution.model)
 
     def settle(self, verdicts: Sequence[Verdict]) -> None:
-        """Give back what the batch's calls did not use, and lower the rate of a model that answered 429."""
-        now = self._now_ms()
+        """Give back what the batch's calls did not use."""
         try:
             self._settle_budgets(verdicts)
         except Exception as exc:
             log_unexpected("budgets could not be settled; the reservations stay counted", exc)
         if self._limiter is not None:
-            self._settle_limits(self._limiter, verdicts, now)
+            self._settle_limits(self._limiter, verdicts)
 
     # --- admit ---------------------------------------------------------------------------------
 
-    def _reserve(
-        self, asks: Sequence[Ask], verdicts: list[Verdict | None], reserved: dict[int, Pass], now: int
-    ) -> None:
-        """Reserve each capped user's worst cases (into `reserved`); jobs whose user has no budget left are held."""
+    def _take(self, asks: Sequence[Ask], verdicts: list[Verdict], now: int, horizon_ms: int) -> None:
+        """Take each limited model's capacity for its jobs; those it cannot hold wait."""
+        limiter = self._limiter
+        if limiter is None:
+            return
+        by_model: dict[str, list[int]] = defaultdict(list)
+        for index, ask in enumerate(asks):
+            if limiter.limits(ask.plan.model):
+                by_model[ask.plan.model].append(index)
+        for model, indexes in by_model.items():
+            taken = limiter.take(model, [asks[index].plan.first_call_tokens for index in indexes], now, horizon_ms)
+            granted = len(taken.call_at_ms)
+            for index, call_at in zip(indexes, taken.call_at_ms, strict=False):
+                admitted = verdicts[index]
+                assert isinstance(admitted, Pass)
+                admitted.call_at_ms = call_at
+                admitted.taken = Capacity(model, taken.shard, asks[index].plan.first_call_tokens, taken.taken_at_ms)
+            for index, fits_at in zip(indexes[granted:], taken.fits_at_ms, strict=True):
+                seconds = max(1, round((fits_at - now) / 1000))
+                verdicts[index] = Hold(
+                    ErrorCode.PROVIDER_RATE_LIMITED,
+                    max(fits_at, now + 1000),
+                    f"waiting: {model} is at its shared rate limit; next try in about {seconds}s",
+                )
+
+    def _reserve(self, asks: Sequence[Ask], verdicts: list[Verdict], now: int) -> None:
+        """Reserve the worst cases of each capped user's jobs that may call; those the budget cannot hold wait."""
         if self._budgets is None:
             return
         by_user: dict[str, list[int]] = defaultdict(list)
         for index, ask in enumerate(asks):
-            if ask.user_id is not None:
+            if ask.user_id is not None and isinstance(verdicts[index], Pass):
                 by_user[ask.user_id].append(index)
         caps = self._budgets.caps(by_user, now)
         day = utc_day(now)
@@ -134,44 +217,15 @@ class Admission:
             amounts = [asks[index].plan.worst_case_usd for index in indexes]
             count = self._budgets.reserve(user, amounts, cap, now)
             for index in indexes[:count]:
-                reserved[index] = Pass(now, user, day, asks[index].plan.worst_case_usd)
+                admitted = verdicts[index]
+                assert isinstance(admitted, Pass)
+                admitted.user_id, admitted.day, admitted.reserved_usd = user, day, asks[index].plan.worst_case_usd
             until = min(next_utc_midnight_ms(now), now + BUDGET_RECHECK_MS)
             reason = f"waiting: user {user} has spent or reserved its daily budget of ${cap}"
             for index in indexes[count:]:
-                verdicts[index] = Hold(ErrorCode.BUDGET_EXCEEDED, until, reason)
-
-    def _take(
-        self, asks: Sequence[Ask], verdicts: list[Verdict | None], reserved: dict[int, Pass], now: int, horizon_ms: int
-    ) -> None:
-        """Take each limited model's capacity for the jobs not held; those it cannot hold wait."""
-        limiter = self._limiter
-        by_model: dict[str, list[int]] = defaultdict(list)
-        for index, ask in enumerate(asks):
-            if verdicts[index] is None:
-                verdicts[index] = reserved.get(index) or Pass(now)
-                if limiter is not None and limiter.limits(ask.plan.model):
-                    by_model[ask.plan.model].append(index)
-        for model, indexes in by_model.items():
-            assert limiter is not None
-            taken = limiter.take(model, [asks[index].plan.first_call_tokens for index in indexes], now, horizon_ms)
-            granted = len(taken.call_at_ms)
-            for index, call_at in zip(indexes, taken.call_at_ms, strict=False):
                 admitted = verdicts[index]
                 assert isinstance(admitted, Pass)
-                admitted.call_at_ms = call_at
-                admitted.taken = (model, taken.shard, asks[index].plan.first_call_tokens)
-            for index, fits_at in zip(indexes[granted:], taken.fits_at_ms, strict=True):
-                admitted = verdicts[index]
-                assert isinstance(admitted, Pass)
-                seconds = max(1, round((fits_at - now) / 1000))
-                verdicts[index] = Hold(
-                    ErrorCode.PROVIDER_RATE_LIMITED,
-                    max(fits_at, now + 1000),
-                    f"waiting: {model} is at its shared rate limit; next try in about {seconds}s",
-                    admitted.user_id,
-                    admitted.day,
-                    admitted.reserved_usd,
-                )
+                verdicts[index] = Hold.instead_of(admitted, ErrorCode.BUDGET_EXCEEDED, until, reason)
 
     # --- settle --------------------------------------------------------------------------------
 
@@ -191,35 +245,23 @@ class Admission:
         for (user, day), (reserved, spent) in totals.items():
             self._budgets.settle(user, day, reserved, spent)
 
-    def _settle_limits(self, limiter: RateLimiter, verdicts: Sequence[Verdict], now: int) -> None:
+    def _settle_limits(self, limiter: RateLimiter, verdicts: Sequence[Verdict]) -> None:
         for verdict in verdicts:
-            if not isinstance(verdict, Pass):
+            taken = verdict.taken
+            if taken is None:
                 continue
-            execution = verdict.execution
-            if verdict.taken is not None:
-                model, shard, tokens = verdict.taken
-                if execution is None:
-                    limiter.settle(model, shard, Debt(-1, -tokens))  # no call was made
-                elif execution.model == model:
+            execution = verdict.execution if isinstance(verdict, Pass) else None
+            if execution is None:
+                limiter.settle(taken.model, taken.shard, Debt(-1, -taken.tokens))  # no call was made
+            elif execution.model == taken.model:
+                used = execution.input_tokens + execution.output_tokens
+                limiter.settle(taken.model, taken.shard, Debt(execution.calls - 1, used - taken.tokens))
+            else:
+                # The primary failed without an answer (its request counted) and the fallback answered.
+                limiter.settle(taken.model, taken.shard, Debt(0, -taken.tokens))
+                if limiter.limits(execution.model):
                     used = execution.input_tokens + execution.output_tokens
-                    limiter.settle(model, shard, Debt(execution.calls - 1, used - tokens))
-                else:
-                    # The primary failed without an answer (its request counted) and the fallback answered.
-                    limiter.settle(model, shard, Debt(0, -tokens))
-                    if limiter.limits(execution.model):
-                        used = execution.input_tokens + execution.output_tokens
-                        limiter.settle(execution.model, 0, Debt(execution.calls - 1, used))
-            if execution is not None and isinstance(execution.error, ProviderRateLimitedError):
-                try:
-                    limiter.throttled(execution.model, now)
-                except Exception as exc:
-                    log_unexpected("the shared rate could not be lowered", exc, model=execution.model)
+                    limiter.settle(execution.model, 0, Debt(execution.calls - 1, used))
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
-
-
-def _unchecked(held: Hold, verdict: Verdict | None, reservation: Pass | None) -> Hold:
-    if reservation is None:
-        return held
-    return Hold(held.code, held.until_ms, held.reason, reservation.user_id, reservation.day, reservation.reserved_usd)

@@ -2,11 +2,16 @@
 
 A take tries the cheap write first and falls back to the exact one:
 1. `add` (the common case, a busy bucket): move the arrival times on by the whole batch, fenced on
-   them lying where every ask fits; one request, whatever other workers did meanwhile.
-2. `replace` (an idle bucket, a batch that fits only in part, a bucket never seen): compute the
-   schedule from the bucket as the refused write returned it (ALL_OLD) and write it, fenced on
-   those exact values; repeated while other workers get in between, at most TAKE_TRIES writes.
+   them lying where every ask fits and on the rate not having been lowered since this worker last
+   saw the bucket; one request, whatever other workers did meanwhile.
+2. `replace` (an idle bucket, a batch that fits only in part, a bucket never seen, a rate lowered):
+   compute the schedule from the bucket as the refused write returned it (ALL_OLD) and write it,
+   fenced on those exact values; repeated while other workers get in between, at most TAKE_TRIES
+   writes.
 What the worker owes or is owed after its calls (re-asks, tokens not used) rides on its next take.
+
+A 429 lowers the shared rate at once (`throttled`), and voids what this worker took before it: its
+calls not yet made wait on the queue (`paused_until`) rather than meet the same overload.
 """
 
 from __future__ import annotations
@@ -18,7 +23,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from engine.fleet.limits import (
-    COOLDOWN_MS,
     HORIZON_MS,
     Bounds,
     BucketState,
@@ -35,13 +39,15 @@ from engine.observability import logger
 # they come back then.
 TAKE_TRIES = 3
 RACED_RETRY_MS = 1_000
+# How long calls taken before a 429 wait when the provider did not say (Retry-After).
+PAUSE_MS = 1_000
 
 
 class LimitStore(Protocol):
     """Where buckets are kept (engine.store.limits.LimitTable)."""
 
     def add(
-        self, model: str, shard: int, request_ns: int, token_ns: int, bounds: Bounds, now_ms: int
+        self, model: str, shard: int, request_ns: int, token_ns: int, bounds: Bounds, factor_at: int, now_ms: int
     ) -> tuple[bool, BucketState | None]: ...
 
     def replace(
@@ -62,6 +68,8 @@ class RateLimiter:
         # What this worker last saw of each bucket, and what it owes each: (model, shard) -> ...
         self._seen: dict[tuple[str, int], BucketState] = {}
         self._debts: dict[tuple[str, int], Debt] = {}
+        # The last 429 this worker met per model: (when, until when the provider asked to wait), ms.
+        self._paused: dict[str, tuple[int, int]] = {}
 
     def limits(self, model: str) -> bool:
         return model in self._limits
@@ -74,14 +82,16 @@ class RateLimiter:
         with self._lock:
             key = (model, shard)
             seen, debt = self._seen.get(key), self._debts.pop(key, Debt())
-            costs = Costs.of(limit, (seen or BucketState()).factor_now(now_ms))
             plan: Schedule | None = None
             ok, state = False, seen
             for attempt in range(TAKE_TRIES):
+                # Costs at the rate the bucket had when last seen; the add is fenced on it still holding.
+                costs = Costs.of(limit, (state or BucketState()).factor_now(now_ms))
                 if attempt == 0 and _looks_busy(seen, now_ms):
                     request_ns, token_ns = costs.moves(debt.requests + len(asks), debt.tokens + sum(asks))
                     bounds = add_bounds(costs, asks, now_ms, debt, horizon_ms)
-                    ok, state = self._store.add(model, shard, request_ns, token_ns, bounds, now_ms)
+                    factor_at = seen.factor_at if seen else 0
+                    ok, state = self._store.add(model, shard, request_ns, token_ns, bounds, factor_at, now_ms)
                     if ok and state is not None:
                         old = BucketState(state.request_at - request_ns, state.token_at - token_ns)
                         plan = schedule(old, costs, asks, now_ms, debt, horizon_ms)
@@ -100,28 +110,32 @@ class RateLimiter:
                 self._owe(key, debt)
                 if plan is None or plan.call_at_ms:
                     # Other workers kept getting in between: try again in a moment.
-                    return Taken(model, shard, (), tuple(now_ms + RACED_RETRY_MS for _ in asks))
-                return Taken(model, shard, (), plan.fits_at_ms)
-            return Taken(model, shard, plan.call_at_ms, plan.fits_at_ms)
+                    return Taken(model, shard, (), tuple(now_ms + RACED_RETRY_MS for _ in asks), now_ms)
+                return Taken(model, shard, (), plan.fits_at_ms, now_ms)
+            return Taken(model, shard, plan.call_at_ms, plan.fits_at_ms, now_ms)
 
     def settle(self, model: str, shard: int, debt: Debt) -> None:
         """Owe (or be owed) what calls used beyond (or short of) what was taken for them."""
         with self._lock:
             self._owe((model, shard), debt)
 
-    def throttled(self, model: str, now_ms: int) -> None:
-        """The provider answered 429 for `model`: lower its rate for every worker, once per overload
-        (the first 429 after a cooldown lowers it; the ones within it were spaced at the old rate)."""
+    def throttled(self, model: str, taken_at_ms: int, now_ms: int, retry_after_ms: int | None = None) -> None:
+        """The provider answered 429 to a call whose capacity was taken at `taken_at_ms`: pause this
+        worker's calls taken before now, and lower the model's rate for every worker unless it was
+        lowered since that take (then this 429 belongs to the overload that lowered it)."""
         limit = self._limits.get(model)
         if limit is None:
             return
+        with self._lock:
+            since, until = self._paused.get(model, (0, 0))
+            self._paused[model] = (max(since, now_ms), max(until, now_ms + (retry_after_ms or PAUSE_MS)))
         for shard in range(limit.shard_count):
             with self._lock:
                 state: BucketState | None = self._seen.get((model, shard)) or BucketState()
             for _ in range(2):  # with this worker's view of the bucket, then with the bucket as it is
                 assert state is not None
-                if state.factor_at > now_ms - COOLDOWN_MS:
-                    break  # lowered for this overload already
+                if state.factor_at > taken_at_ms:
+                    break  # lowered since this call's capacity was taken
                 factor = state.lowered(now_ms)
                 ok, state = self._store.lower(model, shard, state, factor, now_ms)
                 if state is None:
@@ -134,16 +148,25 @@ class RateLimiter:
                     )
                     break
 
+    def paused_until(self, model: str, taken_at_ms: int) -> int | None:
+        """Until when a call whose capacity was taken at `taken_at_ms` must wait, if this worker met a
+        429 for its model since: that capacity was taken at a rate the provider refused."""
+        with self._lock:
+            since, until = self._paused.get(model, (0, 0))
+        return until if since >= taken_at_ms else None
+
     def _owe(self, key: tuple[str, int], debt: Debt) -> None:
         if debt != Debt():
             self._debts[key] = self._debts.get(key, Debt()) + debt
 
 
 def _looks_busy(seen: BucketState | None, now_ms: int) -> bool:
-    """Whether the bucket was busy when last seen: an add then most likely fits (else an exact write)."""
+    """Whether the bucket is likely busy: an add then most likely fits (else an exact write). What
+    this worker took last lies a horizon ahead at most; if that is no older than a horizon, other
+    workers have most likely kept the bucket busy since."""
     if seen is None:
         return True  # most takes meet a busy bucket; an idle or new one costs one refused add
-    return max(seen.request_at, seen.token_at) >= now_ms * 1_000_000
+    return max(seen.request_at, seen.token_at) >= (now_ms - HORIZON_MS) * 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,3 +178,4 @@ class Taken:
     shard: int
     call_at_ms: tuple[int, ...]
     fits_at_ms: tuple[int, ...]
+    taken_at_ms: int

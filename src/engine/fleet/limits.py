@@ -4,14 +4,18 @@ Every worker of every Lambda shares a model's limit through one small DynamoDB i
 engine.store.limits). A bucket holds two *theoretical arrival times* (GCRA, the generic cell rate
 algorithm), one for requests and one for tokens: the time by which everything taken so far would
 have been sent at exactly the limit's rate. Taking capacity for a job moves them on by its cost
-(one request; its estimated tokens); the job may call at `time - burst`, so an idle bucket lets a
-burst through at once and a busy one spaces calls at the rate. Capacity is taken ahead of time, at
-most `horizon` ahead: a worker takes for its whole batch in one write and each job waits for its
-own call time; a job whose time lies past the horizon is not taken and waits on the queue.
+(one request; its estimated tokens), and the job calls at the arrival time it found: an idle
+bucket lets its first call go at once and spaces the next ones at the rate. There is no burst
+allowance on our side: the provider's own (they meter per-minute limits over shorter periods)
+is left as the margin for calls that start late. Capacity is taken ahead of time, at most
+`horizon` ahead: a worker takes for its whole batch in one write and each job waits for its own
+call time; a job whose time lies past the horizon is not taken and waits on the queue.
 
 The limit adapts (additive increase, multiplicative decrease): a 429 from the provider multiplies
-the bucket's `factor` by DECREASE for everyone, at most once per COOLDOWN, and the factor climbs
-back by RECOVERY_PER_SECOND while no 429 lowers it again, up to the configured limit.
+the bucket's `factor` by DECREASE for everyone, and the factor climbs back by RECOVERY_PER_SECOND
+while no 429 lowers it again, up to the configured limit. A 429 lowers it only when the call's
+capacity was taken after the last decrease: calls taken earlier were spaced at the old rate, and
+their 429s are the same overload.
 
 Times are integers: nanoseconds for the arrival times, milliseconds for the clock and the factor.
 docs/fleet.md explains the design and its costs.
@@ -23,17 +27,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-# An idle bucket lets this much of its rate through at once.
-BURST_MS = 500
 # How far ahead capacity is taken: a job waits at most this long in its worker for its call time.
 HORIZON_MS = 10_000
-# The adaptive factor: what a 429 multiplies it by, its floor, how fast it climbs back (per second),
-# and how long after a decrease another 429 is taken for the same overload (calls already spaced at
-# the old rate, within the horizon, still meet it).
+# The adaptive factor: what a 429 multiplies it by, its floor, and how fast it climbs back (per second).
 DECREASE = 0.7
 MIN_FACTOR = 0.05
 RECOVERY_PER_SECOND = 0.005
-COOLDOWN_MS = HORIZON_MS + 5_000
 # A bucket item takes at most ~1,000 writes a second (one DynamoDB partition); a take writes once
 # per batch, so a limit above this many requests a minute is split over shards of their own.
 RPM_PER_SHARD = 30_000
@@ -129,17 +128,17 @@ def schedule(
     horizon_ms: int = HORIZON_MS,
 ) -> Schedule:
     """Take capacity for the longest prefix of `asks` (each one request and that many tokens) that can
-    call within the horizon, after settling `debt`. A job may call at its arrival time less the burst."""
+    call within the horizon, after settling `debt`. A job calls at the arrival times it finds."""
     now = now_ms * _NS_PER_MS
-    burst, limit = BURST_MS * _NS_PER_MS, now + horizon_ms * _NS_PER_MS
+    limit = now + horizon_ms * _NS_PER_MS
     debt_request, debt_token = costs.moves(debt.requests, debt.tokens)
-    # An idle bucket's arrival times are `now`: its credit is the burst, however long it was idle.
+    # An idle bucket's arrival times are `now`: it keeps no credit, however long it was idle.
     request_at = max(state.request_at + debt_request, now)
     token_at = max(state.token_at + debt_token, now)
     calls: list[int] = []
     taken: tuple[int, int] | None = None
     for tokens in asks:
-        call = max(now, request_at - burst if costs.request_ns else now, token_at - burst if costs.token_ns else now)
+        call = max(now, request_at if costs.request_ns else now, token_at if costs.token_ns else now)
         if call > limit and taken is None:
             taken = (request_at, token_at)  # the bucket after the asks that fit
         calls.append(call)
@@ -170,13 +169,13 @@ class Bounds:
 def add_bounds(costs: Costs, asks: Sequence[int], now_ms: int, debt: Debt, horizon_ms: int = HORIZON_MS) -> Bounds:
     """What `schedule` would do with a busy bucket, as a condition on the bucket before an add."""
     now = now_ms * _NS_PER_MS
-    burst, limit = BURST_MS * _NS_PER_MS, now + horizon_ms * _NS_PER_MS
+    limit = now + horizon_ms * _NS_PER_MS
     debt_request, debt_token = costs.moves(debt.requests, debt.tokens)
-    # The last ask calls at (arrival time + debt + the asks before it) - burst, which must be <= limit.
+    # The last ask calls at arrival time + debt + the asks before it, which must be <= limit.
     before_last_request, before_last_token = costs.moves(len(asks) - 1, sum(asks[:-1]))
     request = token = None
     if costs.request_ns:
-        request = (now - debt_request, limit + burst - debt_request - before_last_request)
+        request = (now - debt_request, limit - debt_request - before_last_request)
     if costs.token_ns:
-        token = (now - debt_token, limit + burst - debt_token - before_last_token)
+        token = (now - debt_token, limit - debt_token - before_last_token)
     return Bounds(request, token)

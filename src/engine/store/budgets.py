@@ -20,7 +20,7 @@ from engine.core.days import utc_day
 from engine.fleet.budgets import BudgetDay
 from engine.store.expressions import Expression
 from engine.store.items import Item, from_item
-from engine.store.table import DAY_MS, default_client, is_condition_failure, refused_item
+from engine.store.table import DAY_MS, conditional_update, default_client, is_condition_failure
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -69,18 +69,8 @@ class BudgetTable:
         expr.set("day", day)
         expr.set("expires_at", (now_ms + DAY_MS + self._retention_ms) // 1000)
         expr.condition = f"attribute_not_exists({headroom}) OR {headroom} >= {expr.value('sub_headroom', amount)}"
-        try:
-            response: Any = self._client.update_item(
-                **expr.update_params(self.table_name, day_key(user_id, day)),
-                ReturnValues="UPDATED_NEW",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
-        except ClientError as exc:
-            if not is_condition_failure(exc):
-                raise
-            old = refused_item(exc) or {}
-            return False, Decimal(from_item(old).get("headroom", cap))
-        return True, Decimal(from_item(response["Attributes"])["headroom"])
+        written, item = conditional_update(self._client, self.table_name, day_key(user_id, day), expr, "UPDATED_NEW")
+        return written, Decimal(from_item(item or {}).get("headroom", cap))
 
     def settle(self, user_id: str, day: str, returned: Decimal, spent: Decimal) -> None:
         expr = Expression()

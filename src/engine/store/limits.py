@@ -7,14 +7,12 @@ that a retry needs no read. The arithmetic is engine.fleet.limits'; docs/fleet.m
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
-
-from botocore.exceptions import ClientError
+from typing import TYPE_CHECKING
 
 from engine.fleet.limits import Bounds, BucketState
 from engine.store.expressions import Expression
 from engine.store.items import Item, from_item
-from engine.store.table import default_client, is_condition_failure, refused_item
+from engine.store.table import conditional_update, default_client
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -38,16 +36,23 @@ def bucket_from_item(item: Item) -> BucketState:
     )
 
 
+def _lowered_at(expr: Expression, factor_at: int) -> str:
+    """The condition that the bucket's rate was last lowered at `factor_at` (0: never)."""
+    at = expr.name("factor_at")
+    return f"{at} = {expr.value('seen_factor_at', factor_at)}" if factor_at else f"attribute_not_exists({at})"
+
+
 class LimitTable:
     def __init__(self, table_name: str, client: DynamoDBClient | None = None) -> None:
         self.table_name = table_name
         self._client = client or default_client()
 
     def add(
-        self, model: str, shard: int, request_ns: int, token_ns: int, bounds: Bounds, now_ms: int
+        self, model: str, shard: int, request_ns: int, token_ns: int, bounds: Bounds, factor_at: int, now_ms: int
     ) -> tuple[bool, BucketState | None]:
         """Move a busy bucket's arrival times on: (True, the bucket after) when both lay within
-        `bounds`, else (False, the bucket as it was, None when there is none)."""
+        `bounds` and its rate was last lowered at `factor_at` (0: never), else (False, the bucket as
+        it was, None when there is none)."""
         expr = self._touched(model, shard, now_ms)
         expr.add("request_at", request_ns)
         expr.add("token_at", token_ns)
@@ -59,13 +64,14 @@ class LimitTable:
                 conditions.append(
                     f"{name} BETWEEN {expr.value(attribute + '_low', low)} AND {expr.value(attribute + '_high', high)}"
                 )
-        expr.condition = " AND ".join(conditions) or f"attribute_exists({expr.name('pk')})"
+        conditions.append(_lowered_at(expr, factor_at))
+        expr.condition = f"attribute_exists({expr.name('pk')}) AND " + " AND ".join(conditions)
         return self._update(expr, model, shard)
 
     def replace(
         self, model: str, shard: int, old: BucketState | None, request_at: int, token_at: int, now_ms: int
     ) -> tuple[bool, BucketState | None]:
-        """Set a bucket's arrival times, fenced on them being `old`'s (or on there being no bucket)."""
+        """Set a bucket's arrival times, fenced on them and its rate being `old`'s (or on there being no bucket)."""
         expr = self._touched(model, shard, now_ms)
         expr.set("request_at", request_at)
         expr.set("token_at", token_at)
@@ -75,6 +81,7 @@ class LimitTable:
             expr.condition = (
                 f"{expr.name('request_at')} = {expr.value('old_request_at', old.request_at)}"
                 f" AND {expr.name('token_at')} = {expr.value('old_token_at', old.token_at)}"
+                f" AND {_lowered_at(expr, old.factor_at)}"
             )
         return self._update(expr, model, shard)
 
@@ -86,11 +93,7 @@ class LimitTable:
         expr = Expression()
         expr.set("factor", Decimal(str(round(factor, 6))))
         expr.set("factor_at", now_ms)
-        at = expr.name("factor_at")
-        unchanged = (
-            f"{at} = {expr.value('seen_at', seen.factor_at)}" if seen.factor_at else f"attribute_not_exists({at})"
-        )
-        expr.condition = f"attribute_exists({expr.name('pk')}) AND {unchanged}"
+        expr.condition = f"attribute_exists({expr.name('pk')}) AND {_lowered_at(expr, seen.factor_at)}"
         return self._update(expr, model, shard)
 
     def _touched(self, model: str, shard: int, now_ms: int) -> Expression:
@@ -101,15 +104,5 @@ class LimitTable:
         return expr
 
     def _update(self, expr: Expression, model: str, shard: int) -> tuple[bool, BucketState | None]:
-        try:
-            response: Any = self._client.update_item(
-                **expr.update_params(self.table_name, limit_key(model, shard)),
-                ReturnValues="ALL_NEW",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
-        except ClientError as exc:
-            if not is_condition_failure(exc):
-                raise
-            old = refused_item(exc)
-            return False, bucket_from_item(old) if old else None
-        return True, bucket_from_item(response["Attributes"])
+        written, item = conditional_update(self._client, self.table_name, limit_key(model, shard), expr)
+        return written, bucket_from_item(item) if item else None

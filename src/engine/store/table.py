@@ -59,18 +59,11 @@ class JobTable:
 
     def _update(self, expr: Expression, job_id: str) -> Job:
         """One conditional UpdateItem of the job returning it as written (ALL_NEW)."""
-        try:
-            response = self._client.update_item(
-                **expr.update_params(self.table_name, job_key(job_id)),
-                ReturnValues="ALL_NEW",
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
-        except ClientError as exc:
-            if not is_condition_failure(exc):
-                raise
-            old = refused_item(exc)
-            raise ConditionRefusedError("the job's condition failed", job_from_item(old) if old else None) from exc
-        return job_from_item(response["Attributes"])
+        written, item = conditional_update(self._client, self.table_name, job_key(job_id), expr)
+        if not written:
+            raise ConditionRefusedError("the job's condition failed", job_from_item(item) if item else None)
+        assert item is not None
+        return job_from_item(item)
 
     def _transact(self, update: dict[str, Any], puts: list[Item]) -> None:
         """The job's conditional update and unconditional puts in one TransactWriteItems."""
@@ -201,3 +194,22 @@ def is_condition_failure(exc: ClientError) -> bool:
 def refused_item(exc: ClientError) -> Item | None:
     item: Item | None = exc.response.get("Item")  # type: ignore[assignment]
     return item
+
+
+def conditional_update(
+    client: DynamoDBClient, table_name: str, key: Item, expr: Expression, returns: str = "ALL_NEW"
+) -> tuple[bool, Item | None]:
+    """One conditional UpdateItem: (True, the attributes `returns` names), or, refused, (False, the
+    item as the condition met it; None when there was none), with no extra read."""
+    try:
+        response: Any = client.update_item(
+            **expr.update_params(table_name, key),
+            ReturnValues=returns,  # type: ignore[arg-type]
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+    except ClientError as exc:
+        if not is_condition_failure(exc):
+            raise
+        return False, refused_item(exc)
+    attributes: Item = response["Attributes"]
+    return True, attributes
