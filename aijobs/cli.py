@@ -17,7 +17,19 @@ from rich.console import Console
 from rich.live import Live
 
 from aijobs.client import AiJobsClient
-from aijobs.render import budget_json, budgets_table, job_table, jobs_table, json_line, usage_json, usage_table
+from aijobs.render import (
+    budget_json,
+    budgets_table,
+    dead_letters_table,
+    inspection_group,
+    job_table,
+    jobs_table,
+    json_line,
+    redrive_json,
+    redrive_line,
+    usage_json,
+    usage_table,
+)
 from engine.core import JobStatus
 from engine.core.errors import AiJobsError
 from engine.models import JobView
@@ -202,6 +214,17 @@ def retry(job_id: Annotated[str, typer.Argument(help="The job id.")], as_json: J
         out.print(f"job {view.job_id} queued again", markup=False, highlight=False)
 
 
+@app.command(name="inspect")
+@one_line_errors
+def inspect_job(job_id: Annotated[str, typer.Argument(help="The job id.")], as_json: JsonFlag = False) -> None:
+    """What happened to a job and what it cost: its view, every attempt, its dead letters, its lease."""
+    inspection = client().inspect(job_id)
+    if as_json:
+        print_json(inspection.model_dump(mode="json"))
+    else:
+        out.print(inspection_group(inspection))
+
+
 @app.command(name="list")
 @one_line_errors
 def list_jobs(
@@ -279,6 +302,113 @@ def budget_show(
         print_json(budget_json(days[0]) if user is not None else [budget_json(day) for day in days])
     else:
         out.print(budgets_table(days))
+
+
+dead_letters_app = typer.Typer(help="Messages the engine gave up on: list them, redrive the jobs they name.")
+app.add_typer(dead_letters_app, name="dead-letters")
+
+SinceOption = Annotated[str, typer.Option("--since", help="How far back: 30m, 12h, 7d, 2w.")]
+LimitOption = Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most this many.")]
+
+
+@dead_letters_app.callback(invoke_without_command=True)
+@one_line_errors
+def dead_letters_default(
+    ctx: typer.Context, since: SinceOption = "7d", limit: LimitOption = 50, as_json: JsonFlag = False
+) -> None:
+    """Without a command: list, as `aijobs dead-letters list`."""
+    if ctx.invoked_subcommand is None:
+        dead_letters_list(since, limit, as_json)
+
+
+@dead_letters_app.command("list")
+@one_line_errors
+def dead_letters_list(since: SinceOption = "7d", limit: LimitOption = 50, as_json: JsonFlag = False) -> None:
+    """Dead letters, newest first: message id, when recorded, the job it names, receives, reason."""
+    letters = client().dead_letters(parse_duration(since), limit)
+    if as_json:
+        print_json([letter.model_dump(mode="json") for letter in letters])
+    else:
+        out.print(dead_letters_table(letters, title=f"dead letters of the last {since}"))
+
+
+@dead_letters_app.command("redrive")
+@one_line_errors
+def dead_letters_redrive(
+    message_ids: Annotated[list[str] | None, typer.Argument(help="Message ids of dead letters.")] = None,
+    redrive_all: Annotated[bool, typer.Option("--all", help="Every dead letter of --since.")] = False,
+    since: SinceOption = "7d",
+    as_json: JsonFlag = False,
+) -> None:
+    """Retry the job each dead letter names, as `aijobs retry` does; a body that names no job is never re-sent.
+
+    A job that is not failed is skipped. Exit 1 when a dead letter could not be redriven (it names
+    no job, or its job is missing or cannot run again), with one line each on stderr.
+    """
+    if redrive_all == bool(message_ids):
+        raise ValueError("give the message ids of dead letters, or --all")
+    jobs = client()
+    results = jobs.redrive_all(parse_duration(since)) if redrive_all else jobs.redrive(message_ids or [])
+    if as_json:
+        print_json([redrive_json(result) for result in results])
+    elif not results:
+        out.print(f"no dead letters in the last {since}", markup=False, highlight=False)
+    for result in results:
+        if not result.redriven:
+            err.print(f"error: {redrive_line(result)}", markup=False, highlight=False, soft_wrap=True)
+        elif not as_json:
+            out.print(redrive_line(result), markup=False, highlight=False, soft_wrap=True)
+    if not all(result.redriven for result in results):
+        raise typer.Exit(1)
+
+
+@app.command()
+@one_line_errors
+def events(
+    queue_url: Annotated[
+        str,
+        typer.Option(
+            "--queue-url",
+            envvar="JOBS_EVENTS_QUEUE_URL",
+            help="The queue a rule on the bus copies completion events to (`aijobs dev` prints it).",
+        ),
+    ],
+    follow: Annotated[bool, typer.Option("--follow", help="Keep reading until Ctrl-C.")] = False,
+    webhook: Annotated[
+        str | None, typer.Option("--webhook", help="POST each event to this URL (JSON body) instead of printing it.")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Completion events (Job Succeeded / Failed / Cancelled): print them, or POST them to a webhook."""
+    import boto3
+    import httpx
+
+    from aijobs.events import MAX_WAIT_SECONDS, EventsTap, event_line
+
+    tap = EventsTap(boto3.client("sqs"), queue_url)
+    refused = 0
+    try:
+        while True:
+            batch = tap.receive(MAX_WAIT_SECONDS if follow else 1)
+            if not batch and not follow:
+                break
+            for event, receipt_handle in batch:
+                if webhook:
+                    answer = httpx.post(webhook, json=event, timeout=10.0)
+                    if not answer.is_success:
+                        refused += 1
+                        status = answer.status_code
+                        err.print(f"error: {webhook} answered {status}; the event stays queued", markup=False)
+                        continue
+                elif as_json:
+                    print(json.dumps(event, separators=(",", ":")), flush=True)
+                else:
+                    out.print(event_line(event), highlight=False)
+                tap.done(receipt_handle)
+    except KeyboardInterrupt:
+        pass
+    if refused:
+        raise typer.Exit(1)
 
 
 @app.command()

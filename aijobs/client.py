@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from enum import StrEnum
 from typing import Any
 
 import boto3
@@ -19,12 +20,18 @@ from pydantic import TypeAdapter, ValidationError
 
 from engine.config import Settings, load_settings
 from engine.core import JobStatus
-from engine.core.errors import ConfigurationError, InputValidationError, JobNotFoundError
+from engine.core.errors import (
+    AiJobsError,
+    ConfigurationError,
+    InputValidationError,
+    JobNotFailedError,
+    JobNotFoundError,
+)
 from engine.core.ports import AdminStore
 from engine.definitions import JobRegistry
 from engine.fleet.budgets import BudgetDay
 from engine.intake import BadMessageError, parse_message
-from engine.models import JobView, UserId
+from engine.models import DeadLetterView, JobInspection, JobView, UserId
 from engine.queue import JobQueue
 from engine.store import JobListing, UsageLedger, UsageRow
 from engine.store.budgets import BudgetTable
@@ -40,6 +47,26 @@ class SubmitResult:
     job_id: str
     created: bool
     status: JobStatus
+
+
+class RedriveOutcome(StrEnum):
+    REQUEUED = "requeued"  # the job it names was failed: it is queued again, its message sent
+    SKIPPED = "skipped"  # the job it names is not failed (queued, running, or ended otherwise)
+    NO_JOB = "no_job"  # its body names no job: nothing is re-sent
+    ERROR = "error"  # no such dead letter or job, or the job cannot run again (no stored input)
+
+
+@dataclass(frozen=True, slots=True)
+class RedriveResult:
+    message_id: str
+    job_id: str | None
+    outcome: RedriveOutcome
+    detail: str
+
+    @property
+    def redriven(self) -> bool:
+        """Whether nothing is left to do: its job is queued again, or was not failed."""
+        return self.outcome in {RedriveOutcome.REQUEUED, RedriveOutcome.SKIPPED}
 
 
 class AiJobsClient:
@@ -131,6 +158,45 @@ class AiJobsClient:
         job = self._store.requeue_failed_job(job_id, self._now_ms())
         self._queue.send({"job_id": job.job_id}, group_id=job.user_id)
         return JobView.from_job(job)
+
+    def inspect(self, job_id: str) -> JobInspection:
+        """The job, its attempts, the dead letters that name it, and its lease: two reads."""
+        job = self._store.get_job(job_id)
+        if job is None:
+            raise JobNotFoundError(job_id)
+        return JobInspection.of(job, self._store.job_history(job_id), self._now_ms())
+
+    def dead_letters(self, since_seconds: int, limit: int | None = 50) -> list[DeadLetterView]:
+        """Dead letters of the last `since_seconds`, newest first."""
+        now = self._now_ms()
+        entries = self._store.dead_letters(now - since_seconds * 1000, now, limit)
+        return [DeadLetterView.from_entry(entry) for entry in entries]
+
+    def redrive(self, message_ids: Sequence[str]) -> list[RedriveResult]:
+        """Retry the job each dead letter names, as `retry` does; a body that names no job is never re-sent."""
+        results = []
+        for message_id in message_ids:
+            letter = self._store.dead_letter(message_id)
+            if letter is None:
+                results.append(RedriveResult(message_id, None, RedriveOutcome.ERROR, "no such dead letter"))
+            else:
+                results.append(self._redrive(message_id, letter.job_id))
+        return results
+
+    def redrive_all(self, since_seconds: int) -> list[RedriveResult]:
+        """`redrive` of every dead letter of the last `since_seconds`, newest first."""
+        return [self._redrive(letter.message_id, letter.job_id) for letter in self.dead_letters(since_seconds, None)]
+
+    def _redrive(self, message_id: str, job_id: str | None) -> RedriveResult:
+        if job_id is None:
+            return RedriveResult(message_id, None, RedriveOutcome.NO_JOB, "names no job; not re-sent")
+        try:
+            self.retry(job_id)
+        except JobNotFailedError as exc:
+            return RedriveResult(message_id, job_id, RedriveOutcome.SKIPPED, str(exc))
+        except AiJobsError as exc:
+            return RedriveResult(message_id, job_id, RedriveOutcome.ERROR, str(exc))
+        return RedriveResult(message_id, job_id, RedriveOutcome.REQUEUED, f"job {job_id} queued again")
 
     def list_jobs(self, user_id: str | None = None, status: JobStatus | None = None, limit: int = 50) -> list[JobView]:
         """Jobs newest first: one user's, or everyone's of the last 30 days."""

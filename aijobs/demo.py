@@ -24,6 +24,7 @@ from rich.live import Live
 from rich.table import Table
 
 from aijobs.client import AiJobsClient
+from aijobs.events import EventsTap
 from aijobs.local.devstack import LOCAL_MODEL, DevStack, DevStackOptions
 from aijobs.local.provider import ServedRequest
 from aijobs.render import status_text
@@ -33,6 +34,8 @@ from engine.models import JobView
 from engine.observability import logger as engine_logger
 
 POLL_SECONDS = 0.5
+# How long the demo waits for the completion events of the jobs that ended.
+EVENTS_WAIT_SECONDS = 15.0
 # The local provider's own limit, and the shared limit the workers keep to it.
 DEMO_RPM = 120
 BURST_JOBS = 8
@@ -267,11 +270,50 @@ def run_demo(console: Console, timeout_seconds: float = 120.0) -> bool:
                 if len(ended_after) == len(jobs):
                     break
                 time.sleep(POLL_SECONDS)
+        events = completion_events(stack, {job.job_id for job in jobs if job.job_id in ended_after})
         console.print()
         console.print(summary(jobs, views, ended_after, time.monotonic() - started))
         assert stack.provider is not None
         console.print(fleet_summary(client, cap, stack.provider.log))
-        return all(ended_as_meant(job, views.get(job.job_id)) for job in jobs)
+        console.print(events_summary(jobs, events))
+        return all(ended_as_meant(job, views.get(job.job_id)) for job in jobs) and one_event_each(jobs, events)
+
+
+def completion_events(stack: DevStack, ended: set[str]) -> list[dict[str, Any]]:
+    """The completion events the stack's bus delivered, read until every ended job has one (or
+    EVENTS_WAIT_SECONDS have passed), and a moment more for any duplicate."""
+    tap = EventsTap(
+        stack.session.client("sqs", endpoint_url=stack.settings.aws_endpoint_url), stack.resources.events_queue_url
+    )
+    events: list[dict[str, Any]] = []
+    deadline = time.monotonic() + EVENTS_WAIT_SECONDS
+    while time.monotonic() < deadline and not ended <= {event["detail"]["job_id"] for event in events}:
+        events += tap.drain()
+    events += tap.drain()
+    return events
+
+
+def one_event_each(jobs: list[SampleJob], events: list[dict[str, Any]]) -> bool:
+    per_job = Counter(event["detail"]["job_id"] for event in events)
+    return all(per_job[job.job_id] == 1 for job in jobs)
+
+
+def events_summary(jobs: list[SampleJob], events: list[dict[str, Any]]) -> Table:
+    per_job = Counter(event["detail"]["job_id"] for event in events)
+    by_type = Counter(event["detail-type"] for event in events)
+    table = Table(title="completion events", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("received", ", ".join(f"{kind} {count}" for kind, count in sorted(by_type.items())) or "none")
+    missing = [job.job_id for job in jobs if per_job[job.job_id] == 0]
+    twice = [job.job_id for job in jobs if per_job[job.job_id] > 1]
+    table.add_row(
+        "one per job",
+        "yes: every job ended with exactly one event"
+        if not missing and not twice
+        else f"[red]no[/]: {len(missing)} without an event, {len(twice)} with more than one",
+    )
+    return table
 
 
 def summary(

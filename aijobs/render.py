@@ -1,4 +1,4 @@
-"""How the `aijobs` command shows jobs and usage to people (rich) and to scripts (JSON)."""
+"""How the `aijobs` command shows jobs, usage and dead letters to people (rich) and to scripts (JSON)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
+from aijobs.client import RedriveOutcome, RedriveResult
 from engine.core import JobStatus
 from engine.fleet.budgets import BudgetDay
-from engine.models import JobView
+from engine.models import AttemptView, DeadLetterView, JobInspection, JobView, LeaseView
 from engine.store import UsageRow
 
 STATUS_STYLES = {
@@ -67,6 +70,92 @@ def tokens_text(view: JobView) -> str:
     text = f"{usage.input_tokens} in" + (f" ({', '.join(parts_in)})" if cached else "")
     text += f" / {usage.output_tokens} out"
     return text + (f" ({usage.reasoning_tokens} reasoning)" if usage.reasoning_tokens else "")
+
+
+def inspection_group(inspection: JobInspection) -> Group:
+    """`aijobs inspect`: the job, what it is doing now, its attempts and the dead letters that name it."""
+    view = inspection.job
+    parts: list[Table | Text] = [job_table(view)]
+    if now := _now_text(view, inspection.lease):
+        parts.append(Text(now))
+    parts.append(attempts_table(inspection.attempts))
+    if inspection.dead_letters:
+        parts.append(dead_letters_table(inspection.dead_letters, title="dead letters naming this job"))
+    return Group(*parts)
+
+
+def _now_text(view: JobView, lease: LeaseView | None) -> str | None:
+    """What a job that has not ended is doing: held by a worker, or waiting (and for what)."""
+    if lease is not None:
+        if lease.expired:
+            return f"lease of {lease.owner} expired at {lease.expires_at}: its next delivery takes the job over"
+        return f"running: lease held by {lease.owner} until {lease.expires_at}"
+    if view.status is not JobStatus.QUEUED:
+        return None
+    if view.error is None:
+        return "queued: waiting for a worker"
+    if view.error.message.startswith("waiting:"):
+        return f"queued, {view.error.message} ({view.error.code.value})"
+    return f"queued: retrying after {view.error.code.value}: {view.error.message}"
+
+
+def attempts_table(attempts: Sequence[AttemptView]) -> Table:
+    table = Table(title="attempts", caption=None if attempts else "no attempt recorded")
+    for column in ("#", "started", "duration", "model", "calls", "input", "cached", "output", "reasoning", "cost"):
+        table.add_column(column, justify="left" if column in {"started", "model"} else "right")
+    table.add_column("outcome")
+    table.add_column("error")
+    for attempt in attempts:
+        model = attempt.model or "-"
+        table.add_row(
+            str(attempt.attempt),
+            attempt.started_at or "-",
+            f"{attempt.duration_ms} ms" if attempt.duration_ms < 1000 else f"{attempt.duration_ms / 1000:.1f} s",
+            Text(f"{model} ({attempt.tier})" if attempt.tier else model),
+            str(attempt.calls),
+            str(attempt.input_tokens),
+            str(attempt.cached_input_tokens),
+            str(attempt.output_tokens),
+            str(attempt.reasoning_tokens),
+            f"${attempt.cost_usd:.6f}",
+            attempt.outcome.value,
+            attempt.error_code.value if attempt.error_code else "",
+        )
+    return table
+
+
+def dead_letters_table(letters: Sequence[DeadLetterView], title: str = "dead letters") -> Table:
+    table = Table(title=title, caption=None if letters else "none")
+    table.add_column("message", no_wrap=True)
+    table.add_column("recorded")
+    table.add_column("job")
+    table.add_column("receives", justify="right")
+    table.add_column("reason")
+    for letter in letters:
+        # Text, not markup: ids and reasons come from messages.
+        table.add_row(
+            Text(letter.message_id),
+            letter.recorded_at or "-",
+            Text(letter.job_id or "-"),
+            str(letter.receive_count),
+            Text(letter.reason),
+        )
+    return table
+
+
+def redrive_line(result: RedriveResult) -> str:
+    """One line per dead letter of `aijobs dead-letters redrive`."""
+    skipped = "skipped, " if result.outcome is RedriveOutcome.SKIPPED else ""
+    return f"{result.message_id}: {skipped}{result.detail}"
+
+
+def redrive_json(result: RedriveResult) -> dict[str, Any]:
+    return {
+        "message_id": result.message_id,
+        "job_id": result.job_id,
+        "outcome": result.outcome.value,
+        "detail": result.detail,
+    }
 
 
 def jobs_table(views: Sequence[JobView], title: str | None = None) -> Table:

@@ -64,6 +64,9 @@ class StackResources:
     queue_url: str
     dlq_url: str
     payload_bucket: str
+    event_bus: str
+    # Local only: a queue the bus's completion events are copied to, for `aijobs events`.
+    events_queue_url: str
 
     def environment(self) -> dict[str, str]:
         return {
@@ -71,6 +74,8 @@ class StackResources:
             "JOBS_QUEUE_URL": self.queue_url,
             "JOBS_DLQ_URL": self.dlq_url,
             "JOBS_PAYLOAD_BUCKET": self.payload_bucket,
+            "AIJOBS_EVENT_BUS": self.event_bus,
+            "JOBS_EVENTS_QUEUE_URL": self.events_queue_url,
         }
 
 
@@ -127,6 +132,8 @@ class TemplateResolver:
                 return self.arns[resource]
             if attribute == "QueueName":
                 return self.physical[resource].rsplit("/", 1)[-1]
+            if attribute == "StreamArn":
+                return f"{self.arns[resource]}.StreamArn"
             raise KeyError(f"template: cannot resolve GetAtt {resource}.{attribute}")
         if set(value) == {"Fn::Sub"}:
             return re.sub(r"\$\{([^}]+)\}", lambda m: str(self._substitute(m.group(1))), value["Fn::Sub"])
@@ -148,6 +155,8 @@ class TemplateResolver:
             return bool(str(left) == str(right))
         if function == "Fn::Not":
             return not self._truth(arguments[0])
+        if function == "Fn::And":
+            return all(self._truth(argument) for argument in arguments)
         if function == "Condition":
             return self.condition(arguments)
         raise KeyError(f"template: cannot evaluate condition {function}")
@@ -191,12 +200,34 @@ def create_stack_resources(
         bucket_name = properties.get("BucketName", f"{stack_name}-payloads")
         _create_bucket(s3, bucket_name, properties)
         bucket_names[name] = bucket_name
+    event_bus, events_queue_url = _create_event_bus(session, endpoint_url, resolver, resources, stack_name)
     return StackResources(
         table_name=table_names["JobsTable"],
         queue_url=resolver.physical["JobsQueue"],
         dlq_url=resolver.physical["JobsDeadLetterQueue"],
         payload_bucket=bucket_names["PayloadBucket"],
+        event_bus=event_bus,
+        events_queue_url=events_queue_url,
     )
+
+
+def _create_event_bus(
+    session: boto3.Session, endpoint_url: str | None, resolver: TemplateResolver, resources: dict[str, Any], stack: str
+) -> tuple[str, str]:
+    """The completion events' bus (the template's, or "default"), and, as a local stand-in for a
+    consumer, a queue with a rule that copies every completion event to it."""
+    spec = resources["JobEventBus"]
+    bus = resolver.resolve(spec["Properties"])["Name"] if resolver.condition(spec["Condition"]) else "default"
+    events = session.client("events", endpoint_url=endpoint_url)
+    if bus != "default":
+        events.create_event_bus(Name=bus)
+    sqs = session.client("sqs", endpoint_url=endpoint_url)
+    url = sqs.create_queue(QueueName=f"{stack}-events-tap")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    rule = resources["WebhookRule"]["Properties"]["EventPattern"]  # the webhook's own pattern: every completion event
+    events.put_rule(Name=f"{stack}-events-tap", EventBusName=bus, EventPattern=json.dumps(rule))
+    events.put_targets(Rule=f"{stack}-events-tap", EventBusName=bus, Targets=[{"Id": "tap", "Arn": arn}])
+    return bus, url
 
 
 def _default_session() -> boto3.Session:
@@ -222,6 +253,9 @@ def _create_table(dynamodb: Any, table_name: str, properties: dict[str, Any]) ->
     }
     if "GlobalSecondaryIndexes" in properties:
         params["GlobalSecondaryIndexes"] = properties["GlobalSecondaryIndexes"]
+    stream = properties.get("StreamSpecification")
+    if stream:
+        params["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": stream["StreamViewType"]}
     sse = properties.get("SSESpecification")
     if sse:
         params["SSESpecification"] = {"Enabled": sse["SSEEnabled"], "SSEType": sse.get("SSEType", "KMS")} | (

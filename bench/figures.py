@@ -33,6 +33,7 @@ from aijobs.local.moto_patches import fit_moto
 from aijobs.local.provider import LocalProvider
 from aijobs.stack import StackResources, create_stack_resources
 from bench.capacity import Index, WriteMeter, item_size, units
+from bench.events import events_figures
 from bench.fleet import fleet_figures
 from bench.report import Figure, quiet_engine, render
 from bench.shapes import message
@@ -578,6 +579,7 @@ def measure(console: Console) -> list[Figure]:
         )
     )
     figures += fleet_figures(console)
+    figures += events_figures(console)
     return figures
 
 

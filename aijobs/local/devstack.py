@@ -1,11 +1,13 @@
 """The embedded stack of `aijobs dev` and `aijobs demo`: everything `sam deploy` makes, on one machine.
 
-- a local AWS endpoint (moto) with the queues, table and bucket created from template.yaml's own
-  properties;
+- a local AWS endpoint (moto) with the queues, table (and its stream), bucket and event bus
+  created from template.yaml's own properties, and a queue that every completion event is copied
+  to (`aijobs events` reads it);
 - a local OpenAI-compatible provider over real HTTP (or the one `ai_base_url` names);
 - the worker and dead-letter functions, built with the engine's own wiring from Settings that
   point at the local endpoint, and run by local event source mappings with Lambda's batch shape,
-  partial batch responses and the template's timeouts.
+  partial batch responses and the template's timeouts; the events function, fed by the table's
+  stream (aijobs.local.streams).
 
 Nothing here reads or changes os.environ: `environment` holds the variables another process
 needs to use the stack (printed by `aijobs dev`), and `settings`/`session` serve this one.
@@ -25,12 +27,13 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from aijobs.local.aws import LocalAws
 from aijobs.local.poller import EventSourceMapping
 from aijobs.local.provider import LocalProvider
+from aijobs.local.streams import TableStream
 from aijobs.stack import DEFAULT_TEMPLATE, StackResources, create_stack_resources, function_timeout, load_template
 from engine.config import Settings, load_settings
 from engine.definitions import JobRegistry
 from engine.gateway import build_gateway
 from engine.observability import Event, Handle, lambda_function
-from engine.wiring import build_recorder, build_worker
+from engine.wiring import build_events, build_recorder, build_worker
 
 # The model id the local provider answers as; priced like the real one, so the demo shows costs.
 LOCAL_MODEL = "gpt-4o-mini"
@@ -80,6 +83,7 @@ class DevStack:
         self._aws = LocalAws(port=self.options.aws_port)
         self.provider: LocalProvider | None = None
         self._mappings: list[EventSourceMapping] = []
+        self._stream: TableStream | None = None
         self.session = local_session()
         self.environment: dict[str, str] = {}
         self._settings: Settings | None = None
@@ -150,6 +154,15 @@ class DevStack:
         # Built here, so that bad settings fail the start: the first poller's environment.
         worker = build_worker(self.settings, self.session)
         recorder = build_recorder(self.settings, self.session)
+        events = build_events(self.settings, self.session)
+        # The table's stream feeds the events function, as its DynamoDB event source mapping does.
+        self._stream = TableStream(
+            self.resources.table_name,
+            lambda_function(events.handle, emit_metrics=not self.options.quiet),
+            self.session,
+            self.settings.aws_endpoint_url,
+            function_timeout_seconds=function_timeout(template, "EventsFunction"),
+        ).start()
         resources = self.resources
         sqs = self.session.client("sqs", endpoint_url=self.settings.aws_endpoint_url)
         # Short long polls: a local endpoint costs nothing per receive, and stop() waits one out.
@@ -179,6 +192,8 @@ class DevStack:
     def stop(self) -> None:
         for mapping in self._mappings:
             mapping.stop()
+        if self._stream is not None:
+            self._stream.stop()
         if self.provider is not None:
             self.provider.stop()
         self._aws.stop()

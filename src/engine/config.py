@@ -84,6 +84,8 @@ class Settings(BaseModel):
         Annotated[Decimal, Field(ge=0, le=1_000_000_000, allow_inf_nan=False)] | Literal["unlimited"] | None
     ) = None
     aijobs_job_modules: tuple[str, ...] = ()
+    # The EventBridge bus completion events go to (a name or an ARN; "default": the account's own).
+    aijobs_event_bus: Annotated[str, Field(min_length=1, max_length=1600, pattern=r"^[A-Za-z0-9._\-/:]+$")] = "default"
     # Kept after a job ends before DynamoDB's TTL removes its items.
     aijobs_retention_days: Annotated[int, Field(ge=1, le=3650)] = 90
     # The lease when the worker runs outside Lambda with no context to read a deadline from.

@@ -2,8 +2,9 @@
 
 Used by the dead-letter function (every message that reached the dead-letter queue) and by the
 worker (a message that named no usable job, or one that kept failing in an unexpected way).
-Every message is first stored durably (body, attributes, receive count), also garbage that names
-no job; then
+Every message is first stored durably (body, attributes, receive count, the job it names), also
+garbage that names no job, in one write that also lists it by day and points to it from the job
+it names (`aijobs dead-letters`, `aijobs inspect`); then
 - a job that exists, is not finished and no worker holds ends `failed` with the given code;
 - a full job request whose job was never created is created `failed`, its input stored, so that
   `aijobs status` shows it and `aijobs retry` runs it;
@@ -59,10 +60,10 @@ class DeadLetterRecorder:
     ) -> str:
         """Keep the message, then end the job it names with `code`; returns what became of the job."""
         reason = reason or f"reached the dead-letter queue after {receive_count} receives"
-        now = self.keep(message_id, body, attributes, receive_count, reason)
-        error = JobErrorInfo(code, reason, retryable=False)
         request, bad = self._parse(body, message_id)
-        job_id = request.job_id if request else bad.job_id if bad else None
+        job_id = _named_job(request, bad)
+        now = self._keep(message_id, body, attributes, receive_count, reason, job_id)
+        error = JobErrorInfo(code, reason, retryable=False)
         if job_id is None:
             return "recorded"
         job = self._store.get_job(job_id)
@@ -72,8 +73,20 @@ class DeadLetterRecorder:
 
     def keep(self, message_id: str, body: str, attributes: dict[str, str], receive_count: int, reason: str) -> int:
         """Keep the message durably, touching no job; returns the time it was recorded at."""
+        request, bad = self._parse(body, message_id)
+        return self._keep(message_id, body, attributes, receive_count, reason, _named_job(request, bad))
+
+    def _keep(
+        self,
+        message_id: str,
+        body: str,
+        attributes: dict[str, str],
+        receive_count: int,
+        reason: str,
+        job_id: str | None,
+    ) -> int:
         now = self._now_ms()
-        self._store.record_dead_letter(message_id, body, attributes, receive_count, reason, now)
+        self._store.record_dead_letter(message_id, body, attributes, receive_count, reason, now, job_id)
         return now
 
     def fail_bad_message(self, bad: BadMessageError, body: str, now_ms: int) -> Job | None:
@@ -147,3 +160,8 @@ class DeadLetterRecorder:
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
+
+
+def _named_job(request: JobRequest | None, bad: BadMessageError | None) -> str | None:
+    """The job a body names: its `job_id` (the message id when it has none), unless the id is unusable."""
+    return request.job_id if request else bad.job_id if bad else None

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from engine.core import ErrorCode, Job, JobStatus
+from engine.core import AttemptOutcome, AttemptRecord, DeadLetterEntry, ErrorCode, Job, JobHistory, JobStatus
 
 JobId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
 UserId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@-]+$")]
@@ -113,4 +113,107 @@ class JobView(BaseModel):
                 cache_write_input_tokens=job.usage.cache_write_input_tokens,
                 reasoning_tokens=job.usage.reasoning_tokens,
             ),
+        )
+
+
+class AttemptView(BaseModel):
+    """One attempt record as `aijobs inspect` shows it; token kinds as in UsageView."""
+
+    attempt: int
+    started_at: str | None
+    finished_at: str | None
+    duration_ms: int
+    outcome: AttemptOutcome
+    error_code: ErrorCode | None
+    provider: str | None
+    model: str | None
+    tier: str | None
+    prompt_key: str | None
+    prompt_version: str | None
+    calls: int
+    input_tokens: int
+    cached_input_tokens: int
+    cache_write_input_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+    cost_usd: float
+    cache_savings_usd: float
+    latency_ms: int
+
+    @classmethod
+    def from_record(cls, record: AttemptRecord) -> AttemptView:
+        return cls(
+            attempt=record.attempt,
+            started_at=iso_timestamp(record.started_at),
+            finished_at=iso_timestamp(record.finished_at),
+            duration_ms=record.finished_at - record.started_at,
+            outcome=record.outcome,
+            error_code=record.error_code,
+            provider=record.provider,
+            model=record.model,
+            tier=record.tier,
+            prompt_key=record.prompt_key,
+            prompt_version=record.prompt_version,
+            calls=record.calls,
+            input_tokens=record.input_tokens,
+            cached_input_tokens=record.cached_input_tokens,
+            cache_write_input_tokens=record.cache_write_input_tokens,
+            output_tokens=record.output_tokens,
+            reasoning_tokens=record.reasoning_tokens,
+            cost_usd=float(record.cost_usd),
+            cache_savings_usd=float(record.cache_savings_usd),
+            latency_ms=record.latency_ms,
+        )
+
+
+class DeadLetterView(BaseModel):
+    """A dead letter without its body (`aijobs dead-letters`, `aijobs inspect`)."""
+
+    message_id: str
+    recorded_at: str | None
+    job_id: str | None
+    receive_count: int
+    reason: str
+
+    @classmethod
+    def from_entry(cls, entry: DeadLetterEntry) -> DeadLetterView:
+        return cls(
+            message_id=entry.message_id,
+            recorded_at=iso_timestamp(entry.recorded_at),
+            job_id=entry.job_id,
+            receive_count=entry.receive_count,
+            reason=entry.reason,
+        )
+
+
+class LeaseView(BaseModel):
+    """Who holds a running job and until when; `expired`: its worker died, the next delivery takes it over."""
+
+    owner: str | None
+    expires_at: str | None
+    expired: bool
+
+
+class JobInspection(BaseModel):
+    """What happened to a job and what it cost (`aijobs inspect ID --json`)."""
+
+    job: JobView
+    attempts: list[AttemptView]
+    dead_letters: list[DeadLetterView]
+    lease: LeaseView | None
+
+    @classmethod
+    def of(cls, job: Job, history: JobHistory, now_ms: int) -> JobInspection:
+        lease = None
+        if job.status is JobStatus.RUNNING:
+            lease = LeaseView(
+                owner=job.lease_owner,
+                expires_at=iso_timestamp(job.lease_expires_at),
+                expired=job.lease_remaining_ms(now_ms) == 0,
+            )
+        return cls(
+            job=JobView.from_job(job),
+            attempts=[AttemptView.from_record(record) for record in history.attempts],
+            dead_letters=[DeadLetterView.from_entry(entry) for entry in history.dead_letters],
+            lease=lease,
         )

@@ -1,14 +1,71 @@
 """The one Logger, Metrics and Tracer of the engine (Powertools). Prompts, inputs and outputs are never logged."""
 
+import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 logger = Logger(service="aijobs")
 metrics = Metrics(namespace="aijobs", service="aijobs")
+NAMESPACE = "aijobs"
+# Counts also kept service-wide, without a job type: the alarms' (a job type is not known in advance).
+SERVICE_TOTALS = ("Attempts", "Retries_provider_rate_limited")
+
+
+class JobMetrics:
+    """Metrics by job type (and model, where one answered), summed over an invocation and written as
+    one EMF document per (job type, model) when it ends: not one per job.
+
+    Names follow the OpenTelemetry GenAI conventions where CloudWatch allows: an EMF document holds
+    one value per dimension, so token types are suffixes (`gen_ai.client.token.usage.input`) rather
+    than a `gen_ai.token.type` dimension. docs/operations.md lists every metric.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sums: dict[tuple[str, str], dict[str, tuple[MetricUnit, list[float]]]] = {}
+
+    def add(self, job_type: str | None, model: str | None, name: str, value: float, unit: MetricUnit) -> None:
+        key = (job_type or "unknown", model or "")
+        with self._lock:
+            values = self._sums.setdefault(key, {}).setdefault(name, (unit, []))[1]
+            if unit is MetricUnit.Seconds:
+                values.append(value)  # each value kept: CloudWatch's percentiles need them
+            elif values:
+                values[0] += value
+            else:
+                values.append(value)
+
+    def flush(self) -> None:
+        """One EMF document per (job type, model); the totals alarms need join the invocation's
+        service-wide document (`metrics`), flushed after this."""
+        with self._lock:
+            sums, self._sums = self._sums, {}
+        for name in SERVICE_TOTALS:
+            total = sum(sum(named[name][1]) for named in sums.values() if name in named)
+            if total:
+                metrics.add_metric(name=name, unit=MetricUnit.Count, value=total)
+        for (job_type, model), named in sums.items():
+            document = EphemeralMetrics(namespace=NAMESPACE, service="aijobs")
+            document.add_dimension(name="job_type", value=job_type)
+            if model:
+                document.add_dimension(name="model", value=model)
+            for name, (unit, values) in named.items():
+                for value in values:
+                    document.add_metric(name=name, unit=unit, value=value)
+            document.flush_metrics()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._sums = {}
+
+
+job_metrics = JobMetrics()
 
 Event = dict[str, Any]
 Handle = Callable[[Event, LambdaContext], Any]
@@ -27,6 +84,47 @@ def log_unexpected(message: str, exc: BaseException, **keys: Any) -> None:
     logger.error(message, extra={**keys, "error_type": type(exc).__name__, "stack": stack})
 
 
+# Usage under its OpenTelemetry GenAI attribute names (the runner's log line, the provider call's span).
+GENAI_USAGE_ATTRIBUTES = {
+    "gen_ai.usage.input_tokens": "input_tokens",
+    "gen_ai.usage.output_tokens": "output_tokens",
+    "gen_ai.usage.cache_read.input_tokens": "cached_input_tokens",
+    "gen_ai.usage.cache_creation.input_tokens": "cache_write_input_tokens",
+    "gen_ai.usage.reasoning.output_tokens": "reasoning_tokens",
+}
+
+
+def genai_usage(source: object | None) -> dict[str, int]:
+    """A completion's or an attempt's tokens by their GenAI names (0 for none)."""
+    return {name: int(getattr(source, field, 0) or 0) for name, field in GENAI_USAGE_ATTRIBUTES.items()}
+
+
+_tracer: Any = None  # the Tracer, once a traced function is built (lambda_function(tracing=True))
+
+
+@contextmanager
+def provider_call(provider: str, model: str) -> Iterator[Callable[[dict[str, int]], None]]:
+    """An X-Ray subsegment around one provider call, when the function traces: the OpenTelemetry
+    GenAI attributes as metadata (`gen_ai.request.model`, `gen_ai.provider.name`, `gen_ai.usage.*`)
+    and, where X-Ray's annotation keys allow (letters, digits, underscores), as searchable
+    annotations. Yields a function that records the call's usage."""
+    if _tracer is None:
+        yield lambda _usage: None
+        return
+    with _tracer.provider.in_subsegment("## gen_ai chat") as subsegment:
+        attributes = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": provider, "gen_ai.request.model": model}
+
+        def record(usage: dict[str, int]) -> None:
+            for name, value in usage.items():
+                subsegment.put_metadata(name, value, "gen_ai")
+                subsegment.put_annotation(name.replace(".", "_"), value)
+
+        for name, value in attributes.items():
+            subsegment.put_metadata(name, value, "gen_ai")
+            subsegment.put_annotation(name.replace(".", "_"), value)
+        yield record
+
+
 def lambda_function(handle: Handle, *, tracing: bool = False, emit_metrics: bool = True) -> Handle:
     """A Lambda handler around `handle`: the invocation's context (cold start too) on every log line,
     the batch's metrics flushed as one EMF document (or dropped, with `emit_metrics=False`: a live
@@ -41,8 +139,11 @@ def lambda_function(handle: Handle, *, tracing: bool = False, emit_metrics: bool
         try:
             return handle(event, context)
         finally:
-            if not emit_metrics:
+            if emit_metrics:
+                job_metrics.flush()
+            else:
                 metrics.clear_metrics()
+                job_metrics.clear()
 
     if emit_metrics:
         handler = metrics.log_metrics(handler)
@@ -51,5 +152,7 @@ def lambda_function(handle: Handle, *, tracing: bool = False, emit_metrics: bool
         return handler
     from aws_lambda_powertools import Tracer
 
-    traced: Handle = Tracer(service="aijobs").capture_lambda_handler(handler)
+    global _tracer
+    _tracer = Tracer(service="aijobs")
+    traced: Handle = _tracer.capture_lambda_handler(handler)
     return traced

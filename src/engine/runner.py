@@ -58,8 +58,9 @@ from engine.definitions import JobDefinition, JobRegistry
 from engine.fleet.admission import Hold, Pass, Verdict
 from engine.gateway import Execution, ModelGateway
 from engine.intake import BadMessageError, JobRequest, canonical_json, parse_message, sha256_hex
-from engine.observability import log_unexpected, logger
+from engine.observability import genai_usage, log_unexpected, logger
 from engine.retry import MAX_DELAY_SECONDS, backoff_seconds, retry_delay_seconds
+from engine.telemetry import count_outcome, count_retry
 
 # Time kept back from the provider call for the finishing write.
 FINISH_MARGIN_MS = 5_000
@@ -70,14 +71,6 @@ RETRY_SOON_SECONDS = 2
 # internal_error. Transient errors (throttling, outages) are retried until the redrive.
 GIVE_UP_RECEIVES = 3
 
-# The usage of an attempt under its OpenTelemetry GenAI attribute names, in the runner's log line.
-GENAI_USAGE_ATTRIBUTES = {
-    "gen_ai.usage.input_tokens": "input_tokens",
-    "gen_ai.usage.output_tokens": "output_tokens",
-    "gen_ai.usage.cache_read.input_tokens": "cached_input_tokens",
-    "gen_ai.usage.cache_creation.input_tokens": "cache_write_input_tokens",
-    "gen_ai.usage.reasoning.output_tokens": "reasoning_tokens",
-}
 
 RemainingMs = Callable[[], int]
 # Whether an unexpected exception may pass by itself (engine.aws_errors.is_transient in Lambda).
@@ -242,6 +235,7 @@ class JobRunner:
             case ClaimRefusal.FINISHED:
                 return Ack(Fate.DUPLICATE)
             case ClaimRefusal.HELD:
+                count_retry(job.job_type, "held")
                 return Retry(Fate.HELD, self._until_lease_ends(job, 1), f"job {job.job_id} is held by another worker")
             case ClaimRefusal.RACED:
                 return Retry(Fate.RACED, RETRY_SOON_SECONDS, f"job {job.job_id} changed while it was being claimed")
@@ -319,6 +313,7 @@ class JobRunner:
                 late = DeadlineExceededError(f"the deadline passes before the next try; {hold.reason}")
             return self._finish(job, request, Failed(late.info())) or Ack(Fate.FAILED)
         fate = Fate.OVER_BUDGET if hold.code is ErrorCode.BUDGET_EXCEEDED else Fate.THROTTLED
+        count_retry(job.job_type, fate.value)
         waiting = Released(JobErrorInfo(hold.code, hold.reason, retryable=True), refund_attempt=True)
         return self._finish(job, request, waiting) or Retry(fate, seconds, hold.reason)
 
@@ -419,6 +414,7 @@ class JobRunner:
 
     def _log_outcome(self, job: Job, outcome: Outcome, attempt: AttemptRecord | None) -> None:
         error = outcome.error if isinstance(outcome, Failed | Released) else None
+        count_outcome(job.job_type, outcome, attempt)
         logger.info(
             "job attempt finished",
             extra={
@@ -428,7 +424,7 @@ class JobRunner:
                 "outcome": target_status(outcome).value,
                 "error_code": error.code.value if error else None,
                 # The OpenTelemetry GenAI names of the attempt's usage.
-                **{name: getattr(attempt, field) if attempt else 0 for name, field in GENAI_USAGE_ATTRIBUTES.items()},
+                **genai_usage(attempt),
             },
         )
 

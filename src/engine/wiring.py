@@ -21,6 +21,7 @@ from engine.aws_errors import is_transient
 from engine.config import Settings, load_settings
 from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
+from engine.events import CompletionEvents, EventPublisher
 from engine.fleet.admission import Admission
 from engine.fleet.budgets import Budgets
 from engine.fleet.limiter import RateLimiter
@@ -111,6 +112,10 @@ def build_admission(settings: Settings, aws: Aws) -> Admission | None:
 
 def build_recorder(settings: Settings, session: boto3.Session | None = None) -> DeadLetterRecorder:
     return DeadLetterRecorder(build_store(settings, Aws(settings, session)), JobRegistry.from_settings(settings))
+
+
+def build_events(settings: Settings, session: boto3.Session | None = None) -> CompletionEvents:
+    return CompletionEvents(EventPublisher(Aws(settings, session).client("events"), settings.aijobs_event_bus))
 
 
 def build_reconciler(settings: Settings, session: boto3.Session | None = None) -> Reconciler:

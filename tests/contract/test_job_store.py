@@ -18,10 +18,12 @@ from engine.core import (
     AttemptRecord,
     Cancelled,
     ClaimRefusal,
+    DeadLetterEntry,
     ErrorCode,
     Failed,
     Job,
     JobErrorInfo,
+    JobHistory,
     JobStatus,
     NewJob,
     Outcome,
@@ -34,6 +36,7 @@ from engine.core.errors import (
     ClaimRefusedError,
     ConditionRefusedError,
     JobConflictError,
+    JobNotFailedError,
     JobNotFoundError,
     JobStateError,
     LeaseLostError,
@@ -45,6 +48,7 @@ NOW = 1_800_000_000_000
 LEASE_MS = 60_000
 DEADLINE_SECONDS = 3_600
 PAYLOAD_INLINE_BYTES = 256 * 1024
+DAY_MS = 86_400_000
 
 JOB_INPUT: dict[str, Any] = {"text": "Win a free cruise — reply now", "labels": ["spam", "ham"]}
 OUTPUT: dict[str, Any] = {"label": "spam", "confidence": 0.92}
@@ -873,7 +877,7 @@ def test_requeueing_a_job_that_did_not_fail_is_refused(job_store: JobStore) -> N
     submitted, _ = job_store.create_job("job-1", new_job(), JOB_INPUT, NOW)
 
     # When it is requeued
-    with pytest.raises(JobStateError, match="only a failed job"):
+    with pytest.raises(JobNotFailedError, match="only a failed job"):
         job_store.requeue_failed_job("job-1", NOW + 1_000)
 
     # Then it is refused and unchanged
@@ -887,10 +891,11 @@ def test_requeueing_a_failed_job_without_a_stored_input_is_refused(job_store: Jo
     failed = current(job_store)
 
     # When it is requeued
-    with pytest.raises(JobStateError, match="no stored input"):
+    with pytest.raises(JobStateError, match="no stored input") as refused:
         job_store.requeue_failed_job("job-1", NOW + 2_000)
 
-    # Then it is refused and stays failed
+    # Then it is refused and stays failed: a job that cannot run again, not one that did not fail
+    assert not isinstance(refused.value, JobNotFailedError)
     assert current(job_store) == failed
 
 
@@ -999,6 +1004,94 @@ def test_a_dead_letter_past_256_kib_is_kept_as_a_payload_and_reads_back_whole(jo
     assert letter is not None
     assert letter.body_key is not None
     assert (letter.body, letter.body_bytes, letter.attributes) == (body, PAYLOAD_INLINE_BYTES + 1, {})
+
+
+def test_a_dead_letter_that_names_a_job_is_listed_by_day_and_in_the_jobs_history(job_store: JobStore) -> None:
+    # Given a job that ran one attempt
+    job = claim(job_store)
+    record = attempt_of(job, NOW + 1_000, AttemptOutcome.RETRYABLE, error_code=ErrorCode.PROVIDER_TIMEOUT)
+    job_store.finish_job(job, Released(TIMEOUT), NOW + 1_000, record)
+
+    # When a message naming it is kept as a dead letter
+    job_store.record_dead_letter(
+        "message-1", '{"job_id": "job-1"}', {}, 100, "reached\nthe queue", NOW + 2_000, "job-1"
+    )
+
+    # Then the dead letter names the job, the day's listing holds it, and so does the job's history
+    entry = DeadLetterEntry("message-1", NOW + 2_000, 100, "reached\\nthe queue", "job-1")
+    letter = job_store.dead_letter("message-1")
+    assert letter is not None
+    assert letter.job_id == "job-1"
+    assert job_store.dead_letters(NOW, NOW + 2_000) == [entry]
+    assert job_store.job_history("job-1") == JobHistory(attempts=[record], dead_letters=[entry])
+    assert job_store.job_history("job-2") == JobHistory(attempts=[], dead_letters=[])
+
+
+def test_a_dead_letter_that_names_no_job_is_listed_only(job_store: JobStore) -> None:
+    # When a body that names no job is kept as a dead letter
+    job_store.record_dead_letter("message-1", "not json", {}, 1, "not JSON", NOW)
+
+    # Then it is listed, naming no job, and is in no job's history
+    assert job_store.dead_letters(NOW, NOW) == [DeadLetterEntry("message-1", NOW, 1, "not JSON", None)]
+    letter = job_store.dead_letter("message-1")
+    assert letter is not None
+    assert letter.job_id is None
+    assert job_store.job_history("message-1").dead_letters == []
+
+
+def test_recording_a_message_again_changes_nothing(job_store: JobStore) -> None:
+    # Given a message kept as a dead letter naming a job
+    body = '{"job_id": "job-1"}'
+    job_store.record_dead_letter("message-1", body, {"ApproximateReceiveCount": "3"}, 3, "given up", NOW, "job-1")
+    first = job_store.dead_letter("message-1")
+
+    # When it is recorded again, the same and a day later with another reason and receive count
+    job_store.record_dead_letter("message-1", body, {"ApproximateReceiveCount": "3"}, 3, "given up", NOW, "job-1")
+    job_store.record_dead_letter("message-1", body, {}, 100, "reached the queue", NOW + DAY_MS, "job-1")
+
+    # Then the first recording stands: one dead letter, one listing entry, one entry in the history
+    entry = DeadLetterEntry("message-1", NOW, 3, "given up", "job-1")
+    assert job_store.dead_letter("message-1") == first
+    assert job_store.dead_letters(NOW - DAY_MS, NOW + DAY_MS) == [entry]
+    assert job_store.job_history("job-1").dead_letters == [entry]
+
+
+def test_dead_letters_are_listed_newest_first_within_the_range_and_the_limit(job_store: JobStore) -> None:
+    # Given dead letters recorded two days ago, yesterday, and twice in the same millisecond now
+    times = {"m-a": NOW - 2 * DAY_MS, "m-b": NOW - DAY_MS, "m-c": NOW, "m-d": NOW}
+    for message_id, at in times.items():
+        job_store.record_dead_letter(message_id, "not json", {}, 1, "not JSON", at)
+
+    def listed(since: int, until: int, limit: int | None = None) -> list[str]:
+        return [entry.message_id for entry in job_store.dead_letters(since, until, limit)]
+
+    # Then they come newest first (the message id orders one millisecond), across days,
+    # the range's bounds included, cut to the limit
+    assert listed(NOW - 3 * DAY_MS, NOW + DAY_MS) == ["m-d", "m-c", "m-b", "m-a"]
+    assert listed(NOW - 3 * DAY_MS, NOW + DAY_MS, limit=3) == ["m-d", "m-c", "m-b"]
+    assert listed(NOW - DAY_MS, NOW) == ["m-d", "m-c", "m-b"]
+    assert listed(NOW - 2 * DAY_MS, NOW - DAY_MS) == ["m-b", "m-a"]
+    assert listed(NOW - DAY_MS + 1, NOW - 1) == []
+
+
+def test_a_jobs_history_is_its_attempts_and_dead_letters_oldest_first(job_store: JobStore) -> None:
+    # Given a submitted job (its input stored) that ran twice, named by two dead letters
+    job_store.create_job("job-1", new_job(), JOB_INPUT, NOW)
+    first = job_store.claim_job("job-1", "worker-a", LEASE_MS, NOW + 1_000, None)
+    retried = attempt_of(first, NOW + 2_000, AttemptOutcome.RETRYABLE, error_code=ErrorCode.PROVIDER_TIMEOUT)
+    job_store.finish_job(first, Released(TIMEOUT), NOW + 2_000, retried)
+    job_store.record_dead_letter("message-2", '{"job_id": "job-1"}', {}, 2, "later", NOW + 4_000, "job-1")
+    job_store.record_dead_letter("message-1", '{"job_id": "job-1"}', {}, 1, "earlier", NOW + 3_000, "job-1")
+    second = job_store.claim_job("job-1", "worker-b", LEASE_MS, NOW + 5_000, None)
+    succeeded = attempt_of(second, NOW + 6_000)
+    job_store.finish_job(second, Succeeded(OUTPUT, "hash"), NOW + 6_000, succeeded)
+
+    # When its history is read
+    history = job_store.job_history("job-1")
+
+    # Then it holds both attempts and both dead letters, each oldest first, and not the input
+    assert history.attempts == [retried, succeeded]
+    assert [entry.message_id for entry in history.dead_letters] == ["message-1", "message-2"]
 
 
 # --- reads ----------------------------------------------------------------------------------------

@@ -616,3 +616,140 @@ def test_budget_show_of_a_user_without_a_cap_says_so_in_one_line(dev_env: DevSta
     line = one_error_line(run("budget", "show", "--user", user))
 
     assert line == f"error: user {user} has no daily budget (none of their own, and no default)"
+
+
+# --- inspect -------------------------------------------------------------------------------------
+
+INSPECTION_FIELDS = ["job", "attempts", "dead_letters", "lease"]
+ATTEMPT_FIELDS = [
+    "attempt",
+    "started_at",
+    "finished_at",
+    "duration_ms",
+    "outcome",
+    "error_code",
+    "provider",
+    "model",
+    "tier",
+    "prompt_key",
+    "prompt_version",
+    "calls",
+    "input_tokens",
+    "cached_input_tokens",
+    "cache_write_input_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "cost_usd",
+    "cache_savings_usd",
+    "latency_ms",
+]
+DEAD_LETTER_FIELDS = ["message_id", "recorded_at", "job_id", "receive_count", "reason"]
+
+
+def test_inspect_shows_every_attempt_with_its_tokens_and_cost(dev_env: DevStack) -> None:
+    # One 503, then a valid answer: two attempts
+    job_id = unique("inspect")
+    assert submit_and_wait(job_id, "u-inspect", classify_input(job_id, "unavailable*1"))["status"] == "succeeded"
+
+    result = run("inspect", job_id, "--json")
+
+    assert result.exit_code == 0, result.output
+    inspection = json_out(result)
+    assert list(inspection) == INSPECTION_FIELDS
+    assert inspection["job"] == view_of(job_id)
+    first, second = inspection["attempts"]
+    assert list(first) == list(second) == ATTEMPT_FIELDS
+    assert (first["attempt"], first["outcome"], first["error_code"]) == (1, "retryable", "provider_unavailable")
+    assert (second["attempt"], second["outcome"], second["error_code"]) == (2, "succeeded", None)
+    assert (second["model"], second["calls"]) == ("gpt-4o-mini", 1)
+    assert second["input_tokens"] > 0
+    assert second["output_tokens"] > 0
+    assert second["cost_usd"] > 0
+    assert first["finished_at"] <= second["started_at"]
+    assert all(attempt["duration_ms"] >= 0 for attempt in (first, second))
+    total = first["cost_usd"] + second["cost_usd"]
+    assert total == pytest.approx(inspection["job"]["usage"]["cost_usd"])
+    assert (inspection["dead_letters"], inspection["lease"]) == ([], None)
+
+    human = run("inspect", job_id)
+
+    assert human.exit_code == 0, human.output
+    for text in (job_id, "attempts", "provider_unavailable", "retryable", "succeeded", "gpt-4o-mini"):
+        assert text in human.stdout
+
+
+def test_inspect_of_an_unknown_job_is_one_line(dev_env: DevStack) -> None:
+    job_id = unique("ghost")
+
+    assert one_error_line(run("inspect", job_id, "--json")) == f"error: job {job_id} does not exist"
+
+
+# --- dead letters --------------------------------------------------------------------------------
+
+
+def send_to_dead_letter_queue(body: str) -> str:
+    """A message put straight on the dead-letter queue, as the jobs queue's redrive would; its id."""
+    sent = boto3.client("sqs").send_message(QueueUrl=os.environ["JOBS_DLQ_URL"], MessageBody=body)
+    message_id: str = sent["MessageId"]
+    return message_id
+
+
+def dead_letters_of(message_ids: set[str]) -> dict[str, dict[str, Any]]:
+    result = run("dead-letters", "list", "--since", "1h", "--limit", "1000", "--json")
+    assert result.exit_code == 0, result.output
+    return {letter["message_id"]: letter for letter in json_out(result) if letter["message_id"] in message_ids}
+
+
+def test_dead_letters_are_listed_and_redrive_runs_the_jobs_they_name_never_a_body_without_one(
+    dev_env: DevStack,
+) -> None:
+    # Given a job request and a body that is not JSON, both on the dead-letter queue
+    job_id = unique("dlq")
+    request = {"job_id": job_id, "job_type": "classify", "user_id": "u-dlq", "input": classify_input(job_id)}
+    job_message_id = send_to_dead_letter_queue(json.dumps(request))
+    garbage_id = send_to_dead_letter_queue(f"not json ({job_id})")
+
+    # When the dead-letter function has recorded them, Then both are listed, one naming the job
+    ids = {job_message_id, garbage_id}
+    letters = eventually(lambda: (found := dead_letters_of(ids)).keys() == ids and found)
+    named, garbage = letters[job_message_id], letters[garbage_id]
+    assert list(named) == list(garbage) == DEAD_LETTER_FIELDS
+    reason = "reached the dead-letter queue after 1 receives"
+    assert (named["job_id"], named["receive_count"], named["reason"]) == (job_id, 1, reason)
+    assert (garbage["job_id"], garbage["receive_count"]) == (None, 1)
+    # And the job, created failed, shows the dead letter that names it
+    inspected = run("inspect", job_id, "--json")
+    assert inspected.exit_code == 0, inspected.output
+    inspection = json_out(inspected)
+    assert (inspection["job"]["status"], inspection["job"]["error"]["code"]) == ("failed", "dead_lettered")
+    assert (inspection["attempts"], inspection["dead_letters"]) == ([], [named])
+    human = run("dead-letters")
+    assert human.exit_code == 0, human.output
+    for text in ("dead letters of the last 7d", job_message_id, garbage_id, job_id):
+        assert text in human.stdout
+
+    # When both are redriven
+    redriven = run("dead-letters", "redrive", job_message_id, garbage_id, "--json")
+
+    # Then the job is queued again and runs; the body that names no job is not re-sent: exit 1, one line
+    assert redriven.exit_code == 1, redriven.output
+    assert json_out(redriven) == [
+        {"message_id": job_message_id, "job_id": job_id, "outcome": "requeued", "detail": f"job {job_id} queued again"},
+        {"message_id": garbage_id, "job_id": None, "outcome": "no_job", "detail": "names no job; not re-sent"},
+    ]
+    assert redriven.stderr.strip().splitlines() == [f"error: {garbage_id}: names no job; not re-sent"]
+    assert wait_terminal(job_id)["status"] == "succeeded"
+
+    # And redriven again, the job that succeeded is skipped: exit 0
+    again = run("dead-letters", "redrive", job_message_id)
+
+    assert again.exit_code == 0, again.output
+    expected = f"{job_message_id}: skipped, job {job_id} is succeeded; only a failed job can be retried"
+    assert again.stdout.strip() == expected
+
+
+def test_dead_letters_redrive_needs_ids_or_all_in_one_line(dev_env: DevStack) -> None:
+    for args in ((), ("m-1", "--all")):
+        line = one_error_line(run("dead-letters", "redrive", *args))
+
+        assert line == "error: give the message ids of dead letters, or --all"

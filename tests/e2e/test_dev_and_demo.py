@@ -5,6 +5,7 @@ The demo runs in the background from the start of this module, while the `dev` t
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import queue
@@ -16,7 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 
@@ -30,6 +31,7 @@ DEMO_JOBS = len(sample_jobs("count"))
 # see test_cli_commands.py::test_a_stopping_poller_does_not_wait_out_its_long_poll.
 STOP_SECONDS = 60.0
 EXPORTED = {
+    "JOBS_EVENTS_QUEUE_URL",
     "AWS_ENDPOINT_URL",
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
@@ -39,6 +41,35 @@ EXPORTED = {
     "JOBS_DLQ_URL",
     "AI_BASE_URL",
 }
+
+
+def post_events_to_a_webhook(environment: dict[str, str]) -> list[dict[str, Any]]:
+    """Run `aijobs events --webhook URL` against a local receiver until it got an event (bounded)."""
+    received: list[dict[str, Any]] = []
+
+    class Receiver(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+        for _ in range(10):  # the event arrives within a second or two of the job's end
+            run = subprocess.run(
+                [*AIJOBS, "events", "--webhook", url], capture_output=True, text=True, env=environment, timeout=60
+            )
+            assert run.returncode == 0, run.stderr
+            if received:
+                break
+        return received
+    finally:
+        server.shutdown()
 
 
 def clean_environment() -> dict[str, str]:
@@ -147,6 +178,13 @@ def test_dev_prints_its_environment_then_ready_and_runs_jobs(tmp_path: Path) -> 
         assert view["status"] == "succeeded"
         assert view["output"]["label"] in {"billing", "account", "spam"}
         assert view["usage"]["input_tokens"] > 0
+
+        # Its completion event reaches a webhook that `aijobs events --webhook` POSTs to
+        posted = post_events_to_a_webhook(clean_environment() | exported)
+        assert [(event["detail-type"], event["detail"]["job_id"]) for event in posted] == [
+            ("Job Succeeded", "dev-e2e-1")
+        ]
+        assert posted[0]["detail"]["output"] == view["output"]
 
         dev.send_signal(signal.SIGTERM)
         returncode = dev.wait(timeout=STOP_SECONDS)

@@ -121,7 +121,7 @@ def test_a_dead_lettered_job_whose_worker_died_fails_in_three_requests(
 
     # Then the job fails with dead_lettered and keeps its input: the record, a read, one write
     assert outcome == "failed"
-    assert dict(dynamodb_requests.operations) == {"PutItem": 1, "GetItem": 1, "TransactWriteItems": 1}
+    assert dict(dynamodb_requests.operations) == {"GetItem": 1, "TransactWriteItems": 2}
     job = table.job("dl-orphan")
     assert job.error is not None
     assert (job.status, job.error.code, job.lease_owner) == (JobStatus.FAILED, ErrorCode.DEAD_LETTERED, None)
@@ -181,8 +181,9 @@ def test_a_message_that_cannot_be_recorded_stays_on_the_queue(
     assert table.dead_letter("dl-lost") is None
 
 
-class RefusingPuts:
-    """A DynamoDB client whose PutItem fails as a throttled or unreachable table would."""
+class RefusingTransactions:
+    """A DynamoDB client whose TransactWriteItems (a dead letter's write) fails as a throttled or
+    unreachable table's would."""
 
     def __init__(self, client: Any) -> None:
         self._client = client
@@ -190,8 +191,8 @@ class RefusingPuts:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
 
-    def put_item(self, **_: Any) -> Any:
-        raise ClientError({"Error": {"Code": "InternalServerError", "Message": "try again"}}, "PutItem")
+    def transact_write_items(self, **_: Any) -> Any:
+        raise ClientError({"Error": {"Code": "InternalServerError", "Message": "try again"}}, "TransactWriteItems")
 
 
 def test_a_job_is_not_failed_when_its_dead_letter_could_not_be_recorded(
@@ -206,7 +207,7 @@ def test_a_job_is_not_failed_when_its_dead_letter_could_not_be_recorded(
     message = job_message("classify", "dl-unrecorded")
     store.create_job("dl-unrecorded", new_job(message), message["input"], now_ms())
     before = table.job_item("dl-unrecorded")
-    recorder = DeadLetterRecorder(DynamoJobStore(stack.table_name, client=RefusingPuts(dynamodb)), registry)  # type: ignore[arg-type]
+    recorder = DeadLetterRecorder(DynamoJobStore(stack.table_name, client=RefusingTransactions(dynamodb)), registry)  # type: ignore[arg-type]
 
     # When its message reaches the dead-letter queue, Then the recorder raises (the record stays on the queue)
     with pytest.raises(ClientError, match="InternalServerError"):

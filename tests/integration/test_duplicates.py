@@ -152,7 +152,7 @@ def test_a_message_reusing_a_job_id_with_other_input_is_dead_lettered(
     # Then it is acknowledged and kept as a dead letter; the job is unchanged and nothing ran again
     requests = dict(dynamodb_requests.operations)
     assert response == {"batchItemFailures": []}
-    assert requests == {"UpdateItem": 1, "PutItem": 1}
+    assert requests == {"UpdateItem": 1, "TransactWriteItems": 1}
     assert provider.calls == 1
     assert table.job_item("conflict-1") == before
     dead = table.dead_letter(record["messageId"])

@@ -212,7 +212,7 @@ def test_a_reference_to_a_job_that_does_not_exist_is_dead_lettered(
     # Then it is kept as a dead letter and acknowledged; no job is created
     requests = dict(dynamodb_requests.operations)
     assert response == {"batchItemFailures": []}
-    assert requests == {"UpdateItem": 1, "PutItem": 1}
+    assert requests == {"UpdateItem": 1, "TransactWriteItems": 1}
     assert provider.calls == 0
     dead = table.dead_letter(record["messageId"])
     assert dead is not None

@@ -68,6 +68,36 @@ def failed_with(job: Job) -> tuple[JobStatus, ErrorCode, str, bool]:
     return job.status, job.error.code, job.error.message, job.error.retryable
 
 
+# --- the job a dead letter names -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ({"job_id": "ghost-1"}, "ghost-1"),  # a reference
+        (job_message("classify", "job-1"), "job-1"),  # a full request
+        ({"job_id": "job-2", "job_type": "classify"}, "job-2"),  # a bad message with a usable id
+        ({"job_type": "classify"}, "m-1"),  # no job_id: the message id is the job's, as the worker has it
+        ({"job_id": "not an id!"}, None),  # an unusable id names no job
+        ([1, 2], None),
+        ("not json", None),
+    ],
+)
+def test_a_dead_letter_names_the_job_its_body_names_whether_recorded_or_kept(
+    store: InMemoryJobStore, body: Any, named: str | None
+) -> None:
+    # Given a body, When the dead-letter function records it and the worker keeps a copy
+    recorder_at(store).record("m-1", body_of(body), ATTRIBUTES, RECEIVES)
+    recorder_at(store).keep("m-2", body_of(body), ATTRIBUTES, 1, "kept by the worker")
+
+    # Then both name the job the body names (the message id for a body without a job_id)
+    recorded, kept = store.dead_letter("m-1"), store.dead_letter("m-2")
+    assert recorded is not None
+    assert kept is not None
+    assert recorded.job_id == named
+    assert kept.job_id == (named if named != "m-1" else "m-2")
+
+
 # --- messages that name no job ------------------------------------------------------------------
 
 

@@ -4,6 +4,7 @@ only when the function traces (the X-Ray SDK is loaded then only)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import pytest
@@ -48,6 +49,7 @@ class RecordingTracer:
 
 def test_a_traced_function_is_wrapped_by_the_tracer(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("aws_lambda_powertools.Tracer", RecordingTracer)
+    monkeypatch.setattr("engine.observability._tracer", None)  # restored after the test
 
     handler = lambda_function(handle, tracing=True, emit_metrics=False)
 
@@ -81,3 +83,58 @@ def test_a_quiet_function_drops_its_metrics(capfd: pytest.CaptureFixture[str]) -
     lambda_function(handle, emit_metrics=False)({}, InvocationContext())
 
     assert not [line for line in capfd.readouterr().out.splitlines() if '"_aws"' in line]
+
+
+class FakeSubsegment:
+    def __init__(self) -> None:
+        self.annotations: dict[str, object] = {}
+        self.metadata: dict[str, object] = {}
+
+    def put_annotation(self, key: str, value: object) -> None:
+        assert key.replace("_", "").isalnum()  # X-Ray's rule for annotation keys
+        self.annotations[key] = value
+
+    def put_metadata(self, key: str, value: object, namespace: str) -> None:
+        self.metadata[f"{namespace}/{key}"] = value
+
+
+def test_a_provider_call_is_a_subsegment_with_the_genai_attributes_when_the_function_traces(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from engine import observability
+    from engine.gateway import Completion
+
+    segments: list[tuple[str, FakeSubsegment]] = []
+
+    @contextmanager
+    def in_subsegment(name: str) -> Iterator[FakeSubsegment]:
+        segment = FakeSubsegment()
+        segments.append((name, segment))
+        yield segment
+
+    monkeypatch.setattr(
+        observability, "_tracer", SimpleNamespace(provider=SimpleNamespace(in_subsegment=in_subsegment))
+    )
+    completion = Completion("{}", "gpt-4o-mini", 100, 20, 5, cached_input_tokens=60, reasoning_tokens=4)
+
+    with observability.provider_call("openai", "gpt-4o-mini") as record:
+        record(observability.genai_usage(completion))
+
+    [(name, segment)] = segments
+    assert name == "## gen_ai chat"
+    assert segment.metadata["gen_ai/gen_ai.request.model"] == "gpt-4o-mini"
+    assert segment.metadata["gen_ai/gen_ai.provider.name"] == "openai"
+    assert segment.metadata["gen_ai/gen_ai.usage.cache_read.input_tokens"] == 60
+    assert segment.annotations["gen_ai_usage_input_tokens"] == 100
+    assert segment.annotations["gen_ai_request_model"] == "gpt-4o-mini"
+
+
+def test_without_tracing_a_provider_call_opens_no_subsegment() -> None:
+    from engine import observability
+
+    assert observability._tracer is None
+    with observability.provider_call("openai", "gpt-4o-mini") as record:
+        record({"gen_ai.usage.input_tokens": 1})

@@ -44,10 +44,10 @@ from engine.definitions.summarize import SummarizeInput
 from engine.fleet.admission import Hold, Pass
 from engine.gateway import Completion, CompletionRequest, ModelGateway, ModelTiers
 from engine.intake import sha256_hex
+from engine.observability import GENAI_USAGE_ATTRIBUTES
 from engine.retry import backoff_seconds
 from engine.runner import (
     FINISH_MARGIN_MS,
-    GENAI_USAGE_ATTRIBUTES,
     GIVE_UP_RECEIVES,
     RETRY_SOON_SECONDS,
     Claimed,

@@ -6,6 +6,7 @@ without a check, or a check whose claim was removed, fails as surely as a templa
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -238,15 +239,149 @@ def reconciler_permissions(text: str) -> None:
     assert "every 5 minutes" in text
 
 
+def table_stream(text: str) -> None:
+    assert properties("JobsTable")["StreamSpecification"] == {"StreamViewType": "NEW_AND_OLD_IMAGES"}
+    assert "`NEW_AND_OLD_IMAGES`" in text
+
+
+def completion_events(text: str) -> None:
+    function = properties("EventsFunction")
+    (source,) = function["Events"].values()
+    assert source["Type"] == "DynamoDB"
+    stream = source["Properties"]
+    assert stream["Stream"] == "arn:aws:dynamodb:eu-west-1:123456789012:JobsTable.StreamArn"
+    assert stream["StartingPosition"] == "TRIM_HORIZON"
+    assert stream["MaximumRetryAttempts"] == 20
+    assert (
+        stream["DestinationConfig"]["OnFailure"]["Destination"]
+        == "arn:aws:sqs:eu-west-1:123456789012:EventFailuresQueue"
+    )
+    assert len(stream["FilterCriteria"]["Filters"]) == 2  # tests/unit/test_events.py checks what they select
+    assert function["Environment"]["Variables"]["AIJOBS_EVENT_BUS"] == "JobEventBus"
+    assert properties("JobEventBus")["Name"] == "aijobs-jobs"
+    assert (
+        properties("EventsFunction", EventBusName="default")["Environment"]["Variables"]["AIJOBS_EVENT_BUS"]
+        == "default"
+    )
+    assert resolver().condition("CreatesEventBus")
+    assert not resolver(EventBusName="default").condition("CreatesEventBus")
+    assert properties("EventFailuresQueue")["MessageRetentionPeriod"] == 1_209_600
+    assert "`<stack>-jobs`" in text
+    assert "after 20 retries" in text
+    assert "14 days" in text
+
+
+def events_function_permissions(text: str) -> None:
+    bus = "arn:aws:events:eu-west-1:123456789012:JobEventBus"
+    failures = "arn:aws:sqs:eu-west-1:123456789012:EventFailuresQueue"
+    assert grants("EventsFunction") == {bus: {"events:PutEvents"}, failures: {"sqs:SendMessage"}}
+    default_bus = f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/default"
+    assert grants("EventsFunction", EventBusName="default")[default_bus] == {"events:PutEvents"}
+    assert grants("EventsFunction", KmsKeyArn=KEY_ARN)[KEY_ARN] == {"kms:Decrypt"}
+    assert via_services("EventsFunction", "ReadTableStream") == {f"dynamodb.{REGION}.amazonaws.com"}
+    assert "`events:PutEvents` on that bus only" in text
+
+
+def webhook(text: str) -> None:
+    parameters = {"WebhookUrl": "https://hooks.example.com/aijobs", "WebhookSecretArn": SECRET_ARN}
+    webhook_resources = {
+        "WebhookConnection",
+        "WebhookDestination",
+        "WebhookRole",
+        "WebhookRule",
+        "EventFailuresQueuePolicy",
+    }
+    for name in webhook_resources:
+        assert RESOURCES[name]["Condition"] == "HasWebhook"
+    assert not resolver().condition("HasWebhook")
+    assert not resolver(WebhookUrl=parameters["WebhookUrl"]).condition("HasWebhook")
+    assert resolver(**parameters).condition("HasWebhook")
+    destination = properties("WebhookDestination", **parameters)
+    assert (destination["InvocationEndpoint"], destination["HttpMethod"]) == (parameters["WebhookUrl"], "POST")
+    auth = properties("WebhookConnection", **parameters)["AuthParameters"]["ApiKeyAuthParameters"]
+    assert auth == {
+        "ApiKeyName": "Authorization",
+        "ApiKeyValue": f"{{{{resolve:secretsmanager:{SECRET_ARN}:SecretString}}}}",
+    }
+    rule = properties("WebhookRule", **parameters)
+    assert rule["EventPattern"] == {
+        "source": ["aijobs"],
+        "detail-type": ["Job Succeeded", "Job Failed", "Job Cancelled"],
+    }
+    (target,) = rule["Targets"]
+    assert target["RetryPolicy"]["MaximumEventAgeInSeconds"] == 86_400
+    assert target["DeadLetterConfig"]["Arn"] == "arn:aws:sqs:eu-west-1:123456789012:EventFailuresQueue"
+    assert "`WebhookHeader` (default `Authorization`)" in text
+    assert "24 hours" in text
+
+
 def alarms(text: str) -> None:
     names = {name for name, spec in RESOURCES.items() if spec["Type"] == "AWS::CloudWatch::Alarm"}
-    assert names == {"DeadLetterAlarm", "DeadLetterBacklogAlarm", "WorkerErrorsAlarm"}
+    assert names == {
+        "DeadLetterAlarm",
+        "DeadLetterBacklogAlarm",
+        "WorkerErrorsAlarm",
+        "OldestMessageAlarm",
+        "FailedJobRateAlarm",
+        "RateLimitedShareAlarm",
+    }
+    oldest = properties("OldestMessageAlarm")
+    assert (oldest["MetricName"], oldest["Threshold"], oldest["Period"] * oldest["EvaluationPeriods"]) == (
+        "ApproximateAgeOfOldestMessage",
+        900,
+        300,
+    )
+    failed = properties("FailedJobRateAlarm")
+    assert {
+        metric["Id"]: metric.get("MetricStat", {}).get("Metric", {}).get("MetricName") for metric in failed["Metrics"]
+    } == {
+        "succeeded": "Jobs_succeeded",
+        "failed": "Jobs_failed",
+        "rate": None,
+    }
+    assert ">= 10" in failed["Metrics"][2]["Expression"]
+    assert failed["Threshold"] == 0.2
+    limited = properties("RateLimitedShareAlarm")
+    assert [metric.get("MetricStat", {}).get("Metric", {}).get("MetricName") for metric in limited["Metrics"]] == [
+        "Attempts",
+        "Retries_provider_rate_limited",
+        None,
+    ]
+    # Sustained: three 5-minute periods on end
+    assert (limited["Threshold"], limited["EvaluationPeriods"], limited["DatapointsToAlarm"]) == (0.2, 3, 3)
+    for name in ("OldestMessageAlarmSeconds", "FailedJobRateThreshold", "RateLimitedShareThreshold"):
+        assert f"`{name}`" in text
     for name in names:
         assert properties(name, AlarmTopicArn=f"arn:aws:sns:{REGION}:{ACCOUNT}:ops")["AlarmActions"] == [
             f"arn:aws:sns:{REGION}:{ACCOUNT}:ops"
         ]
         assert "AlarmActions" not in properties(name)
         assert f"`{name}`" in text
+
+
+def dashboard(text: str) -> None:
+    body_template, names = RESOURCES["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    values = {"AWS::Region": REGION, "JobsQueueName": "q", "DeadLetterQueueName": "d"}
+    values |= {"WorkerFunction": "worker", "EventsFunction": "events"}
+    assert set(names) == {"JobsQueueName", "DeadLetterQueueName"}
+    body = json.loads(re.sub(r"\$\{([^}]+)\}", lambda match: values[match.group(1)], body_template))
+    titles = [widget["properties"]["title"] for widget in body["widgets"]]
+    assert titles == [
+        "Jobs queue: depth and age of the oldest message",
+        "Jobs by outcome (5 min)",
+        "Jobs by type and outcome (5 min)",
+        "Provider latency by model: p50, p95, p99 (s)",
+        "Provider 429s and attempts (5 min)",
+        "Tokens and cost per hour",
+        "Dead letters: queue depth, recorded",
+        "Worker errors and throttles",
+    ]
+    searched = json.dumps(body)
+    for metric in ("gen_ai.client.operation.duration", "gen_ai.client.token.usage.input", "CostUsd", "Jobs_failed"):
+        assert metric in searched
+    assert "p50, p95, p99" in titles[3]
+    assert "p50/p95/p99" in text
+    assert "`<stack>-jobs` in CloudWatch" in text
 
 
 def logs(text: str) -> None:
@@ -278,7 +413,12 @@ CHECKS: dict[str, Callable[[str], None]] = {
     "Worker permissions": worker_permissions,
     "Dead-letter function permissions": dead_letter_function_permissions,
     "Reconciler permissions": reconciler_permissions,
+    "Table stream": table_stream,
+    "Completion events": completion_events,
+    "Events function permissions": events_function_permissions,
+    "Webhook": webhook,
     "Alarms": alarms,
+    "Dashboard": dashboard,
     "Logs": logs,
     "Versions": versions,
 }

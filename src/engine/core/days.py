@@ -14,3 +14,10 @@ def next_utc_midnight_ms(epoch_ms: int) -> int:
     """When the UTC day after the one of `epoch_ms` begins (epoch ms)."""
     today = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).date()
     return int(datetime.combine(today + timedelta(days=1), datetime.min.time(), tzinfo=UTC).timestamp() * 1000)
+
+
+def utc_days(since_ms: int, until_ms: int) -> list[str]:
+    """The UTC days from the one of `since_ms` to the one of `until_ms`, oldest first, as YYYY-MM-DD."""
+    first = datetime.fromtimestamp(since_ms / 1000, tz=UTC).date()
+    last = datetime.fromtimestamp(until_ms / 1000, tz=UTC).date()
+    return [(first + timedelta(days=offset)).isoformat() for offset in range((last - first).days + 1)]

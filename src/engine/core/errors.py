@@ -164,6 +164,10 @@ class JobStateError(AiJobsError):
     """An operation the job's current state does not allow (e.g. retrying a job that did not fail)."""
 
 
+class JobNotFailedError(JobStateError):
+    """A retry of a job that is not `failed` (queued, running, or ended otherwise): nothing to run again."""
+
+
 class JobNotFoundError(AiJobsError):
     def __init__(self, job_id: str) -> None:
         super().__init__(f"job {job_id} does not exist")

@@ -182,6 +182,27 @@ class DeadLetter:
     receive_count: int
     reason: str
     recorded_at: int
+    # The job the body names (engine.dead_letters.DeadLetterRecorder), if any.
+    job_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterEntry:
+    """A dead letter as listings and a job's history show it: what happened, without the body."""
+
+    message_id: str
+    recorded_at: int
+    receive_count: int
+    reason: str
+    job_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobHistory:
+    """What a job recorded besides its state: its attempts and the dead letters that name it, oldest first."""
+
+    attempts: list[AttemptRecord]
+    dead_letters: list[DeadLetterEntry]
 
 
 def claimable(job: Job, now_ms: int) -> bool:

@@ -21,6 +21,7 @@ from engine.core.errors import (
     ClaimRefusedError,
     ConditionRefusedError,
     JobConflictError,
+    JobNotFailedError,
     JobNotFoundError,
     JobStateError,
     LeaseLostError,
@@ -29,8 +30,10 @@ from engine.core.job import (
     DEFAULT_DEADLINE_SECONDS,
     AttemptRecord,
     DeadLetter,
+    DeadLetterEntry,
     Job,
     JobErrorInfo,
+    JobHistory,
     JobStatus,
     NewJob,
     can_transition,
@@ -75,9 +78,21 @@ class InMemoryJobStore:
         with self._lock:
             return [record for _, record in sorted(self._attempts.get(job_id, {}).items())]
 
+    def job_history(self, job_id: str) -> JobHistory:
+        with self._lock:
+            letters = [letter for letter in self._dead_letters.values() if letter.job_id == job_id]
+        letters.sort(key=lambda letter: (letter.recorded_at, letter.message_id))
+        return JobHistory(self.attempts(job_id), [_entry(letter) for letter in letters])
+
     def dead_letter(self, message_id: str) -> DeadLetter | None:
         with self._lock:
             return self._dead_letters.get(message_id)
+
+    def dead_letters(self, since_ms: int, until_ms: int, limit: int | None = None) -> list[DeadLetterEntry]:
+        with self._lock:
+            letters = [letter for letter in self._dead_letters.values() if since_ms <= letter.recorded_at <= until_ms]
+        letters.sort(key=lambda letter: (letter.recorded_at, letter.message_id), reverse=True)
+        return [_entry(letter) for letter in letters[:limit]]
 
     def open_jobs(self, limit: int) -> Iterator[Job]:
         with self._lock:
@@ -177,13 +192,22 @@ class InMemoryJobStore:
     # --- dead letters ------------------------------------------------------------------------
 
     def record_dead_letter(
-        self, message_id: str, body: str, attributes: dict[str, str], receive_count: int, reason: str, now_ms: int
+        self,
+        message_id: str,
+        body: str,
+        attributes: dict[str, str],
+        receive_count: int,
+        reason: str,
+        now_ms: int,
+        job_id: str | None = None,
     ) -> None:
         text = valid_text(body)
         data = text.encode()
         # Past PAYLOAD_INLINE_BYTES DynamoDB's store references the body by a payload key; it still reads back whole.
         body_key = f"dead-letters/{message_id}" if len(data) > PAYLOAD_INLINE_BYTES else None
         with self._lock:
+            if message_id in self._dead_letters:
+                return  # the first recording stands
             self._dead_letters[message_id] = DeadLetter(
                 message_id=message_id,
                 body=text,
@@ -197,6 +221,7 @@ class InMemoryJobStore:
                 receive_count=receive_count,
                 reason=one_line(reason),
                 recorded_at=now_ms,
+                job_id=job_id,
             )
 
     def create_failed_job(
@@ -288,7 +313,7 @@ class InMemoryJobStore:
             if job is None:
                 raise JobNotFoundError(job_id)
             if job.status is not JobStatus.FAILED:
-                raise JobStateError(f"job {job_id} is {job.status.value}; only a failed job can be retried")
+                raise JobNotFailedError(f"job {job_id} is {job.status.value}; only a failed job can be retried")
             if not job.input_stored:
                 raise JobStateError(f"job {job_id} has no stored input to run again")
             requeued = replace(
@@ -351,6 +376,11 @@ def _created(job_id: str, new_job: NewJob, now_ms: int, status: JobStatus) -> Jo
         deadline_at=now_ms + new_job.deadline_seconds * 1000,
         request_hash=new_job.request_hash,
     )
+
+
+def _entry(letter: DeadLetter) -> DeadLetterEntry:
+    """A dead letter as listings and job histories show it."""
+    return DeadLetterEntry(letter.message_id, letter.recorded_at, letter.receive_count, letter.reason, letter.job_id)
 
 
 def _json_text(value: dict[str, Any]) -> str:

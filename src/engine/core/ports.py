@@ -12,12 +12,21 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from engine.core.job import AttemptRecord, DeadLetter, Job, JobErrorInfo, JobStatus, NewJob
+from engine.core.job import (
+    AttemptRecord,
+    DeadLetter,
+    DeadLetterEntry,
+    Job,
+    JobErrorInfo,
+    JobHistory,
+    JobStatus,
+    NewJob,
+)
 from engine.core.outcomes import Outcome
 
 
 class JobReader(Protocol):
-    """Reads of one job and what it recorded."""
+    """Reads of one job and what it recorded, and of the dead letters."""
 
     def get_job(self, job_id: str) -> Job | None:
         """The job as it is now (a strongly consistent read), or None."""
@@ -31,8 +40,16 @@ class JobReader(Protocol):
         """The job's attempt records, oldest first."""
         ...
 
+    def job_history(self, job_id: str) -> JobHistory:
+        """The job's attempt records and the dead letters that name it, oldest first (one read)."""
+        ...
+
     def dead_letter(self, message_id: str) -> DeadLetter | None:
         """The dead letter kept for a message, its body read back, or None."""
+        ...
+
+    def dead_letters(self, since_ms: int, until_ms: int, limit: int | None = None) -> list[DeadLetterEntry]:
+        """The dead letters recorded in [since, until], newest first, at most `limit`."""
         ...
 
 
@@ -84,9 +101,19 @@ class DeadLetterStore(Protocol):
     """What gives up on a message: keep it, and record or end the job it names."""
 
     def record_dead_letter(
-        self, message_id: str, body: str, attributes: dict[str, str], receive_count: int, reason: str, now_ms: int
+        self,
+        message_id: str,
+        body: str,
+        attributes: dict[str, str],
+        receive_count: int,
+        reason: str,
+        now_ms: int,
+        job_id: str | None = None,
     ) -> None:
-        """Keep a message durably (its body in the payload bucket past 256 KiB)."""
+        """Keep a message durably (its body in the payload bucket past 256 KiB), listed by its day of
+        recording and, with `job_id` (the job its body names), in that job's history. One write; the
+        first recording of a message stands.
+        """
         ...
 
     def create_failed_job(
@@ -156,7 +183,16 @@ class AdminStore(Protocol):
         ...
 
     def requeue_failed_job(self, job_id: str, now_ms: int) -> Job:
-        """A failed job with a stored input goes back to `queued` with a fresh budget and deadline."""
+        """A failed job with a stored input goes back to `queued` with a fresh budget and deadline.
+
+        Raises JobNotFoundError, JobNotFailedError (the job is not failed), or JobStateError (no input).
+        """
         ...
 
     def get_job(self, job_id: str) -> Job | None: ...
+
+    def job_history(self, job_id: str) -> JobHistory: ...
+
+    def dead_letter(self, message_id: str) -> DeadLetter | None: ...
+
+    def dead_letters(self, since_ms: int, until_ms: int, limit: int | None = None) -> list[DeadLetterEntry]: ...

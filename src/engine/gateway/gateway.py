@@ -28,7 +28,7 @@ from engine.core.errors import (
 from engine.definitions import JobDefinition, RenderedPrompt
 from engine.gateway.pricing import Cost, PriceTable
 from engine.gateway.provider import ChatTurn, Completion, CompletionRequest, ModelProvider
-from engine.observability import log_unexpected, logger
+from engine.observability import genai_usage, log_unexpected, logger, provider_call
 from engine.text import bounded, valid_text
 
 # Errors a re-ask with the validation error may mend; and errors a different model may avoid.
@@ -208,7 +208,9 @@ class ModelGateway:
             )
             tally.calls += 1
             try:
-                completion = self._provider.complete(request)
+                with provider_call(self._provider.name, tally.model) as record_usage:
+                    completion = self._provider.complete(request)
+                    record_usage(genai_usage(completion))
             except JobError as exc:
                 return None, exc
             except Exception as exc:

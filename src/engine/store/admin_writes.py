@@ -7,7 +7,13 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from engine.core import DEFAULT_DEADLINE_SECONDS, Job, JobStatus, NewJob
-from engine.core.errors import ConditionRefusedError, JobConflictError, JobNotFoundError, JobStateError
+from engine.core.errors import (
+    ConditionRefusedError,
+    JobConflictError,
+    JobNotFailedError,
+    JobNotFoundError,
+    JobStateError,
+)
 from engine.store.expressions import Expression
 from engine.store.items import INPUT_SK, OPEN_SHARD, input_item, job_from_item, job_key, open_shard, to_item
 from engine.store.table import JobTable, creation_attributes, is_condition_failure
@@ -108,7 +114,7 @@ class AdminWrites(JobTable):
         except ConditionRefusedError as exc:
             current = exc.job or job
             if current.status is not JobStatus.FAILED:
-                raise JobStateError(
+                raise JobNotFailedError(
                     f"job {job_id} is {current.status.value}; only a failed job can be retried"
                 ) from exc
             raise JobStateError(f"job {job_id} has no stored input to run again") from exc

@@ -12,6 +12,8 @@ from engine.store.items import (
     OPEN_SHARD,
     Item,
     dead_letter_key,
+    dead_letter_listing_key,
+    dead_letter_pointer_key,
     error_attribute,
     input_item,
     job_from_item,
@@ -26,11 +28,21 @@ from engine.text import MAX_REASON_CHARS, bounded, one_line, valid_text
 
 class DeadLetterWrites(JobTable):
     def record_dead_letter(
-        self, message_id: str, body: str, attributes: dict[str, str], receive_count: int, reason: str, now_ms: int
+        self,
+        message_id: str,
+        body: str,
+        attributes: dict[str, str],
+        receive_count: int,
+        reason: str,
+        now_ms: int,
+        job_id: str | None = None,
     ) -> None:
-        """Keep a message that names no usable job, so that acknowledging it loses nothing.
+        """Keep a message the engine gives up on, so that acknowledging it loses nothing.
 
-        A body past INLINE_BYTES is kept in the payload bucket and referenced (`body_key`).
+        One TransactWriteItems: the dead letter, its entry in the day's listing and, when the body
+        names a job (`job_id`), a pointer in the job's partition. The first recording of a message
+        stands: recording it again writes nothing. A body past INLINE_BYTES is kept in the payload
+        bucket and referenced (`body_key`).
         """
         # SQS bodies are valid Unicode; valid_text only guards callers that build bodies themselves.
         text = valid_text(body)
@@ -41,23 +53,47 @@ class DeadLetterWrites(JobTable):
             kept: dict[str, Any] = {"body_key": key}
         else:
             kept = {"body": text}
-        item = dead_letter_key(message_id) | to_item(
+        summary = to_item(
             {
                 "message_id": message_id,
-                **kept,
-                "body_bytes": len(data),
-                "body_sha256": hashlib.sha256(data).hexdigest(),
-                "attributes": {
-                    bounded(name, MAX_REASON_CHARS): bounded(str(value), MAX_REASON_CHARS)
-                    for name, value in attributes.items()
-                },
+                "job_id": job_id,
                 "receive_count": receive_count,
                 "reason": one_line(reason),
                 "recorded_at": now_ms,
                 "expires_at": self._expiry(now_ms),
             }
         )
-        self._client.put_item(TableName=self.table_name, Item=item)
+        letter = (
+            dead_letter_key(message_id)
+            | summary
+            | to_item(
+                {
+                    **kept,
+                    "body_bytes": len(data),
+                    "body_sha256": hashlib.sha256(data).hexdigest(),
+                    "attributes": {
+                        bounded(name, MAX_REASON_CHARS): bounded(str(value), MAX_REASON_CHARS)
+                        for name, value in attributes.items()
+                    },
+                }
+            )
+        )
+        table = self.table_name
+        transaction: list[dict[str, Any]] = [
+            {"Put": {"TableName": table, "Item": letter, "ConditionExpression": "attribute_not_exists(pk)"}},
+            {"Put": {"TableName": table, "Item": dead_letter_listing_key(now_ms, message_id) | summary}},
+        ]
+        if job_id is not None:
+            transaction.append(
+                {"Put": {"TableName": table, "Item": dead_letter_pointer_key(job_id, message_id) | summary}}
+            )
+        try:
+            self._client.transact_write_items(TransactItems=transaction)  # type: ignore[arg-type]
+        except ClientError as exc:
+            reasons = exc.response.get("CancellationReasons") or []
+            if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
+                return  # recorded before
+            raise
 
     def create_failed_job(
         self,

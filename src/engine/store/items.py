@@ -1,7 +1,8 @@
 """The stored shape of jobs: keys, attribute names, and the mapping between items and `Job`.
 
 One table holds a job's small state item (`JOB`), its input stored once (`INPUT`), one record per
-attempt (`ATTEMPT#0001`...), and dead letters that named no usable job.
+attempt (`ATTEMPT#0001`...), and dead letters: the message kept (`DEADLETTER#<id>`), its entry in
+the day's listing (`DEADLETTERS#<day>`) and, when it names a job, a pointer in the job's partition.
 """
 
 from __future__ import annotations
@@ -13,7 +14,17 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
-from engine.core import AttemptOutcome, AttemptRecord, DeadLetter, ErrorCode, Job, JobErrorInfo, JobStatus, Usage
+from engine.core import (
+    AttemptOutcome,
+    AttemptRecord,
+    DeadLetter,
+    DeadLetterEntry,
+    ErrorCode,
+    Job,
+    JobErrorInfo,
+    JobStatus,
+    Usage,
+)
 from engine.core.days import utc_day
 from engine.text import bounded, one_line
 
@@ -40,6 +51,35 @@ def attempt_sk(attempt: int) -> str:
 
 def dead_letter_key(message_id: str) -> Item:
     return {"pk": {"S": f"DEADLETTER#{message_id}"}, "sk": {"S": DEAD_LETTER_SK}}
+
+
+# A job's partition sorts ATTEMPT#... < DEADLETTER#... < INPUT < JOB: one Query between these two
+# bounds reads its attempts and the dead letters that name it, not its input. '$' follows '#'.
+DEAD_LETTER_POINTER_PREFIX = "DEADLETTER#"
+JOB_HISTORY_END = "DEADLETTER$"
+
+
+def dead_letter_pointer_key(job_id: str, message_id: str) -> Item:
+    """The pointer in a job's partition to a dead letter that names the job."""
+    return job_key(job_id, f"{DEAD_LETTER_POINTER_PREFIX}{message_id}")
+
+
+def dead_letter_day_partition(day: str) -> str:
+    """The partition listing the dead letters recorded on a UTC day (YYYY-MM-DD)."""
+    return f"DEADLETTERS#{day}"
+
+
+def dead_letter_listing_key(recorded_at: int, message_id: str) -> Item:
+    """A listing entry: in its UTC day's partition, sorted by the time of recording (epoch ms zero-padded)."""
+    return {
+        "pk": {"S": dead_letter_day_partition(utc_day(recorded_at))},
+        "sk": {"S": f"{recorded_at:013d}#{message_id}"},
+    }
+
+
+def dead_letter_listing_range(since_ms: int, until_ms: int) -> tuple[str, str]:
+    """The sort keys bounding the entries recorded in [since, until]: '$' follows '#'."""
+    return f"{since_ms:013d}#", f"{until_ms:013d}$"
 
 
 def serialize(value: Any) -> dict[str, Any]:
@@ -228,6 +268,19 @@ def dead_letter_from_item(item: Item, body: str | None = None) -> DeadLetter:
         receive_count=int(data.get("receive_count", 0)),
         reason=data.get("reason", ""),
         recorded_at=int(data.get("recorded_at", 0)),
+        job_id=data.get("job_id"),
+    )
+
+
+def dead_letter_entry_from_item(item: Item) -> DeadLetterEntry:
+    """A dead letter's listing entry or pointer (or the dead letter itself, its body left aside)."""
+    data = from_item(item)
+    return DeadLetterEntry(
+        message_id=data["message_id"],
+        recorded_at=int(data["recorded_at"]),
+        receive_count=int(data.get("receive_count", 0)),
+        reason=data.get("reason", ""),
+        job_id=data.get("job_id"),
     )
 
 

@@ -1,4 +1,4 @@
-"""Reads of jobs in DynamoDB: one job, its input, attempts and dead letters, and the open jobs."""
+"""Reads of jobs in DynamoDB: one job, its input, attempts and history, dead letters, and the open jobs."""
 
 from __future__ import annotations
 
@@ -6,16 +6,22 @@ import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from engine.core import AttemptRecord, DeadLetter, Job
+from engine.core import AttemptRecord, DeadLetter, DeadLetterEntry, Job, JobHistory
+from engine.core.days import utc_days
 from engine.store.items import (
     ATTEMPT_PREFIX,
+    DEAD_LETTER_POINTER_PREFIX,
     INPUT_SK,
+    JOB_HISTORY_END,
     OPEN_SHARD,
     OPEN_SHARDS,
     Item,
     attempt_from_item,
+    dead_letter_day_partition,
+    dead_letter_entry_from_item,
     dead_letter_from_item,
     dead_letter_key,
+    dead_letter_listing_range,
     job_from_item,
     job_key,
     open_shard_key,
@@ -28,6 +34,8 @@ if TYPE_CHECKING:
 OPEN_JOBS_INDEX = "OpenJobs"
 # BatchGetItem reads at most 100 items a request.
 BATCH_GET_LIMIT = 100
+# A dead-letter listing reads one partition a day; a longer range is refused (as a usage range is).
+MAX_DEAD_LETTER_DAYS = 400
 
 
 class JobReads(JobTable):
@@ -57,6 +65,71 @@ class JobReads(JobTable):
             ConsistentRead=True,
         )
         return [attempt_from_item(item) for page in pages for item in page.get("Items", [])]
+
+    def job_history(self, job_id: str) -> JobHistory:
+        """The job's attempt records and the dead letters that name it, oldest first.
+
+        One Query of its partition (strongly consistent) between ATTEMPT# and the last DEADLETTER#:
+        the attempts and the pointers, never the input.
+        """
+        pages = self._client.get_paginator("query").paginate(
+            TableName=self.table_name,
+            KeyConditionExpression="#pk = :pk AND #sk BETWEEN :first AND :last",
+            ExpressionAttributeNames={"#pk": "pk", "#sk": "sk"},
+            ExpressionAttributeValues={
+                ":pk": job_key(job_id)["pk"],
+                ":first": {"S": ATTEMPT_PREFIX},
+                ":last": {"S": JOB_HISTORY_END},
+            },
+            ConsistentRead=True,
+        )
+        items = [item for page in pages for item in page.get("Items", [])]
+        attempts = [attempt_from_item(item) for item in items if item["sk"]["S"].startswith(ATTEMPT_PREFIX)]
+        # Pointers sort by message id; a history reads by time.
+        letters = [
+            dead_letter_entry_from_item(item)
+            for item in items
+            if item["sk"]["S"].startswith(DEAD_LETTER_POINTER_PREFIX)
+        ]
+        letters.sort(key=lambda entry: (entry.recorded_at, entry.message_id))
+        return JobHistory(attempts, letters)
+
+    def dead_letters(self, since_ms: int, until_ms: int, limit: int | None = None) -> list[DeadLetterEntry]:
+        """Dead letters recorded in [since, until], newest first, at most `limit`.
+
+        A Query of each UTC day's listing partition, from `until`'s day back to `since`'s, newest
+        first (`ScanIndexForward=false`), until the limit is reached or the range is read.
+        """
+        days = utc_days(since_ms, until_ms)
+        if len(days) > MAX_DEAD_LETTER_DAYS:
+            raise ValueError(
+                f"a dead-letter range spans at most {MAX_DEAD_LETTER_DAYS} days; this one spans {len(days)}"
+            )
+        first, last = dead_letter_listing_range(since_ms, until_ms)
+        entries: list[DeadLetterEntry] = []
+        for day in reversed(days):
+            params: dict[str, Any] = {
+                "TableName": self.table_name,
+                "KeyConditionExpression": "#pk = :day AND #sk BETWEEN :first AND :last",
+                "ExpressionAttributeNames": {"#pk": "pk", "#sk": "sk"},
+                "ExpressionAttributeValues": {
+                    ":day": {"S": dead_letter_day_partition(day)},
+                    ":first": {"S": first},
+                    ":last": {"S": last},
+                },
+                "ScanIndexForward": False,
+            }
+            while limit is None or len(entries) < limit:
+                if limit is not None:
+                    params["Limit"] = limit - len(entries)
+                page = self._client.query(**params)
+                entries.extend(dead_letter_entry_from_item(item) for item in page.get("Items", []))
+                if "LastEvaluatedKey" not in page:
+                    break
+                params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+            if limit is not None and len(entries) >= limit:
+                break
+        return entries
 
     def dead_letter(self, message_id: str) -> DeadLetter | None:
         response = self._client.get_item(

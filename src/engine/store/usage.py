@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from engine.core.days import utc_days
 from engine.store.expressions import index_query
 from engine.store.items import USAGE_DAY_SHARDS, from_item, usage_day_partition
 from engine.store.table import default_client
@@ -87,9 +87,7 @@ class UsageLedger:
 
 
 def _days(since_ms: int, until_ms: int) -> list[str]:
-    first = datetime.fromtimestamp(since_ms / 1000, tz=UTC).date()
-    last = datetime.fromtimestamp(until_ms / 1000, tz=UTC).date()
-    count = (last - first).days + 1
-    if count > MAX_RANGE_DAYS:
-        raise ValueError(f"a usage range spans at most {MAX_RANGE_DAYS} days; this one spans {count}")
-    return [(first + timedelta(days=offset)).isoformat() for offset in range(count)]
+    days = utc_days(since_ms, until_ms)
+    if len(days) > MAX_RANGE_DAYS:
+        raise ValueError(f"a usage range spans at most {MAX_RANGE_DAYS} days; this one spans {len(days)}")
+    return days

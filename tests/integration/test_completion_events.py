@@ -1,0 +1,167 @@
+"""Completion events from the jobs table's stream (moto keeps it): every transition into succeeded,
+failed or cancelled yields exactly one event document, and no other write yields any."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import boto3
+import pytest
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.dynamodbstreams.models import dynamodbstreams_backends
+
+from aijobs.stack import StackResources
+from engine.core import ErrorCode, JobErrorInfo, NewJob
+from engine.core.outcomes import Cancelled, Failed, Released, Succeeded
+from engine.events import CompletionEvent, CompletionEvents, EventPublisher, completion_event
+from engine.store import DynamoJobStore
+
+NOW = 1_800_000_000_000
+LEASE_MS = 60_000
+INPUT = {"text": "My invoice is wrong", "labels": ["billing", "other"]}
+ERROR = JobErrorInfo(ErrorCode.PROVIDER_TIMEOUT, "timed out", retryable=True)
+REFUSED = JobErrorInfo(ErrorCode.SCHEMA_VALIDATION_FAILED, "not JSON", retryable=False)
+
+
+def new_job() -> NewJob:
+    return NewJob(
+        job_type="classify", user_id="acme", schema_version=1, max_attempts=3, deadline_seconds=86_400, request_hash="r"
+    )
+
+
+class MotoStream:
+    """The table's stream as moto keeps it, read through moto's Streams backend: in process, moto
+    answers the Streams API with "not yet implemented" (its server, which the local stack runs,
+    serves it)."""
+
+    def __init__(self, stack: StackResources, position: str = "LATEST") -> None:
+        arn = boto3.client("dynamodb").describe_table(TableName=stack.table_name)["Table"]["LatestStreamArn"]
+        self._backend = dynamodbstreams_backends[DEFAULT_ACCOUNT_ID]["us-east-1"]
+        shard = self._backend.describe_stream(arn)["Shards"][0]["ShardId"]
+        self._iterator = self._backend.get_shard_iterator(arn, shard, position).arn
+
+    def records(self) -> list[dict[str, Any]]:
+        page = self._backend.get_records(self._iterator, 1000)
+        self._iterator = page["NextShardIterator"]
+        return list(page["Records"])
+
+
+@pytest.fixture
+def stream_events(stack: StackResources) -> Callable[[], list[CompletionEvent]]:
+    """The completion events of every stream record written since the last call."""
+    stream = MotoStream(stack)
+    return lambda: [event for record in stream.records() if (event := completion_event(record)) is not None]
+
+
+def test_a_job_retried_then_succeeding_yields_one_succeeded_event_with_its_detail(
+    store: DynamoJobStore, stream_events: Callable[[], list[CompletionEvent]]
+) -> None:
+    # Given a submitted job (queued), claimed, released for a retry, claimed again
+    store.create_job("e-1", new_job(), INPUT, NOW)
+    job = store.claim_job("e-1", "w1", LEASE_MS, NOW + 1, None)
+    store.finish_job(job, Released(ERROR), NOW + 2)
+    job = store.claim_job("e-1", "w2", LEASE_MS, NOW + 3, None)
+    assert stream_events() == []  # created, claimed, released, claimed: no event
+
+    # When it succeeds
+    store.finish_job(job, Succeeded({"label": "billing", "confidence": 0.9}, "h"), NOW + 4)
+
+    # Then exactly one event, Job Succeeded, with the job's view and its output
+    [event] = stream_events()
+    assert event.detail_type == "Job Succeeded"
+    detail = event.detail
+    assert detail["event_id"] == f"e-1:{NOW + 4}"
+    assert (detail["job_id"], detail["job_type"], detail["user_id"], detail["status"]) == (
+        "e-1",
+        "classify",
+        "acme",
+        "succeeded",
+    )
+    assert (detail["attempt_count"], detail["error"]) == (2, None)
+    assert (detail["output"], detail["output_included"]) == ({"label": "billing", "confidence": 0.9}, True)
+    assert json.loads(event.entry("bus")["Detail"]) == detail
+
+
+def test_a_failed_job_retried_and_failing_again_yields_two_events_with_their_own_ids(
+    store: DynamoJobStore, stream_events: Callable[[], list[CompletionEvent]]
+) -> None:
+    store.create_job("e-2", new_job(), INPUT, NOW)
+    store.finish_job(store.claim_job("e-2", "w1", LEASE_MS, NOW + 1, None), Failed(REFUSED), NOW + 2)
+    store.requeue_failed_job("e-2", NOW + 3)
+    store.finish_job(store.claim_job("e-2", "w2", LEASE_MS, NOW + 4, None), Failed(REFUSED), NOW + 5)
+
+    events = stream_events()
+
+    assert [event.detail_type for event in events] == ["Job Failed", "Job Failed"]
+    assert [event.detail["event_id"] for event in events] == [f"e-2:{NOW + 2}", f"e-2:{NOW + 5}"]
+    assert events[0].detail["error"]["code"] == "schema_validation_failed"
+
+
+def test_cancellations_and_jobs_created_failed_yield_their_event_and_later_writes_none(
+    store: DynamoJobStore, stream_events: Callable[[], list[CompletionEvent]]
+) -> None:
+    # A queued job cancelled; a running one cancelled at its fence; a bad message's job created failed
+    store.create_job("e-3", new_job(), INPUT, NOW)
+    store.request_cancel("e-3", NOW + 1)
+    store.create_job("e-4", new_job(), INPUT, NOW)
+    running = store.claim_job("e-4", "w1", LEASE_MS, NOW + 1, None)
+    store.request_cancel("e-4", NOW + 2)
+    store.finish_job(running, Cancelled(), NOW + 3)
+    store.create_failed_job("e-5", REFUSED, NOW + 4, job_type="classify", user_id="acme")
+    events = stream_events()
+
+    # A cancel asked again of an ended job changes nothing that makes an event
+    store.request_cancel("e-3", NOW + 5)
+
+    assert sorted((event.detail["job_id"], event.detail_type) for event in events) == [
+        ("e-3", "Job Cancelled"),
+        ("e-4", "Job Cancelled"),
+        ("e-5", "Job Failed"),
+    ]
+    assert stream_events() == []
+
+
+def test_the_events_function_puts_each_event_on_the_bus_and_reports_the_first_refused(
+    store: DynamoJobStore, stack: StackResources
+) -> None:
+    stream = MotoStream(stack)
+    for n in range(12):
+        store.create_failed_job(f"bus-{n}", REFUSED, NOW + n, job_type="classify", user_id="acme")
+    records = stream.records()
+    events = boto3.client("events")
+    sent: list[int] = []
+
+    class Counting:
+        def put_events(self, **params: Any) -> Any:
+            sent.append(len(params["Entries"]))
+            return events.put_events(**params)
+
+    # When the function handles the batch: 12 job creations, each its event
+    response = CompletionEvents(EventPublisher(Counting(), stack.event_bus)).handle({"Records": records}, None)  # type: ignore[arg-type]
+
+    # Then two PutEvents (10 + 2), all accepted, each copied to the local tap queue
+    assert response == {"batchItemFailures": []}
+    assert sent == [10, 2]
+    sqs = boto3.client("sqs")
+    bodies = []
+    while batch := sqs.receive_message(QueueUrl=stack.events_queue_url, MaxNumberOfMessages=10).get("Messages"):
+        bodies += [json.loads(message["Body"]) for message in batch]
+        sqs.delete_message_batch(
+            QueueUrl=stack.events_queue_url,
+            Entries=[{"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(batch)],
+        )
+    assert sorted(body["detail"]["job_id"] for body in bodies) == sorted(f"bus-{n}" for n in range(12))
+    assert {(body["source"], body["detail-type"]) for body in bodies} == {("aijobs", "Job Failed")}
+
+    # And when the bus refuses some entries, the batch resumes from the first refused record
+    class Refusing:
+        def put_events(self, **params: Any) -> Any:
+            return {
+                "FailedEntryCount": 1,
+                "Entries": [{}, {"ErrorCode": "ThrottlingException"}, *[{}] * 8][: len(params["Entries"])],
+            }
+
+    refused = CompletionEvents(EventPublisher(Refusing(), stack.event_bus)).handle({"Records": records}, None)  # type: ignore[arg-type]
+    assert refused == {"batchItemFailures": [{"itemIdentifier": records[1]["dynamodb"]["SequenceNumber"]}]}

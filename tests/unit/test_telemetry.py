@@ -1,0 +1,76 @@
+"""Metrics by job type and model (engine.telemetry, engine.observability.JobMetrics): what an
+invocation's attempts add up to, written as one EMF document per (job type, model)."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from engine.core import AttemptOutcome, AttemptRecord, ErrorCode, JobErrorInfo
+from engine.core.outcomes import Failed, Released, Succeeded
+from engine.observability import job_metrics, metrics
+from engine.telemetry import count_outcome, count_retry
+
+
+def attempt(job_type: str, model: str, latency_ms: int, cost: str) -> AttemptRecord:
+    return AttemptRecord(
+        job_id="j",
+        attempt=1,
+        user_id="acme",
+        job_type=job_type,
+        started_at=0,
+        finished_at=latency_ms,
+        outcome=AttemptOutcome.SUCCEEDED,
+        model=model,
+        calls=1,
+        input_tokens=100,
+        output_tokens=20,
+        cached_input_tokens=60,
+        reasoning_tokens=5,
+        cost_usd=Decimal(cost),
+        latency_ms=latency_ms,
+    )
+
+
+def documents(output: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in output.splitlines() if line.startswith('{"_aws"')]
+
+
+def test_an_invocations_attempts_are_one_document_per_job_type_and_model(capsys: pytest.CaptureFixture[str]) -> None:
+    metrics.clear_metrics()
+    job_metrics.clear()  # what other tests of this process counted
+    limited = JobErrorInfo(ErrorCode.PROVIDER_RATE_LIMITED, "429", retryable=True)
+    count_outcome("classify", Succeeded({}, "h"), attempt("classify", "gpt-4o-mini", 400, "0.0001"))
+    count_outcome("classify", Succeeded({}, "h"), attempt("classify", "gpt-4o-mini", 600, "0.0002"))
+    count_outcome("classify", Released(limited), attempt("classify", "gpt-4o-mini", 50, "0"))
+    count_outcome("summarize", Failed(limited), None)
+    count_retry("summarize", "throttled")
+
+    job_metrics.flush()
+    docs = documents(capsys.readouterr().out)
+
+    by_key = {(doc["job_type"], doc.get("model")): doc for doc in docs}
+    assert set(by_key) == {("classify", None), ("classify", "gpt-4o-mini"), ("summarize", None)}
+    calls = by_key[("classify", "gpt-4o-mini")]
+    # Counts summed (one value each); durations kept one value per attempt, for percentiles
+    assert calls["Attempts"] == [3]
+    assert calls["gen_ai.client.operation.duration"] == [0.4, 0.6, 0.05]
+    assert (calls["gen_ai.client.token.usage.input"], calls["gen_ai.client.token.usage.cached_input"]) == ([300], [180])
+    assert calls["CostUsd"] == [pytest.approx(0.0003)]
+    jobs = by_key[("classify", None)]
+    assert (jobs["Jobs_succeeded"], jobs["Jobs_retried"], jobs["Retries_provider_rate_limited"]) == ([2], [1], [1])
+    summarize = by_key[("summarize", None)]
+    assert (summarize["Jobs_failed"], summarize["Retries_throttled"]) == ([1], [1])
+    # And the totals the alarms read join the service-wide document
+    service = metrics.serialize_metric_set()["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+    assert {metric["Name"] for metric in service} >= {"Attempts", "Retries_provider_rate_limited"}
+    metrics.clear_metrics()
+
+
+def test_nothing_is_written_when_nothing_ran(capsys: pytest.CaptureFixture[str]) -> None:
+    job_metrics.clear()
+    job_metrics.flush()
+    assert documents(capsys.readouterr().out) == []
