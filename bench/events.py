@@ -6,8 +6,12 @@ long an event takes from the job's finishing write to a consumer, on the embedde
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -17,7 +21,6 @@ import boto3
 from rich.console import Console
 
 from aijobs.client import AiJobsClient
-from aijobs.events import EventsTap
 from aijobs.local.devstack import LOCAL_CREDENTIALS, DevStack, DevStackOptions
 from aijobs.local.lambda_events import InvocationContext, sqs_event, sqs_record
 from bench.report import Figure, quiet_engine, render
@@ -27,6 +30,8 @@ from engine.wiring import build_worker
 JOBS = 60
 # Every event has arrived within this long, or the run reports what is missing.
 WAIT_SECONDS = 60.0
+# How long the run listens on once every job has its event, for duplicates.
+LATE_SECONDS = 3.0
 
 
 class ServiceRequests:
@@ -46,49 +51,91 @@ def events_figures(console: Console) -> list[Figure]:
     options = DevStackOptions(
         aws_port=0, provider_port=0, concurrency=2, quiet=True, stack_name=f"ev-{uuid.uuid4().hex[:6]}"
     )
-    with DevStack(options) as stack:
-        requests, job_id = worker_requests(stack)
+    with DevStack(options) as stack, PrintedEvents(stack.environment) as printed:
+        requests, first = worker_requests(stack)
+        printed.wait_for({first}, WAIT_SECONDS)  # the command is up and printing
         client = AiJobsClient.from_settings(stack.settings, stack.session)
-        tap = EventsTap(
-            stack.session.client("sqs", endpoint_url=stack.settings.aws_endpoint_url), stack.resources.events_queue_url
-        )
         ids = [f"ev-{n}-{uuid.uuid4().hex[:6]}" for n in range(JOBS)]
-        for job_id_ in ids:
-            client.submit(
-                "classify",
-                "bench",
-                {"text": f"Invoice {job_id_} is wrong", "labels": ["billing", "other"]},
-                job_id=job_id_,
-            )
-        latencies, per_job = receive(tap, set(ids) | {job_id})
+        for job_id in ids:
+            job_input = {"text": f"Invoice {job_id} is wrong", "labels": ["billing", "other"]}
+            client.submit("classify", "bench", job_input, job_id=job_id)
+        printed.wait_for(set(ids), WAIT_SECONDS)
+        time.sleep(LATE_SECONDS)  # any duplicate comes within this
+        latencies, per_job = printed.latencies(set(ids))
     dynamodb = sum(count for name, count in requests.items() if name.startswith("dynamodb"))
-    others = {name: count for name, count in requests.items() if not name.startswith("dynamodb")}
-    complete = all(per_job[job] == 1 for job in [*ids, job_id])
+    eventbridge = sum(count for name, count in requests.items() if name.startswith("events"))
+    others = sum(requests.values()) - dynamodb - eventbridge
+    complete = all(per_job[job] == 1 for job in ids)
     p50 = statistics.median(latencies) if latencies else float("nan")
     p95 = sorted(latencies)[round(0.95 * (len(latencies) - 1))] if latencies else float("nan")
     return [
         Figure(
             "AWS requests in the worker's path per successful job, events on",
-            f"DynamoDB {dynamodb}, EventBridge {sum(c for n, c in others.items() if n.startswith('events'))}, "
-            f"other {sum(c for n, c in others.items() if not n.startswith('events'))}  ("
+            f"DynamoDB {dynamodb}, EventBridge {eventbridge}, other {others}  ("
             + ", ".join(f"{count} {name}" for name, count in sorted(requests.items()))
             + ")",
             "DynamoDB 2, EventBridge 0",
-            dynamodb == 2 and not others,
+            dynamodb == 2 and eventbridge == 0 and others == 0,
             "a worker built by engine.wiring on a session of its own (a botocore hook on every client), one job "
             "through Worker.handle on the embedded stack; its event still arrives, from the table's stream",
         ),
         Figure(
-            "finishing write to event received: p50 / p95",
+            "finishing write to event printed by `aijobs events --follow`: p50 / p95",
             f"{p50:.2f} s / {p95:.2f} s over {len(latencies)} events; every job exactly one event: "
             + ("yes" if complete else f"no ({sum(per_job[j] != 1 for j in ids)} jobs)"),
             "-",
             complete,
             f"{JOBS} classify jobs submitted on the embedded stack; from each job's finished_at (the event's event_id) "
-            "to the event read off the events queue (what `aijobs events --follow` prints); the local stream is "
-            "polled every 0.2 s",
+            "to the line `aijobs events --follow --json`, running as its own process, printed; the local stream is "
+            f"polled every 0.2 s; listened {LATE_SECONDS:g} s more for duplicates",
         ),
     ]
+
+
+class PrintedEvents:
+    """`aijobs events --follow --json` in a process of its own, each line it prints timed as it comes."""
+
+    def __init__(self, environment: dict[str, str]) -> None:
+        self._environment = os.environ | environment
+        self._lines: list[tuple[float, dict[str, Any]]] = []
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> PrintedEvents:
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "aijobs", "events", "--follow", "--json"],
+            env=self._environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._process.terminate()
+        self._process.wait(timeout=30)
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            with self._lock:
+                self._lines.append((time.time(), json.loads(line)))
+
+    def wait_for(self, ids: set[str], seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not ids <= self._seen():
+            time.sleep(0.1)
+
+    def _seen(self) -> set[str]:
+        with self._lock:
+            return {event["detail"]["job_id"] for _, event in self._lines}
+
+    def latencies(self, ids: set[str]) -> tuple[list[float], Counter[str]]:
+        """Seconds from each job's finishing write to its event's line, and events per job."""
+        with self._lock:
+            lines = [(at, event["detail"]) for at, event in self._lines if event["detail"]["job_id"] in ids]
+        per_job = Counter(detail["job_id"] for _, detail in lines)
+        return [at - int(detail["event_id"].rsplit(":", 1)[1]) / 1000 for at, detail in lines], per_job
 
 
 def worker_requests(stack: DevStack) -> tuple[Counter[str], str]:
@@ -105,22 +152,6 @@ def worker_requests(stack: DevStack) -> tuple[Counter[str], str]:
     if response["batchItemFailures"]:
         raise RuntimeError(f"the bench's job did not succeed: {response}")
     return counted.operations, job_id
-
-
-def receive(tap: EventsTap, ids: set[str]) -> tuple[list[float], Counter[str]]:
-    """Seconds from each job's finishing write to its event's receipt, and events per job."""
-    latencies: list[float] = []
-    per_job: Counter[str] = Counter()
-    deadline = time.monotonic() + WAIT_SECONDS
-    while time.monotonic() < deadline and not ids <= set(per_job):
-        for event, receipt_handle in tap.receive(wait_seconds=1):
-            received = time.time()
-            detail = event["detail"]
-            finished_ms = int(detail["event_id"].rsplit(":", 1)[1])
-            latencies.append(received - finished_ms / 1000)
-            per_job[detail["job_id"]] += 1
-            tap.done(receipt_handle)
-    return latencies, per_job
 
 
 def main(argv: list[str] | None = None) -> int:

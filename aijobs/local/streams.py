@@ -3,7 +3,8 @@
 moto keeps a table's stream (one shard) and serves it through the DynamoDB Streams API, but runs
 no event source mapping. `TableStream` is one: from the oldest record (TRIM_HORIZON), batches of up
 to `batch_size` records in Lambda's event shape; when the handler reports batch item failures,
-the batch is read again from the lowest failed sequence number, as Lambda does. It hands every
+the batch is read again from the lowest failed sequence number, as Lambda does (but until it
+succeeds: no bisection, no giving up). It hands every
 record to the handler: the template's filter criteria select the same records as the handler's
 own check (tests/unit/test_events.py holds the two together).
 """
@@ -55,11 +56,13 @@ class TableStream:
         self._thread.join(timeout)
 
     def _run(self) -> None:
-        arn = self._dynamodb.describe_table(TableName=self._table_name)["Table"]["LatestStreamArn"]
-        shard = self._streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
-        iterator = self._iterator(arn, shard, "TRIM_HORIZON")
+        arn = shard = iterator = ""
         while not self._stop.is_set():
             try:
+                if not iterator:  # found once, then followed: a failure later never starts it over
+                    arn = self._dynamodb.describe_table(TableName=self._table_name)["Table"]["LatestStreamArn"]
+                    shard = self._streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"]
+                    iterator = self._iterator(arn, shard, "TRIM_HORIZON")
                 page = self._streams.get_records(ShardIterator=iterator, Limit=self._batch_size)
                 records = page.get("Records", [])
                 if not records:

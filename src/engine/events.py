@@ -73,12 +73,22 @@ def enters_terminal_status(record: dict[str, Any]) -> bool:
 
 
 def completion_event(record: dict[str, Any]) -> CompletionEvent | None:
-    """The event a stream record makes, if any."""
+    """The event a stream record makes, if any. A job item this code cannot read (written by a
+    newer or older engine) still makes its event, with what every version writes the same way."""
     if not enters_terminal_status(record):
         return None
     change = record["dynamodb"]
-    job = job_from_item(change["NewImage"])
-    return CompletionEvent(DETAIL_TYPES[job.status], event_detail(job), str(change.get("SequenceNumber", "")))
+    sequence_number = str(change.get("SequenceNumber", ""))
+    try:
+        job = job_from_item(change["NewImage"])
+    except Exception as exc:
+        log_unexpected("a finished job's item could not be read; its event carries its id and status", exc)
+        image = change["NewImage"]
+        status = JobStatus(image["status"]["S"])
+        job_id, finished_at = image["job_id"]["S"], image.get("finished_at", image.get("updated_at", {})).get("N")
+        detail = {"event_id": f"{job_id}:{finished_at}", "job_id": job_id, "status": status.value, "complete": False}
+        return CompletionEvent(DETAIL_TYPES[status], detail, sequence_number)
+    return CompletionEvent(DETAIL_TYPES[job.status], event_detail(job) | {"complete": True}, sequence_number)
 
 
 def event_detail(job: Job) -> dict[str, Any]:

@@ -64,6 +64,13 @@ class JobMetrics:
         with self._lock:
             self._sums = {}
 
+    def snapshot(self) -> dict[tuple[str, str], dict[str, list[float]]]:
+        """What is summed so far: {(job type, model): {name: values}}."""
+        with self._lock:
+            return {
+                key: {name: list(values) for name, (_, values) in named.items()} for key, named in self._sums.items()
+            }
+
 
 job_metrics = JobMetrics()
 
@@ -105,9 +112,9 @@ _tracer: Any = None  # the Tracer, once a traced function is built (lambda_funct
 @contextmanager
 def provider_call(provider: str, model: str) -> Iterator[Callable[[dict[str, int]], None]]:
     """An X-Ray subsegment around one provider call, when the function traces: the OpenTelemetry
-    GenAI attributes as metadata (`gen_ai.request.model`, `gen_ai.provider.name`, `gen_ai.usage.*`)
-    and, where X-Ray's annotation keys allow (letters, digits, underscores), as searchable
-    annotations. Yields a function that records the call's usage."""
+    GenAI attributes as metadata (`gen_ai.request.model`, `gen_ai.provider.name`, `gen_ai.usage.*`),
+    and the model and provider as searchable annotations (X-Ray's keys allow letters, digits and
+    underscores only). Yields a function that records the call's usage."""
     if _tracer is None:
         yield lambda _usage: None
         return
@@ -117,11 +124,12 @@ def provider_call(provider: str, model: str) -> Iterator[Callable[[dict[str, int
         def record(usage: dict[str, int]) -> None:
             for name, value in usage.items():
                 subsegment.put_metadata(name, value, "gen_ai")
-                subsegment.put_annotation(name.replace(".", "_"), value)
 
         for name, value in attributes.items():
             subsegment.put_metadata(name, value, "gen_ai")
-            subsegment.put_annotation(name.replace(".", "_"), value)
+        # Annotations are indexed (and a trace keeps at most 50): the two worth searching by.
+        subsegment.put_annotation("gen_ai_request_model", model)
+        subsegment.put_annotation("gen_ai_provider_name", provider)
         yield record
 
 

@@ -60,7 +60,7 @@ from engine.gateway import Execution, ModelGateway
 from engine.intake import BadMessageError, JobRequest, canonical_json, parse_message, sha256_hex
 from engine.observability import genai_usage, log_unexpected, logger
 from engine.retry import MAX_DELAY_SECONDS, backoff_seconds, retry_delay_seconds
-from engine.telemetry import count_outcome, count_retry
+from engine.telemetry import count_ended, count_outcome, count_retry
 
 # Time kept back from the provider call for the finishing write.
 FINISH_MARGIN_MS = 5_000
@@ -254,6 +254,7 @@ class JobRunner:
         """End a job a refused claim found spent, past its deadline or cancel-requested."""
         store_input = request.raw_input if status is JobStatus.FAILED and not job.input_stored else None
         if self._store.settle_job(job, status, error.info() if error else None, self._now_ms(), store_input):
+            count_ended(job.job_type, status)
             return Ack(Fate.CANCELLED if status is JobStatus.CANCELLED else Fate.FAILED)
         return Retry(Fate.RACED, RETRY_SOON_SECONDS, f"job {job.job_id} changed while it was being settled")
 

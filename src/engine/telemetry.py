@@ -7,7 +7,7 @@ from __future__ import annotations
 from aws_lambda_powertools.metrics import MetricUnit
 
 from engine.core import AttemptRecord, JobStatus
-from engine.core.outcomes import Failed, Outcome, Released, target_status
+from engine.core.outcomes import Outcome, Released, target_status
 from engine.observability import job_metrics
 
 # The job's status after an attempt, as the outcome metric names it (the worker's fates).
@@ -28,19 +28,28 @@ TOKEN_METRICS = {
 
 
 def count_outcome(job_type: str | None, outcome: Outcome, attempt: AttemptRecord | None) -> None:
-    """An attempt's end: its outcome, and what its provider calls took and cost."""
-    job_metrics.add(job_type, None, OUTCOME_NAMES[target_status(outcome)], 1, MetricUnit.Count)
-    error = outcome.error if isinstance(outcome, Failed | Released) else None
-    if isinstance(outcome, Released) and error is not None:
-        count_retry(job_type, error.code.value)
+    """An attempt's end: its outcome, and what its provider calls took and cost. A job handed back
+    before any provider call (held by a shared limit or a budget, deferred) is no attempt's outcome:
+    the runner counts it where it decides it (`count_retry`)."""
+    if attempt is None and isinstance(outcome, Released):
+        return
+    count_ended(job_type, target_status(outcome))
     if attempt is None:
         return
+    if isinstance(outcome, Released) and outcome.error is not None:
+        count_retry(job_type, outcome.error.code.value)
     model = attempt.model
     job_metrics.add(job_type, model, "Attempts", 1, MetricUnit.Count)
     job_metrics.add(job_type, model, "gen_ai.client.operation.duration", attempt.latency_ms / 1000, MetricUnit.Seconds)
     for name, field in TOKEN_METRICS.items():
         job_metrics.add(job_type, model, name, getattr(attempt, field), MetricUnit.Count)
     job_metrics.add(job_type, model, "CostUsd", float(attempt.cost_usd), MetricUnit.NoUnit)
+
+
+def count_ended(job_type: str | None, status: JobStatus) -> None:
+    """A job's status after an attempt, or a job the runner ended without one (a refused claim:
+    deadline passed, attempts spent, cancel requested)."""
+    job_metrics.add(job_type, None, OUTCOME_NAMES[status], 1, MetricUnit.Count)
 
 
 def count_retry(job_type: str | None, reason: str) -> None:

@@ -13,7 +13,7 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.dynamodbstreams.models import dynamodbstreams_backends
 
 from aijobs.stack import StackResources
-from engine.core import ErrorCode, JobErrorInfo, NewJob
+from engine.core import ErrorCode, Job, JobErrorInfo, JobStatus, NewJob
 from engine.core.outcomes import Cancelled, Failed, Released, Succeeded
 from engine.events import CompletionEvent, CompletionEvents, EventPublisher, completion_event
 from engine.store import DynamoJobStore
@@ -23,6 +23,12 @@ LEASE_MS = 60_000
 INPUT = {"text": "My invoice is wrong", "labels": ["billing", "other"]}
 ERROR = JobErrorInfo(ErrorCode.PROVIDER_TIMEOUT, "timed out", retryable=True)
 REFUSED = JobErrorInfo(ErrorCode.SCHEMA_VALIDATION_FAILED, "not JSON", retryable=False)
+
+
+def read(store: DynamoJobStore, job_id: str) -> Job:
+    job = store.get_job(job_id)
+    assert job is not None
+    return job
 
 
 def new_job() -> NewJob:
@@ -121,6 +127,31 @@ def test_cancellations_and_jobs_created_failed_yield_their_event_and_later_write
         ("e-5", "Job Failed"),
     ]
     assert stream_events() == []
+
+
+def test_jobs_settled_without_a_worker_and_requests_dead_lettered_before_any_claim_yield_their_event(
+    store: DynamoJobStore, stream_events: Callable[[], list[CompletionEvent]]
+) -> None:
+    # A queued job the reconciler (or a refused claim) ends past its deadline, and another cancelled
+    store.create_job("e-6", new_job(), INPUT, NOW)
+    store.create_job("e-7", new_job(), INPUT, NOW)
+    late = JobErrorInfo(ErrorCode.DEADLINE_EXCEEDED, "the job's deadline passed", retryable=False)
+    assert store.settle_job(read(store, "e-6"), JobStatus.FAILED, late, NOW + 1)
+    assert store.settle_job(read(store, "e-7"), JobStatus.CANCELLED, None, NOW + 1)
+    # A full request that reached the dead-letter queue before any worker created its job
+    dead = JobErrorInfo(ErrorCode.DEAD_LETTERED, "reached the dead-letter queue after 100 receives", retryable=False)
+    store.create_dead_lettered_job("e-8", new_job(), INPUT, dead, NOW + 2)
+
+    events = stream_events()
+
+    assert sorted(
+        (event.detail["job_id"], event.detail_type, event.detail["error"] and event.detail["error"]["code"])
+        for event in events
+    ) == [
+        ("e-6", "Job Failed", "deadline_exceeded"),
+        ("e-7", "Job Cancelled", None),
+        ("e-8", "Job Failed", "dead_lettered"),
+    ]
 
 
 def test_the_events_function_puts_each_event_on_the_bus_and_reports_the_first_refused(

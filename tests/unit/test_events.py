@@ -12,7 +12,7 @@ from moto.events.models import EventPattern
 
 from aijobs.stack import DEFAULT_TEMPLATE, load_template
 from engine.core import Job, JobStatus, Usage
-from engine.events import MAX_EVENT_OUTPUT_BYTES, enters_terminal_status, event_detail
+from engine.events import MAX_EVENT_OUTPUT_BYTES, completion_event, enters_terminal_status, event_detail
 
 STATUSES = [status.value for status in JobStatus]
 
@@ -90,3 +90,15 @@ def test_a_small_output_travels_in_the_event_and_a_large_one_is_left_for_the_cli
     assert small["event_id"] == "j-1:1800000001000"
     # An event stays far below EventBridge's 256 KiB
     assert len(json.dumps(large)) < 16 * 1024
+
+
+def test_a_job_item_that_cannot_be_read_still_makes_its_event_with_its_id_and_status() -> None:
+    # A record whose job item lacks what this version reads (as one of another version may)
+    broken = record("MODIFY", "JOB", "running", "failed")
+    broken["dynamodb"]["NewImage"]["finished_at"] = {"N": "1800000001000"}
+
+    event = completion_event(broken)
+
+    assert event is not None
+    assert event.detail_type == "Job Failed"
+    assert event.detail == {"event_id": "j-1:1800000001000", "job_id": "j-1", "status": "failed", "complete": False}

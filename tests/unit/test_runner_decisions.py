@@ -44,7 +44,7 @@ from engine.definitions.summarize import SummarizeInput
 from engine.fleet.admission import Hold, Pass
 from engine.gateway import Completion, CompletionRequest, ModelGateway, ModelTiers
 from engine.intake import sha256_hex
-from engine.observability import GENAI_USAGE_ATTRIBUTES
+from engine.observability import GENAI_USAGE_ATTRIBUTES, job_metrics
 from engine.retry import backoff_seconds
 from engine.runner import (
     FINISH_MARGIN_MS,
@@ -886,6 +886,20 @@ def test_a_held_job_waits_queued_with_the_reason_its_attempt_refunded_and_no_cal
     job = job_of(store, "held-back")
     assert (job.status, job.attempt_count, job.lease_owner) == (JobStatus.QUEUED, 0, None)
     assert job.error == JobErrorInfo(code, "waiting: the reason", retryable=True)
+
+
+@pytest.mark.parametrize("code", [ErrorCode.PROVIDER_RATE_LIMITED, ErrorCode.BUDGET_EXCEEDED])
+def test_a_held_job_counts_as_held_back_not_as_a_provider_429_or_an_attempt(
+    runner: JobRunner, clock: Clock, code: ErrorCode
+) -> None:
+    claimed = claimed_job(runner, job_message("classify", "held-count"))
+    job_metrics.clear()
+
+    runner.run(claimed, None, Hold(code, clock.now_ms + 12_300, "waiting: the reason"))
+
+    counted = job_metrics.snapshot()
+    reason = "Retries_throttled" if code is ErrorCode.PROVIDER_RATE_LIMITED else "Retries_over_budget"
+    assert counted == {("classify", ""): {reason: [1.0]}}
 
 
 @pytest.mark.parametrize(

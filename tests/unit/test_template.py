@@ -324,7 +324,12 @@ def alarms(text: str) -> None:
         "OldestMessageAlarm",
         "FailedJobRateAlarm",
         "RateLimitedShareAlarm",
+        "EventFailuresAlarm",
+        "EventsLagAlarm",
     }
+    assert properties("EventFailuresAlarm")["Dimensions"] == [{"Name": "QueueName", "Value": "EventFailuresQueue"}]
+    lag = properties("EventsLagAlarm")
+    assert (lag["MetricName"], lag["Threshold"]) == ("IteratorAge", 600_000)  # 10 minutes, in ms
     oldest = properties("OldestMessageAlarm")
     assert (oldest["MetricName"], oldest["Threshold"], oldest["Period"] * oldest["EvaluationPeriods"]) == (
         "ApproximateAgeOfOldestMessage",
