@@ -5,8 +5,9 @@ and the worker runs behind the local event source mapping with several pollers. 
 carries a fault: a `fault:<kind>[*K]` marker the provider obeys, or a message the engine must
 reject, so each job's final status, error code, attempt count and provider calls are known in
 advance. Every message is sent two or three times, the extra copies delayed a little. The run ends
-when every job is terminal (or the time budget passes); the queue is then drained, and one table
-compares what happened with the plan. The exit status is 1 when any check fails.
+when every job is terminal (or the time budget passes); the queue is then drained, the completion
+events the events function made from the table's stream are counted (exactly one per job), and
+one table compares what happened with the plan. The exit status is 1 when any check fails.
 
 Concessions to the harness, none to the engine (the table's caption repeats them):
 - moto is fitted as everywhere else (aijobs.local.moto_patches): DynamoDB operations one at a time
@@ -45,11 +46,13 @@ import boto3
 from rich.console import Console
 from rich.table import Table
 
+from aijobs.events import EventsTap
 from aijobs.local.aws import LocalAws
 from aijobs.local.devstack import local_session
 from aijobs.local.faults import prompt_hash
 from aijobs.local.poller import EventSourceMapping
 from aijobs.local.provider import LocalProvider, ServedRequest
+from aijobs.local.streams import TableStream
 from aijobs.stack import StackResources, create_stack_resources
 from engine.config import Settings, load_settings
 from engine.core import ErrorCode, Job, JobStatus, Usage
@@ -57,7 +60,7 @@ from engine.definitions import BUILTIN_DEFINITIONS, JobRegistry
 from engine.definitions.classify import CLASSIFY
 from engine.queue import JobQueue
 from engine.store.items import from_item, job_from_item, job_key
-from engine.wiring import Aws, build_worker
+from engine.wiring import Aws, build_events, build_worker
 from engine.worker import Worker
 
 if TYPE_CHECKING:
@@ -77,6 +80,8 @@ PROVIDER_LATENCY_SECONDS = 0.01
 # The shortest deadline a message may set (docs/messages.md): how long a job rate-limited for ever lasts.
 SHORT_DEADLINE_SECONDS = 60
 DRAIN_SECONDS = 30.0
+# Every ended job's completion event has arrived within this long after the queue drained.
+EVENTS_WAIT_SECONDS = 30.0
 PROGRESS_SECONDS = 5.0
 
 
@@ -605,6 +610,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def completion_events(tap: EventsTap, ids: set[str]) -> Counter[str]:
+    """Completion events per job, read until every job has one (bounded), then a moment more."""
+    per_job: Counter[str] = Counter()
+    deadline = time.monotonic() + EVENTS_WAIT_SECONDS
+    while time.monotonic() < deadline and not ids <= set(per_job):
+        per_job.update(event["detail"]["job_id"] for event in tap.drain())
+    per_job.update(event["detail"]["job_id"] for event in tap.drain(wait_seconds=2))
+    return per_job
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     console, progress = Console(width=max(Console().width, 120)), Console(stderr=True, soft_wrap=True)
@@ -659,6 +674,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 batching_window_seconds=1.0,
                 function_timeout_seconds=300,
             )
+            # The events function on the table's stream, as deployed: one completion event per job.
+            events = TableStream(stack.table_name, build_events(settings, session).handle, session, endpoint)
             reader = StatusReader(stack.table_name, dynamodb, [job.job_id for job in jobs])
             started = time.monotonic()
 
@@ -675,6 +692,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             feeder.start()
             mapping.start()
+            events.start()
             try:
                 # Reading 1000 jobs' status holds moto's lock for a while: only once all are sent.
                 all_terminal = wait_for(lambda: feeder.done and reader.refresh() == 0, args.budget, show_progress)
@@ -682,9 +700,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 drained = wait_for(
                     lambda: feeder.done and queue_depth(sqs, stack.queue_url) == 0, DRAIN_SECONDS, show_progress
                 )
+                per_job = completion_events(EventsTap(sqs, stack.events_queue_url), {job.job_id for job in jobs})
             finally:
                 feeder.stop()
                 mapping.stop(timeout=30)
+                events.stop()
         elapsed = time.monotonic() - started
 
         contents = read_table(dynamodb, stack.table_name)
@@ -715,6 +735,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         report.figure("engine warnings / errors logged", f"{tally.levels['WARNING']} / {tally.levels['ERROR']}")
         report.figure("all terminal after", f"{terminal_at:.1f}s" if all_terminal else "never (budget spent)")
         report.check("queue drained", True, drained)
+        report.check("jobs with exactly one completion event", len(jobs), sum(per_job[job.job_id] == 1 for job in jobs))
+        report.check(
+            "completion events of jobs not planned",
+            0,
+            sum(count for job_id, count in per_job.items() if job_id not in {job.job_id for job in jobs}),
+        )
         report.figure("elapsed", f"{elapsed:.1f}s")
     finally:
         provider.stop()
