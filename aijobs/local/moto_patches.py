@@ -14,6 +14,10 @@ tests, the soak and the bench.
   decimal point as an int, so a value it stored in exponent notation itself (a headroom that
   reached `0E-9`) could not be added to again. Here they add and subtract as decimals, as
   DynamoDB does.
+- Idempotent transactions: DynamoDB answers a `TransactWriteItems` repeated with the same
+  `ClientRequestToken` within 10 minutes as the first, without applying it again (what makes an
+  SDK retry of a write that landed harmless); moto applies it again. Here it is answered as the
+  first (and refused when the token comes with other items, as DynamoDB does).
 - SQS message groups read safely: a receive on a queue whose messages carry a `MessageGroupId`
   iterates the queue's set of pending messages while other requests change it; here it iterates
   a copy.
@@ -26,8 +30,10 @@ from __future__ import annotations
 import copy as stdlib_copy
 import functools
 import inspect
+import json
 import operator
 import threading
+import time
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -44,6 +50,7 @@ def fit_moto() -> None:
             return
         _cheap_transaction_rollback()
         _exact_numbers()
+        _idempotent_transactions()
         _copied_pending_groups()
         _serialize_dynamodb()
         _cache_server_routing()
@@ -84,6 +91,39 @@ def _exact_numbers() -> None:
 
     DynamoType.__add__ = arithmetic(DynamoType.__add__, operator.add)  # type: ignore[method-assign]
     DynamoType.__sub__ = arithmetic(DynamoType.__sub__, operator.sub)  # type: ignore[method-assign]
+
+
+# How long DynamoDB remembers a transaction's ClientRequestToken.
+TOKEN_SECONDS = 600
+
+
+def _idempotent_transactions() -> None:
+    from moto.dynamodb.exceptions import MockValidationException
+    from moto.dynamodb.responses import DynamoHandler
+
+    original = DynamoHandler.transact_write_items
+    answered: dict[str, tuple[float, str, Any]] = {}
+
+    @functools.wraps(original)
+    def transact_write_items(self: Any) -> Any:
+        token = self.body.get("ClientRequestToken")
+        if not token:
+            return original(self)
+        items = json.dumps(self.body["TransactItems"], sort_keys=True)
+        with _LOCK:
+            now = time.time()
+            for old in [key for key, (at, _, _) in answered.items() if now - at > TOKEN_SECONDS]:
+                del answered[old]
+            if token in answered:
+                _, first_items, result = answered[token]
+                if first_items != items:
+                    raise MockValidationException("IdempotentParameterMismatch: the token was used with other items")
+                return result
+            result = original(self)
+            answered[token] = (now, items, result)
+            return result
+
+    DynamoHandler.transact_write_items = transact_write_items  # type: ignore[method-assign]
 
 
 def _copied_pending_groups() -> None:

@@ -136,13 +136,22 @@ class Worker:
         claimed = [step for step in steps.values() if isinstance(step, Claimed)]
         if self._admission is None or self._planner is None or not claimed:
             return {}
-        asks = [Ask(step.job.user_id, self._planner(step.definition, step.job_input)) for step in claimed]
-        longest = max(step.definition.timeout_seconds for step in claimed) * 1000
+        planned: list[tuple[Claimed, Ask]] = []
+        for step in claimed:
+            try:
+                planned.append((step, Ask(step.job.user_id, self._planner(step.definition, step.job_input))))
+            except Exception as exc:
+                # The job type's own code (its prompt, its schema) failed: the job runs unadmitted,
+                # where its attempt fails the same way before any call and the runner records it.
+                log_unexpected("a job could not be planned", exc, job_id=step.job.job_id)
+        if not planned:
+            return {}
+        longest = max(step.definition.timeout_seconds for step, _ in planned) * 1000
         horizon = HORIZON_MS
         if remaining_ms is not None:
             horizon = int(min(horizon, max(remaining_ms() - longest - FINISH_MARGIN_MS, 0)))
-        verdicts = self._admission.admit(asks, horizon)
-        return {id(step): verdict for step, verdict in zip(claimed, verdicts, strict=True)}
+        verdicts = self._admission.admit([ask for _, ask in planned], horizon)
+        return {id(step): verdict for (step, _), verdict in zip(planned, verdicts, strict=True)}
 
     def _hide(self, record: SQSRecord, seconds: int) -> None:
         try:

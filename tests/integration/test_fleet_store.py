@@ -214,6 +214,36 @@ def test_a_reservation_of_the_whole_cap_in_fine_amounts_settles_exactly(budget_t
     assert budgets.reserve("acme", [worst], worst * 3, NOW) == 1
 
 
+def test_a_lowered_cap_begins_the_day_so_a_worker_still_holding_the_old_one_cannot_spend_it(
+    budget_table: BudgetTable,
+) -> None:
+    # Given a user whose cap is lowered from 100 to 5 before their day has begun
+    budget_table.set_cap("acme", Decimal("5"), NOW)
+
+    # When a worker that still holds the old cap (cached) reserves 60 of it
+    ok, headroom = budget_table.reserve("acme", utc_day(NOW), Decimal("60"), Decimal("100"), NOW)
+
+    # Then the day began at the new cap: the reservation is refused
+    assert (ok, headroom) == (False, Decimal("5"))
+    assert budget_table.day("acme", Decimal("5"), NOW).left_usd == Decimal("5")
+
+
+def test_a_settlement_retried_by_the_sdk_after_it_landed_counts_once(budget_table: BudgetTable, dynamodb: Any) -> None:
+    budgets = Budgets(budget_table, Decimal("1.00"))
+    assert budgets.reserve("acme", [Decimal("0.50")], Decimal("1.00"), NOW) == 1
+    sent: list[dict[str, Any]] = []
+    dynamodb.meta.events.register(
+        "provide-client-params.dynamodb.TransactWriteItems", lambda params, **_: sent.append(dict(params))
+    )
+
+    budgets.settle("acme", utc_day(NOW), Decimal("0.50"), Decimal("0.10"))
+    # A retry of the very same request (what botocore sends when an answer is lost) changes nothing
+    dynamodb.transact_write_items(**sent[0])
+
+    today = budget_table.day("acme", Decimal("1.00"), NOW)
+    assert (today.spent_usd, today.left_usd) == (Decimal("0.10"), Decimal("0.90"))
+
+
 def test_each_utc_day_starts_at_the_cap(budget_table: BudgetTable) -> None:
     budgets = Budgets(budget_table, Decimal("1.00"))
     assert budgets.reserve("acme", [Decimal("1.00")], Decimal("1.00"), NOW) == 1

@@ -309,8 +309,8 @@ def test_with_limits_and_budgets_a_warm_batch_of_ten_costs_at_most_2_3_requests_
     worker.handle(batch(*(f"cost-{n}" for n in range(10))), InvocationContext())
 
     assert {table.job(f"cost-{n}").status for n in range(10)} == {JobStatus.SUCCEEDED}
-    # 10 claims, one take, one reservation, one settlement; 10 finishes
-    assert dynamodb_requests.operations == {"UpdateItem": 13, "TransactWriteItems": 10}
+    # 10 claims, one take, one reservation; 10 finishes, one settlement (a transaction: idempotent)
+    assert dynamodb_requests.operations == {"UpdateItem": 12, "TransactWriteItems": 11}
     assert dynamodb_requests.total / 10 <= 2.3
 
 
@@ -330,3 +330,30 @@ def test_when_admission_cannot_reach_the_table_the_batch_waits_and_nothing_runs(
     assert provider.calls == 0
     assert len(response["batchItemFailures"]) == 2
     assert {table.job(job_id).attempt_count for job_id in ("down-0", "down-1")} == {0}
+
+
+def test_a_job_that_cannot_be_planned_runs_unadmitted_and_the_batch_goes_on(
+    fleet_worker: FleetWorker, provider: FakeProvider, table: TableReader, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker = fleet_worker({MODEL: ModelLimit(rpm=600)})
+    planned = ModelGateway.plan
+
+    def plan(self: ModelGateway, definition: Any, job_input: Any) -> Any:
+        if "unplannable" in str(job_input):
+            raise RuntimeError("the job type's own code failed")
+        return planned(self, definition, job_input)
+
+    monkeypatch.setattr(ModelGateway, "plan", plan)
+
+    response = worker.handle(
+        sqs_event(
+            sqs_record(job_message("classify", "plan-ok")),
+            sqs_record(job_message("classify", "plan-bad", input={"text": "unplannable", "labels": ["a", "b"]})),
+        ),
+        InvocationContext(),
+    )
+
+    # Then neither waits for a lease to expire: both ran, unadmitted or not, and ended
+    assert response == ACKNOWLEDGED
+    assert table.job("plan-ok").status is JobStatus.SUCCEEDED
+    assert table.job("plan-bad").status.is_terminal

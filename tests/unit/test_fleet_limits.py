@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+import random
+from typing import Any
+
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from engine.fleet.limiter import RateLimiter
 from engine.fleet.limits import (
     DECREASE,
     HORIZON_MS,
@@ -70,8 +75,25 @@ def test_both_limits_bind_and_the_later_call_time_wins() -> None:
 
     plan = schedule(BucketState(), costs, [10, 10, 2_000, 10], NOW)
 
-    # requests alone: 0, 100, 200, 300; tokens: 0, 10, 20, 2,020
-    assert [call - NOW for call in plan.call_at_ms] == [0, 100, 200, 2_020]
+    # requests space the small ones 100 ms apart; the 2,000 tokens of the third, counted from its
+    # call at 200 ms, hold the fourth until 2,200 ms
+    assert [call - NOW for call in plan.call_at_ms] == [0, 100, 200, 2_200]
+
+
+def test_a_limit_left_behind_by_the_other_lends_no_slack_to_later_calls() -> None:
+    # Given 600 rpm (100 ms a request) and 60,000 tpm (1 ms a token): ten large asks bound by tokens
+    costs = Costs.of(ModelLimit(rpm=600, tpm=60_000), 1.0)
+
+    plan = schedule(BucketState(), costs, [1_000] * 5 + [10] * 5, NOW)
+
+    # Then the small asks after them are still spaced by the request rate, not 10 ms apart
+    small = plan.call_at_ms[5:]
+    assert [later - earlier for earlier, later in itertools.pairwise(small)] == [100] * 4
+    assert costs.both
+    # And a batch longer than the horizon has bounds no bucket lies within: the limiter writes exactly
+    one_a_second = Costs.of(ModelLimit(rpm=60), 1.0)
+    assert not add_bounds(one_a_second, [1] * 15, NOW, Debt()).feasible
+    assert add_bounds(one_a_second, [1] * 5, NOW, Debt()).feasible
 
 
 def test_a_give_back_makes_room_but_never_credit_past_now() -> None:
@@ -126,7 +148,10 @@ def test_a_429_lowers_the_factor_which_climbs_back_while_none_comes() -> None:
     token_offset_ms=st.integers(min_value=-5_000, max_value=20_000),
     asks=st.lists(st.integers(min_value=1, max_value=50_000), min_size=1, max_size=12),
     debt=st.builds(Debt, st.integers(-20, 20), st.integers(-100_000, 100_000)),
-    limit=st.builds(ModelLimit, st.one_of(st.none(), st.integers(1, 100_000)), st.integers(1_000, 10_000_000)),
+    # One limit, requests or tokens: the only buckets a take adds to (limiter.RateLimiter)
+    limit=st.one_of(
+        st.builds(ModelLimit, rpm=st.integers(1, 100_000)), st.builds(ModelLimit, tpm=st.integers(1_000, 10_000_000))
+    ),
 )
 def test_an_add_within_its_bounds_takes_exactly_what_the_exact_schedule_takes(
     request_offset_ms: int, token_offset_ms: int, asks: list[int], debt: Debt, limit: ModelLimit
@@ -155,6 +180,41 @@ def test_an_add_within_its_bounds_takes_exactly_what_the_exact_schedule_takes(
             assert plan.request_at == state.request_at + request_ns
         if costs.token_ns:
             assert plan.token_at == state.token_at + token_ns
+    # And bounds no bucket can lie within are never sent (DynamoDB refuses such a BETWEEN)
+    assert bounds.feasible or not within
     # And every call the schedule gives is within the horizon and never before now
     assert all(NOW <= call <= NOW + HORIZON_MS for call in plan.call_at_ms)
     assert len(plan.call_at_ms) + len(plan.fits_at_ms) == len(asks)
+
+
+class RefusingStore:
+    """A bucket store that checks the add's bounds as DynamoDB does, then fails like an outage."""
+
+    def __init__(self) -> None:
+        self.adds = 0
+
+    def add(self, model: str, shard: int, request_ns: int, token_ns: int, bounds: Any, *_: Any) -> Any:
+        assert bounds.feasible, "DynamoDB: the BETWEEN operator requires upper bound >= lower bound"
+        self.adds += 1
+        raise RuntimeError("the table is unavailable")
+
+    def replace(self, *_: Any) -> Any:
+        raise RuntimeError("the table is unavailable")
+
+    def lower(self, *_: Any) -> Any:
+        raise RuntimeError("the table is unavailable")
+
+
+def test_a_take_that_fails_keeps_what_is_owed_and_never_sends_impossible_bounds() -> None:
+    store = RefusingStore()
+    limiter = RateLimiter(store, {"m": ModelLimit(rpm=60)}, random.Random(1))  # type: ignore[arg-type]
+    limiter.settle("m", 0, Debt(requests=2))
+
+    # A batch longer than the horizon goes straight to the exact write; a short one tries the add
+    for asks in ([1] * 15, [1] * 3):
+        with pytest.raises(RuntimeError):
+            limiter.take("m", asks, NOW)
+
+    assert store.adds == 1
+    # And the debt is still owed after both failures
+    assert limiter._debts[("m", 0)] == Debt(requests=2)

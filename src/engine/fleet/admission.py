@@ -166,10 +166,7 @@ class Admission:
 
     def settle(self, verdicts: Sequence[Verdict]) -> None:
         """Give back what the batch's calls did not use."""
-        try:
-            self._settle_budgets(verdicts)
-        except Exception as exc:
-            log_unexpected("budgets could not be settled; the reservations stay counted", exc)
+        self._settle_budgets(verdicts)
         if self._limiter is not None:
             self._settle_limits(self._limiter, verdicts)
 
@@ -243,7 +240,10 @@ class Admission:
             total[0] += verdict.reserved_usd
             total[1] += spent
         for (user, day), (reserved, spent) in totals.items():
-            self._budgets.settle(user, day, reserved, spent)
+            try:
+                self._budgets.settle(user, day, reserved, spent)
+            except Exception as exc:  # one user's failure leaves the others' settlements to go
+                log_unexpected("a budget could not be settled; its reservations stay counted", exc, user_id=user)
 
     def _settle_limits(self, limiter: RateLimiter, verdicts: Sequence[Verdict]) -> None:
         for verdict in verdicts:

@@ -1,10 +1,11 @@
 """RateLimiter: a worker's side of the shared buckets, one take per model and batch.
 
 A take tries the cheap write first and falls back to the exact one:
-1. `add` (the common case, a busy bucket): move the arrival times on by the whole batch, fenced on
-   them lying where every ask fits and on the rate not having been lowered since this worker last
-   saw the bucket; one request, whatever other workers did meanwhile.
-2. `replace` (an idle bucket, a batch that fits only in part, a bucket never seen, a rate lowered):
+1. `add` (the common case, a busy bucket with one limit, requests or tokens): move the arrival time
+   on by the whole batch, fenced on it lying where every ask fits and on the rate not having been
+   lowered since this worker last saw the bucket; one request, whatever other workers did meanwhile.
+2. `replace` (an idle bucket, a batch that cannot fit whole, a rate lowered, a model limited in both
+   requests and tokens, whose arrival times do not simply add up):
    compute the schedule from the bucket as the refused write returned it (ALL_OLD) and write it,
    fenced on those exact values; repeated while other workers get in between, at most TAKE_TRIES
    writes.
@@ -82,37 +83,54 @@ class RateLimiter:
         with self._lock:
             key = (model, shard)
             seen, debt = self._seen.get(key), self._debts.pop(key, Debt())
-            plan: Schedule | None = None
-            ok, state = False, seen
-            for attempt in range(TAKE_TRIES):
-                # Costs at the rate the bucket had when last seen; the add is fenced on it still holding.
-                costs = Costs.of(limit, (state or BucketState()).factor_now(now_ms))
-                if attempt == 0 and _looks_busy(seen, now_ms):
-                    request_ns, token_ns = costs.moves(debt.requests + len(asks), debt.tokens + sum(asks))
-                    bounds = add_bounds(costs, asks, now_ms, debt, horizon_ms)
-                    factor_at = seen.factor_at if seen else 0
-                    ok, state = self._store.add(model, shard, request_ns, token_ns, bounds, factor_at, now_ms)
-                    if ok and state is not None:
-                        old = BucketState(state.request_at - request_ns, state.token_at - token_ns)
-                        plan = schedule(old, costs, asks, now_ms, debt, horizon_ms)
-                        break
-                    continue
-                plan = schedule(state or BucketState(), costs, asks, now_ms, debt, horizon_ms)
-                if not plan.call_at_ms:
-                    break  # nothing fits now: no write, the debt stays owed
-                ok, state = self._store.replace(model, shard, state, plan.request_at, plan.token_at, now_ms)
-                if ok:
+            try:
+                return self._take(key, limit, asks, now_ms, horizon_ms, seen, debt)
+            except Exception:
+                self._owe(key, debt)  # nothing known to be written: still owed
+                raise
+
+    def _take(
+        self,
+        key: tuple[str, int],
+        limit: ModelLimit,
+        asks: Sequence[int],
+        now_ms: int,
+        horizon_ms: int,
+        seen: BucketState | None,
+        debt: Debt,
+    ) -> Taken:
+        model, shard = key
+        plan: Schedule | None = None
+        ok, state = False, seen
+        for attempt in range(TAKE_TRIES):
+            # Costs at the rate the bucket had when last seen; the add is fenced on it still holding.
+            costs = Costs.of(limit, (state or BucketState()).factor_now(now_ms))
+            bounds = add_bounds(costs, asks, now_ms, debt, horizon_ms)
+            if attempt == 0 and _looks_busy(seen, now_ms) and bounds.feasible and not costs.both:
+                request_ns, token_ns = costs.moves(debt.requests + len(asks), debt.tokens + sum(asks))
+                factor_at = seen.factor_at if seen else 0
+                ok, state = self._store.add(model, shard, request_ns, token_ns, bounds, factor_at, now_ms)
+                if ok and state is not None:
+                    old = BucketState(state.request_at - request_ns, state.token_at - token_ns)
+                    plan = schedule(old, costs, asks, now_ms, debt, horizon_ms)
                     break
-            if state is not None:
-                self._seen[key] = state
-            if not ok or plan is None:
-                # Nothing was written: the debt is still owed, and nothing was taken.
-                self._owe(key, debt)
-                if plan is None or plan.call_at_ms:
-                    # Other workers kept getting in between: try again in a moment.
-                    return Taken(model, shard, (), tuple(now_ms + RACED_RETRY_MS for _ in asks), now_ms)
-                return Taken(model, shard, (), plan.fits_at_ms, now_ms)
-            return Taken(model, shard, plan.call_at_ms, plan.fits_at_ms, now_ms)
+                continue
+            plan = schedule(state or BucketState(), costs, asks, now_ms, debt, horizon_ms)
+            if not plan.call_at_ms:
+                break  # nothing fits now: no write, the debt stays owed
+            ok, state = self._store.replace(model, shard, state, plan.request_at, plan.token_at, now_ms)
+            if ok:
+                break
+        if state is not None:
+            self._seen[key] = state
+        if not ok or plan is None:
+            # Nothing was written: the debt is still owed, and nothing was taken.
+            self._owe(key, debt)
+            if plan is None or plan.call_at_ms:
+                # Other workers kept getting in between: try again in a moment.
+                return Taken(model, shard, (), tuple(now_ms + RACED_RETRY_MS for _ in asks), now_ms)
+            return Taken(model, shard, (), plan.fits_at_ms, now_ms)
+        return Taken(model, shard, plan.call_at_ms, plan.fits_at_ms, now_ms)
 
     def settle(self, model: str, shard: int, debt: Debt) -> None:
         """Owe (or be owed) what calls used beyond (or short of) what was taken for them."""

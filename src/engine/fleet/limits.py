@@ -91,6 +91,12 @@ class Costs:
             token_ns=math.ceil(_NS_PER_MINUTE * shards / (limit.tpm * factor)) if limit.tpm else None,
         )
 
+    @property
+    def both(self) -> bool:
+        """Limited in requests and in tokens: a call waits for the later of the two arrival times,
+        which lifts the other one to it, so a batch's times are no longer a plain sum."""
+        return self.request_ns is not None and self.token_ns is not None
+
     def moves(self, requests: int, tokens: int) -> tuple[int, int]:
         """(request, token) nanoseconds that `requests` and `tokens` move the arrival times by."""
         return (requests * (self.request_ns or 0), tokens * (self.token_ns or 0))
@@ -143,8 +149,10 @@ def schedule(
             taken = (request_at, token_at)  # the bucket after the asks that fit
         calls.append(call)
         request_cost, token_cost = costs.moves(1, tokens)
-        request_at += request_cost
-        token_at += token_cost
+        # A call at `call` uses the rate from then on, as the provider counts it: an arrival time
+        # left behind by the other limit never lends its slack to the next calls.
+        request_at = max(request_at, call) + request_cost
+        token_at = max(token_at, call) + token_cost
     if taken is None:
         return Schedule(tuple(_ceil_ms(call) for call in calls), request_at, token_at)
     fit = [call for call in calls if call <= limit]
@@ -164,6 +172,11 @@ class Bounds:
 
     request: tuple[int, int] | None
     token: tuple[int, int] | None
+
+    @property
+    def feasible(self) -> bool:
+        """Whether some bucket lies within them (DynamoDB refuses a BETWEEN whose low is above its high)."""
+        return all(bound is None or bound[0] <= bound[1] for bound in (self.request, self.token))
 
 
 def add_bounds(costs: Costs, asks: Sequence[int], now_ms: int, debt: Debt, horizon_ms: int = HORIZON_MS) -> Bounds:

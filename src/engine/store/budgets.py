@@ -10,6 +10,7 @@ docs/fleet.md gives every write and its condition.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,7 @@ from botocore.exceptions import ClientError
 from engine.core.days import utc_day
 from engine.fleet.budgets import BudgetDay
 from engine.store.expressions import Expression
-from engine.store.items import Item, from_item
+from engine.store.items import Item, from_item, to_item
 from engine.store.table import DAY_MS, conditional_update, default_client, is_condition_failure
 
 if TYPE_CHECKING:
@@ -73,11 +74,14 @@ class BudgetTable:
         return written, Decimal(from_item(item or {}).get("headroom", cap))
 
     def settle(self, user_id: str, day: str, returned: Decimal, spent: Decimal) -> None:
+        """Give back and count, once: an ADD is not idempotent, so it goes as a one-item transaction
+        whose token makes an SDK retry of a write that did land (its answer lost) a no-op."""
         expr = Expression()
         expr.add("headroom", returned)
         expr.add("spent", spent)
         expr.condition = f"attribute_exists({expr.name('pk')})"
-        self._client.update_item(**expr.update_params(self.table_name, day_key(user_id, day)))
+        update: Any = expr.update_params(self.table_name, day_key(user_id, day))
+        self._client.transact_write_items(TransactItems=[{"Update": update}], ClientRequestToken=uuid.uuid4().hex)
 
     # --- administration (aijobs budget) --------------------------------------------------------
 
@@ -93,7 +97,11 @@ class BudgetTable:
         for _ in range(5):
             current = self._day_item(user_id, day)
             if current is None:
-                return  # the day begins at the new cap
+                # Begin the day at the new cap now: a worker still holding the old cap (cached up to a
+                # minute) would otherwise begin it at that one.
+                if self._begin_day(user_id, day, daily_usd, now_ms):
+                    return
+                continue  # a worker began it meanwhile: move its headroom instead
             old_cap = Decimal(current["cap"])
             expr = Expression()
             expr.set("cap", daily_usd)
@@ -107,6 +115,29 @@ class BudgetTable:
                 continue  # a worker began the day, or the cap was set again, meanwhile
             return
         raise RuntimeError(f"the budget of {user_id} kept changing; set it again")
+
+    def _begin_day(self, user_id: str, day: str, cap: Decimal, now_ms: int) -> bool:
+        item = to_item(
+            {
+                "user_id": user_id,
+                "day": day,
+                "cap": cap,
+                "headroom": cap,
+                "spent": Decimal(0),
+                "expires_at": (now_ms + DAY_MS + self._retention_ms) // 1000,
+            }
+        )
+        try:
+            self._client.put_item(
+                TableName=self.table_name,
+                Item=day_key(user_id, day) | item,
+                ConditionExpression="attribute_not_exists(pk)",
+            )
+        except ClientError as exc:
+            if not is_condition_failure(exc):
+                raise
+            return False
+        return True
 
     def own_caps(self) -> dict[str, Decimal]:
         """Every cap of a user's own."""
