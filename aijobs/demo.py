@@ -282,15 +282,8 @@ def run_demo(console: Console, timeout_seconds: float = 120.0) -> bool:
 def completion_events(stack: DevStack, ended: set[str]) -> list[dict[str, Any]]:
     """The completion events the stack's bus delivered, read until every ended job has one (or
     EVENTS_WAIT_SECONDS have passed), and a moment more for any duplicate."""
-    tap = EventsTap(
-        stack.session.client("sqs", endpoint_url=stack.settings.aws_endpoint_url), stack.resources.events_queue_url
-    )
-    events: list[dict[str, Any]] = []
-    deadline = time.monotonic() + EVENTS_WAIT_SECONDS
-    while time.monotonic() < deadline and not ended <= {event["detail"]["job_id"] for event in events}:
-        events += tap.drain()
-    events += tap.drain()
-    return events
+    sqs = stack.session.client("sqs", endpoint_url=stack.settings.aws_endpoint_url)
+    return EventsTap(sqs, stack.resources.events_queue_url).collect(ended, EVENTS_WAIT_SECONDS)
 
 
 def one_event_each(jobs: list[SampleJob], events: list[dict[str, Any]]) -> bool:

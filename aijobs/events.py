@@ -8,6 +8,7 @@ reads, or POSTs each event to a webhook.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,6 +30,16 @@ class EventsTap:
 
     def done(self, receipt_handle: str) -> None:
         self._sqs.delete_message(QueueUrl=self._queue_url, ReceiptHandle=receipt_handle)
+
+    def collect(self, job_ids: set[str], wait_seconds: float, late_seconds: int = 1) -> list[dict[str, Any]]:
+        """The events on the queue, read until every job of `job_ids` has one (or `wait_seconds` have
+        passed), then for `late_seconds` more, so that a duplicate shows."""
+        events: list[dict[str, Any]] = []
+        deadline = time.monotonic() + wait_seconds
+        while time.monotonic() < deadline and not job_ids <= {event["detail"]["job_id"] for event in events}:
+            events += self.drain()
+        events += self.drain(late_seconds)
+        return events
 
     def drain(self, wait_seconds: int = 1) -> Iterator[dict[str, Any]]:
         """Every event on the queue now, each deleted once yielded; stops at the first empty receive."""

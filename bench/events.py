@@ -24,6 +24,7 @@ from aijobs.client import AiJobsClient
 from aijobs.local.devstack import LOCAL_CREDENTIALS, DevStack, DevStackOptions
 from aijobs.local.lambda_events import InvocationContext, sqs_event, sqs_record
 from bench.report import Figure, quiet_engine, render
+from bench.requests import SessionRequests
 from bench.shapes import message
 from engine.wiring import build_worker
 
@@ -34,25 +35,13 @@ WAIT_SECONDS = 60.0
 LATE_SECONDS = 3.0
 
 
-class ServiceRequests:
-    """Counts every AWS request a boto3 session's clients send, by service and operation."""
-
-    def __init__(self, session: boto3.Session) -> None:
-        self.operations: Counter[str] = Counter()
-        session.events.register("before-call.*.*", self._count)
-
-    def _count(self, event_name: str, **_: Any) -> None:
-        _hook, service, operation = event_name.split(".", 2)
-        self.operations[f"{service} {operation}"] += 1
-
-
 def events_figures(console: Console) -> list[Figure]:
     console.print(f"events: a worker's requests, then {JOBS} jobs to their events ...")
     options = DevStackOptions(
         aws_port=0, provider_port=0, concurrency=2, quiet=True, stack_name=f"ev-{uuid.uuid4().hex[:6]}"
     )
     with DevStack(options) as stack, PrintedEvents(stack.environment) as printed:
-        requests, first = worker_requests(stack)
+        counted, first = worker_requests(stack)
         printed.wait_for({first}, WAIT_SECONDS)  # the command is up and printing
         client = AiJobsClient.from_settings(stack.settings, stack.session)
         ids = [f"ev-{n}-{uuid.uuid4().hex[:6]}" for n in range(JOBS)]
@@ -62,8 +51,8 @@ def events_figures(console: Console) -> list[Figure]:
         printed.wait_for(set(ids), WAIT_SECONDS)
         time.sleep(LATE_SECONDS)  # any duplicate comes within this
         latencies, per_job = printed.latencies(set(ids))
-    dynamodb = sum(count for name, count in requests.items() if name.startswith("dynamodb"))
-    eventbridge = sum(count for name, count in requests.items() if name.startswith("events"))
+    requests = counted.operations
+    dynamodb, eventbridge = sum(counted.of("dynamodb").values()), sum(counted.of("events").values())
     others = sum(requests.values()) - dynamodb - eventbridge
     complete = all(per_job[job] == 1 for job in ids)
     p50 = statistics.median(latencies) if latencies else float("nan")
@@ -138,20 +127,20 @@ class PrintedEvents:
         return [at - int(detail["event_id"].rsplit(":", 1)[1]) / 1000 for at, detail in lines], per_job
 
 
-def worker_requests(stack: DevStack) -> tuple[Counter[str], str]:
+def worker_requests(stack: DevStack) -> tuple[SessionRequests, str]:
     """The requests a worker of its own makes for one successful job, and that job's id."""
     session = boto3.Session(
         aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
         aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
         region_name=LOCAL_CREDENTIALS["AWS_DEFAULT_REGION"],
     )
-    counted = ServiceRequests(session)  # before the clients are made: they copy the session's hooks
+    counted = SessionRequests(session)  # before the clients are made: they copy the session's hooks
     worker = build_worker(stack.settings, session)
     job_id = f"ev-worker-{uuid.uuid4().hex[:6]}"
     response = worker.handle(sqs_event(sqs_record(message(job_id))), InvocationContext())
     if response["batchItemFailures"]:
         raise RuntimeError(f"the bench's job did not succeed: {response}")
-    return counted.operations, job_id
+    return counted, job_id
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from rich.console import Console
 from aijobs.client import AiJobsClient
 from aijobs.local.devstack import LOCAL_MODEL, DevStack, DevStackOptions, local_session
 from bench.report import Figure, quiet_engine, render
+from bench.requests import SessionRequests
 from engine.core import ErrorCode, JobStatus
 from engine.core.errors import JobNotFoundError
 from engine.models import JobView
@@ -74,16 +75,6 @@ class RunStats:
         return self.dynamodb_requests / max(self.succeeded, 1)
 
 
-class DynamoDBRequests:
-    """Counts the DynamoDB requests of every client made from a boto3 session (the stack's workers)."""
-
-    def __init__(self) -> None:
-        self.operations: Counter[str] = Counter()
-
-    def __call__(self, event_name: str, **_: Any) -> None:
-        self.operations[event_name.rsplit(".", 1)[-1]] += 1
-
-
 def classify_input(job_id: str) -> dict[str, Any]:
     return {"text": f"Invoice {job_id} shows the wrong amount, please fix it", "labels": ["billing", "other"]}
 
@@ -97,8 +88,7 @@ def run_jobs(options: DevStackOptions, jobs: int, user: str = "bench", budget_jo
     `budget_jobs`, the user first gets a daily cap of that many jobs' worst case (`aijobs budget
     set`), and the run waits until each job has ended or waits for the budget."""
     stack = DevStack(options)
-    requests = DynamoDBRequests()
-    stack.session.events.register("before-call.dynamodb.*", requests)
+    requests = SessionRequests(stack.session)  # the workers' clients are made from this session
     with stack:
         provider = stack.provider
         assert provider is not None
@@ -120,7 +110,7 @@ def run_jobs(options: DevStackOptions, jobs: int, user: str = "bench", budget_jo
             sqs.send_message_batch(QueueUrl=stack.settings.jobs_queue_url, Entries=entries)  # type: ignore[arg-type]
         views = _wait(client, ids, budget_jobs is not None)
         wall = time.monotonic() - started
-        operations = dict(requests.operations)
+        operations = dict(requests.of("dynamodb"))
         log = provider.log
     answered = [entry.at for entry in log if entry.status == 200]
     answers = Counter(entry.prompt_hash for entry in log if entry.status == 200)

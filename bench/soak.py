@@ -610,16 +610,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def completion_events(tap: EventsTap, ids: set[str]) -> Counter[str]:
-    """Completion events per job, read until every job has one (bounded), then a moment more."""
-    per_job: Counter[str] = Counter()
-    deadline = time.monotonic() + EVENTS_WAIT_SECONDS
-    while time.monotonic() < deadline and not ids <= set(per_job):
-        per_job.update(event["detail"]["job_id"] for event in tap.drain())
-    per_job.update(event["detail"]["job_id"] for event in tap.drain(wait_seconds=2))
-    return per_job
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     console, progress = Console(width=max(Console().width, 120)), Console(stderr=True, soft_wrap=True)
@@ -700,7 +690,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 drained = wait_for(
                     lambda: feeder.done and queue_depth(sqs, stack.queue_url) == 0, DRAIN_SECONDS, show_progress
                 )
-                per_job = completion_events(EventsTap(sqs, stack.events_queue_url), {job.job_id for job in jobs})
+                events_read = EventsTap(sqs, stack.events_queue_url).collect(
+                    {job.job_id for job in jobs}, EVENTS_WAIT_SECONDS, late_seconds=2
+                )
+                per_job = Counter(event["detail"]["job_id"] for event in events_read)
             finally:
                 feeder.stop()
                 mapping.stop(timeout=30)
