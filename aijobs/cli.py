@@ -450,7 +450,9 @@ def worker(
 @one_line_errors
 def dev(
     port: Annotated[int, typer.Option("--port", help="Port of the local AWS endpoint (0: any free one).")] = 5000,
-    provider_port: Annotated[int, typer.Option("--provider-port", help="Port of the local provider.")] = 8700,
+    provider_port: Annotated[
+        int, typer.Option("--provider-port", help="Port of the local provider (0: any free one).")
+    ] = 8700,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, max=64, help="Worker pollers.")] = 2,
     fault_rate: Annotated[float, typer.Option("--fault-rate", min=0, max=1, help="Share of provider faults.")] = 0.0,
     ai_base_url: Annotated[
@@ -479,22 +481,29 @@ def dev(
         ),
     ] = "",
 ) -> None:
-    """The embedded stack: local AWS endpoint, local provider (unless AI_BASE_URL is set) and the worker."""
+    """The embedded stack: local AWS endpoint, local provider (unless AI_BASE_URL is set) and the worker.
+
+    The functions get every AI_* and AIJOBS_* variable of this environment, as the template would
+    set them; the options above win over the variables they name."""
+    import os
     import shlex
 
-    from aijobs.local.devstack import DevStack, DevStackOptions
+    from aijobs.local.devstack import DevStack, DevStackOptions, function_variables
 
+    flags = {
+        "AI_BASE_URL": ai_base_url,
+        "AIJOBS_PROVIDER_LIMITS": provider_limits,
+        "AIJOBS_DEFAULT_DAILY_BUDGET_USD": default_budget,
+    }
     options = DevStackOptions(
         aws_port=port,
         provider_port=provider_port,
-        ai_base_url=ai_base_url or None,
+        function_environment=function_variables(os.environ) | {name: value for name, value in flags.items() if value},
         concurrency=concurrency,
         fault_rate=fault_rate,
         provider_rpm=rpm,
         provider_tpm=tpm,
         provider_reasoning_tokens=reasoning_tokens,
-        provider_limits=provider_limits,
-        default_daily_budget_usd=default_budget,
     )
     with DevStack(options) as stack:
         for name, value in sorted(stack.environment.items()):

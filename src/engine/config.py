@@ -78,8 +78,9 @@ class Settings(BaseModel):
     aijobs_prices: dict[ModelId, PriceSetting] = Field(default_factory=dict)
     # Shared rate limits per model id, JSON: {"gpt-4o-mini": {"rpm": 500, "tpm": 200000}}; empty: none.
     aijobs_provider_limits: dict[ModelId, LimitSetting] = Field(default_factory=dict)
-    # Daily spending cap per user (UTC days) for users without their own; "unlimited": only users
-    # with a cap of their own are capped; empty: no budgets at all.
+    # Daily spending cap per user (UTC days) for users without their own; "unlimited" or empty: only
+    # users with a cap of their own (`aijobs budget set`) are capped. Set (either way), every model
+    # must have a price.
     aijobs_default_daily_budget_usd: (
         Annotated[Decimal, Field(ge=0, le=1_000_000_000, allow_inf_nan=False)] | Literal["unlimited"] | None
     ) = None
@@ -88,6 +89,9 @@ class Settings(BaseModel):
     aijobs_event_bus: Annotated[str, Field(min_length=1, max_length=1600, pattern=r"^[A-Za-z0-9._\-/:]+$")] = "default"
     # Kept after a job ends before DynamoDB's TTL removes its items.
     aijobs_retention_days: Annotated[int, Field(ge=1, le=3650)] = 90
+    # The jobs queue's maxReceiveCount (the template's MaxReceiveCount): a waiting job's message is
+    # hidden so that the receives it has left reach its deadline (engine.retry.reach_floor_seconds).
+    aijobs_max_receive_count: Annotated[int, Field(ge=2, le=1000)] = 100
     # The lease when the worker runs outside Lambda with no context to read a deadline from.
     aijobs_default_lease_seconds: Annotated[int, Field(ge=10, le=900)] = 300
 
@@ -97,6 +101,8 @@ class Settings(BaseModel):
 
     @property
     def budgets_enabled(self) -> bool:
+        """Budgets declared for the deployment (a default cap, or "unlimited"). Caps of users' own hold
+        either way; this makes a model without a price a configuration error."""
         return self.aijobs_default_daily_budget_usd is not None
 
     @property
