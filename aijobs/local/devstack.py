@@ -44,6 +44,9 @@ LOCAL_WAIT_SECONDS = 1
 # The settings a function reads from the environment the template gives it: `aijobs dev` passes on
 # every variable of its own environment with these prefixes.
 FUNCTION_VARIABLE_PREFIXES = ("AI_", "AIJOBS_")
+# Except the command's own: a deployed stack to talk to is no setting of the functions, and another
+# shell told to export it would talk to that stack instead of this one.
+COMMAND_VARIABLES = ("AIJOBS_STACK",)
 # What the local provider fixes when it serves the jobs: its address and its key.
 LOCAL_PROVIDER_VARIABLES = ("AI_BASE_URL", "AI_API_KEY", "AI_API_KEY_SECRET_ARN", "AI_PROVIDER")
 LOCAL_CREDENTIALS = {
@@ -76,7 +79,11 @@ class DevStackOptions:
 
 def function_variables(environ: Mapping[str, str]) -> dict[str, str]:
     """The variables of `environ` that are the functions' settings (AI_*, AIJOBS_*)."""
-    return {name: value for name, value in environ.items() if name.upper().startswith(FUNCTION_VARIABLE_PREFIXES)}
+    return {
+        name: value
+        for name, value in environ.items()
+        if name.upper().startswith(FUNCTION_VARIABLE_PREFIXES) and name.upper() not in COMMAND_VARIABLES
+    }
 
 
 def local_session() -> boto3.Session:

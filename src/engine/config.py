@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
-from engine.core.errors import ConfigurationError
+from engine.core.errors import ConfigurationError, MissingSettingsError
 
 HttpUrl = Annotated[str, Field(pattern=r"^https?://\S+$")]
 ModelId = Annotated[str, Field(min_length=1, max_length=256)]
@@ -172,14 +172,27 @@ def _is_local_host(host: str) -> bool:
         return False
 
 
-def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
-    """Parse the environment (names in any case), or fail with one line naming the variable."""
+# The variables without a default: the ones that name the stack's table, queue and bucket.
+REQUIRED_SETTINGS = tuple(name.upper() for name, field in Settings.model_fields.items() if field.is_required())
+
+
+def load_settings(environ: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None) -> Settings:
+    """Parse the environment (names in any case), or fail with one line naming the variable.
+
+    `overrides` (a deployed stack's outputs, say) replace the environment's values of the names they hold.
+    """
     fields = Settings.model_fields
     source = os.environ if environ is None else environ
     values: dict[str, Any] = {name.lower(): value for name, value in source.items() if name.lower() in fields}
+    values.update({name.lower(): value for name, value in (overrides or {}).items() if name.lower() in fields})
     try:
         return Settings.model_validate(values)
     except ValidationError as exc:
-        first = exc.errors()[0]
+        errors = exc.errors()
+        first = errors[0]
         variable = str(first["loc"][0]).upper() if first["loc"] else "environment"
-        raise ConfigurationError(f"{variable}: {first['msg']}") from exc
+        message = f"{variable}: {first['msg']}"
+        missing = tuple(str(error["loc"][0]).upper() for error in errors if error["type"] == "missing" and error["loc"])
+        if missing:
+            raise MissingSettingsError(message, missing) from exc
+        raise ConfigurationError(message) from exc

@@ -19,7 +19,14 @@ JOB_DEFINITIONS = [replace(CLASSIFY, name="classify_again")]
 
 
 def test_only_the_functions_variables_are_taken_from_an_environment() -> None:
-    environ = {"AI_MODEL_PRIMARY": "m", "AIJOBS_PRICES": "{}", "HOME": "/root", "JOBS_TABLE_NAME": "t", "PATH": "/bin"}
+    environ = {
+        "AI_MODEL_PRIMARY": "m",
+        "AIJOBS_PRICES": "{}",
+        "AIJOBS_STACK": "deployed",
+        "HOME": "/root",
+        "JOBS_TABLE_NAME": "t",
+        "PATH": "/bin",
+    }
 
     assert function_variables(environ) == {"AI_MODEL_PRIMARY": "m", "AIJOBS_PRICES": "{}"}
 
