@@ -32,7 +32,7 @@ from aijobs.render import (
     usage_table,
 )
 from engine.config import REQUIRED_SETTINGS, load_settings
-from engine.core import JobStatus
+from engine.core import JobStatus, Lane
 from engine.core.errors import AiJobsError, ConfigurationError, MissingSettingsError
 from engine.models import JobView
 from engine.worker import FUNCTION_TIMEOUT_SECONDS
@@ -127,6 +127,9 @@ def submit(
     job_id: Annotated[str | None, typer.Option("--job-id", help="Your id for the job (idempotent).")] = None,
     max_attempts: Annotated[int | None, typer.Option("--max-attempts", help="1-10.")] = None,
     deadline_seconds: Annotated[int | None, typer.Option("--deadline-seconds", help="60-604800.")] = None,
+    lane: Annotated[
+        Lane, typer.Option("--lane", help="interactive (someone waits for it) or background (cheap, by its deadline).")
+    ] = Lane.INTERACTIVE,
     wait: Annotated[bool, typer.Option("--wait", help="Wait until the job ends; exit 1 unless it succeeded.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds --wait waits at most.")] = 300.0,
     as_json: JsonFlag = False,
@@ -141,6 +144,7 @@ def submit(
         job_id=job_id,
         max_attempts=max_attempts,
         deadline_seconds=deadline_seconds,
+        lane=lane,
     )
     if wait:
         view = jobs.wait(result.job_id, timeout_seconds=timeout)
@@ -262,12 +266,13 @@ def inspect_job(
 def list_jobs(
     user: Annotated[str | None, typer.Option("--user", help="Only this user's jobs.")] = None,
     job_status: Annotated[JobStatus | None, typer.Option("--status", help="Only jobs in this status.")] = None,
+    lane: Annotated[Lane | None, typer.Option("--lane", help="Only jobs of this lane.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most this many.")] = 50,
     as_json: JsonFlag = False,
     stack: StackOption = None,
 ) -> None:
     """Jobs, newest first (everyone's of the last 30 days, or one user's)."""
-    views = client(stack).list_jobs(user_id=user, status=job_status, limit=limit)
+    views = client(stack).list_jobs(user_id=user, status=job_status, limit=limit, lane=lane)
     if as_json:
         print_json([view.model_dump(mode="json") for view in views])
     else:
@@ -282,7 +287,7 @@ def usage(
     as_json: JsonFlag = False,
     stack: StackOption = None,
 ) -> None:
-    """Tokens and cost by user, job type and model."""
+    """Tokens and cost by user, job type, model and lane."""
     rows = client(stack).usage(parse_duration(since), user_id=user)
     if as_json:
         print_json([usage_json(row) for row in rows])
@@ -495,7 +500,12 @@ def dev(
     provider_port: Annotated[
         int, typer.Option("--provider-port", help="Port of the local provider (0: any free one).")
     ] = 8700,
-    concurrency: Annotated[int, typer.Option("--concurrency", min=1, max=64, help="Worker pollers.")] = 2,
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", min=1, max=64, help="Pollers of the interactive queue.")
+    ] = 2,
+    background_concurrency: Annotated[
+        int, typer.Option("--background-concurrency", min=1, max=64, help="Pollers of the background queue.")
+    ] = 2,
     fault_rate: Annotated[float, typer.Option("--fault-rate", min=0, max=1, help="Share of provider faults.")] = 0.0,
     ai_base_url: Annotated[
         str | None,
@@ -543,6 +553,7 @@ def dev(
         provider_port=provider_port,
         function_environment=function_variables(os.environ) | {name: value for name, value in flags.items() if value},
         concurrency=concurrency,
+        background_concurrency=background_concurrency,
         fault_rate=fault_rate,
         provider_rpm=rpm,
         provider_tpm=tpm,

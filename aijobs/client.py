@@ -20,7 +20,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from aijobs.deployed import load_stack_settings
 from engine.config import Settings, load_settings
-from engine.core import JobStatus
+from engine.core import JobStatus, Lane
 from engine.core.errors import (
     AiJobsError,
     ConfigurationError,
@@ -33,10 +33,10 @@ from engine.definitions import JobRegistry
 from engine.fleet.budgets import BudgetDay
 from engine.intake import BadMessageError, parse_message
 from engine.models import DeadLetterView, JobInspection, JobView, UserId
-from engine.queue import JobQueue
+from engine.queue import JobQueue, JobQueues
 from engine.store import JobListing, UsageLedger, UsageRow
 from engine.store.budgets import BudgetTable
-from engine.wiring import Aws, build_store
+from engine.wiring import Aws, build_queues, build_store
 
 # The most a daily budget may be (as AIJOBS_DEFAULT_DAILY_BUDGET_USD).
 MAX_DAILY_BUDGET_USD = Decimal(1_000_000_000)
@@ -74,7 +74,7 @@ class AiJobsClient:
     def __init__(
         self,
         store: AdminStore,
-        queue: JobQueue,
+        queue: JobQueue | JobQueues,
         registry: JobRegistry,
         *,
         listing: JobListing,
@@ -84,7 +84,7 @@ class AiJobsClient:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
-        self._queue = queue
+        self._queues = JobQueues.of(queue)
         self._registry = registry
         self._listing = listing
         self._ledger = ledger
@@ -101,7 +101,7 @@ class AiJobsClient:
         dynamodb = aws.client("dynamodb")
         return cls(
             build_store(settings, aws),
-            JobQueue(settings.jobs_queue_url, aws.client("sqs")),
+            build_queues(settings, aws),
             JobRegistry.from_settings(settings),
             listing=JobListing(settings.jobs_table_name, dynamodb),
             ledger=UsageLedger(settings.jobs_table_name, dynamodb),
@@ -124,8 +124,10 @@ class AiJobsClient:
         job_id: str | None = None,
         max_attempts: int | None = None,
         deadline_seconds: int | None = None,
+        lane: Lane | str = Lane.INTERACTIVE,
     ) -> SubmitResult:
-        """Create the job and enqueue it; idempotent on `job_id` (a new id is made when absent).
+        """Create the job and enqueue it on its lane's queue; idempotent on `job_id` (a new id is made
+        when absent). `lane`: interactive (someone waits for it) or background (docs/lanes.md).
 
         Raises a JobError (input_validation_failed, unknown_job_type, ...) for a job that could
         never run, and JobConflictError when the id is taken by a different job.
@@ -137,6 +139,7 @@ class AiJobsClient:
             message["max_attempts"] = max_attempts
         if deadline_seconds is not None:
             message["deadline_seconds"] = deadline_seconds
+        message["lane"] = str(lane)
         # The same checks the worker makes, before anything is written.
         try:
             request = parse_message(json.dumps(message), uuid.uuid4().hex, self._registry)
@@ -147,7 +150,7 @@ class AiJobsClient:
         job, created = self._store.create_job(request.job_id, request.new_job, request.raw_input, self._now_ms())
         if job.status is JobStatus.QUEUED:
             # Also for an existing queued job: its first submission may have stopped before this.
-            self._queue.send({"job_id": job.job_id}, group_id=job.user_id)
+            self._queues[job.lane].send({"job_id": job.job_id}, group_id=job.user_id)
         return SubmitResult(job.job_id, created, job.status)
 
     def get(self, job_id: str) -> JobView:
@@ -163,7 +166,7 @@ class AiJobsClient:
     def retry(self, job_id: str) -> JobView:
         """Put a failed job back in the queue with a fresh attempt budget and deadline."""
         job = self._store.requeue_failed_job(job_id, self._now_ms())
-        self._queue.send({"job_id": job.job_id}, group_id=job.user_id)
+        self._queues[job.lane].send({"job_id": job.job_id}, group_id=job.user_id)
         return JobView.from_job(job)
 
     def inspect(self, job_id: str) -> JobInspection:
@@ -205,9 +208,15 @@ class AiJobsClient:
             return RedriveResult(message_id, job_id, RedriveOutcome.ERROR, str(exc))
         return RedriveResult(message_id, job_id, RedriveOutcome.REQUEUED, f"job {job_id} queued again")
 
-    def list_jobs(self, user_id: str | None = None, status: JobStatus | None = None, limit: int = 50) -> list[JobView]:
-        """Jobs newest first: one user's, or everyone's of the last 30 days."""
-        jobs = self._listing.list_jobs(user_id=user_id, status=status, limit=limit, now_ms=self._now_ms())
+    def list_jobs(
+        self,
+        user_id: str | None = None,
+        status: JobStatus | None = None,
+        limit: int = 50,
+        lane: Lane | None = None,
+    ) -> list[JobView]:
+        """Jobs newest first: one user's, or everyone's of the last 30 days; of one status or lane."""
+        jobs = self._listing.list_jobs(user_id=user_id, status=status, lane=lane, limit=limit, now_ms=self._now_ms())
         return [JobView.from_job(job) for job in jobs]
 
     def usage(self, since_seconds: int, user_id: str | None = None) -> list[UsageRow]:

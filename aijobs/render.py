@@ -44,6 +44,7 @@ def job_table(view: JobView) -> Table:
         ("type", view.job_type or "-"),
         ("user", view.user_id or "-"),
         ("status", status_text(view.status) + (" (cancel requested)" if view.cancel_requested else "")),
+        ("lane", view.lane.value),
         ("attempts", f"{view.attempt_count} of {view.max_attempts}"),
         ("created", view.created_at or "-"),
         ("started", view.started_at or "-"),
@@ -160,13 +161,14 @@ def redrive_json(result: RedriveResult) -> dict[str, Any]:
 
 def jobs_table(views: Sequence[JobView], title: str | None = None) -> Table:
     table = Table(title=title)
-    for column in ("job", "type", "user", "status", "attempts", "tokens", "cost", "created", "error"):
+    for column in ("job", "type", "user", "lane", "status", "attempts", "tokens", "cost", "created", "error"):
         table.add_column(column, no_wrap=column in {"job", "status"})
     for view in views:
         table.add_row(
             view.job_id,
             view.job_type or "-",
             view.user_id or "-",
+            view.lane.value,
             status_text(view.status),
             f"{view.attempt_count}/{view.max_attempts}",
             f"{view.usage.input_tokens + view.usage.output_tokens}",
@@ -193,21 +195,31 @@ UNPRICED_NOTE = "unpriced: attempts of a model with no price, whose cost is unkn
 
 
 def usage_table(rows: Sequence[UsageRow], title: str) -> Table:
+    """Rows by user, job type, model and lane; then each lane's total (when there are two), and the total."""
     table = Table(title=title)
-    for column in ("user", "job type", "model"):
+    for column in ("user", "job type", "model", "lane"):
         table.add_column(column)
     for column, _ in USAGE_COLUMNS:
         table.add_column(column, justify="right")
     for row in rows:
-        table.add_row(row.user_id or "-", row.job_type or "-", row.model or "-", *_usage_cells(row))
-    total = UsageRow(None, None, None)
-    for row in rows:
-        total = replace(total, **{name: getattr(total, name) + getattr(row, name) for _, name in USAGE_COLUMNS})
+        table.add_row(row.user_id or "-", row.job_type or "-", row.model or "-", row.lane or "-", *_usage_cells(row))
     table.add_section()
-    table.add_row("total", "", "", *_usage_cells(total))
+    lanes = sorted({row.lane for row in rows if row.lane})
+    if len(lanes) > 1:
+        for lane in lanes:
+            table.add_row("total", "", "", lane, *_usage_cells(_sum([row for row in rows if row.lane == lane])))
+    total = _sum(rows)
+    table.add_row("total", "", "", "", *_usage_cells(total))
     if total.unpriced_attempts:
         table.caption = UNPRICED_NOTE
     return table
+
+
+def _sum(rows: Sequence[UsageRow]) -> UsageRow:
+    total = UsageRow(None, None, None)
+    for row in rows:
+        total = replace(total, **{name: getattr(total, name) + getattr(row, name) for _, name in USAGE_COLUMNS})
+    return total
 
 
 def _usage_cells(row: UsageRow) -> list[str]:
@@ -220,6 +232,7 @@ def usage_json(row: UsageRow) -> dict[str, Any]:
         "user_id": row.user_id,
         "job_type": row.job_type,
         "model": row.model,
+        "lane": row.lane,
         **{
             name: float(value) if isinstance(value := getattr(row, name), Decimal) else value
             for _, name in USAGE_COLUMNS

@@ -62,6 +62,7 @@ def function_timeout(template: dict[str, Any], function: str) -> float:
 class StackResources:
     table_name: str
     queue_url: str
+    background_queue_url: str
     dlq_url: str
     payload_bucket: str
     event_bus: str
@@ -72,6 +73,7 @@ class StackResources:
         return {
             "JOBS_TABLE_NAME": self.table_name,
             "JOBS_QUEUE_URL": self.queue_url,
+            "JOBS_BACKGROUND_QUEUE_URL": self.background_queue_url,
             "JOBS_DLQ_URL": self.dlq_url,
             "JOBS_PAYLOAD_BUCKET": self.payload_bucket,
             "AIJOBS_EVENT_BUS": self.event_bus,
@@ -204,6 +206,7 @@ def create_stack_resources(
     return StackResources(
         table_name=table_names["JobsTable"],
         queue_url=resolver.physical["JobsQueue"],
+        background_queue_url=resolver.physical["BackgroundJobsQueue"],
         dlq_url=resolver.physical["JobsDeadLetterQueue"],
         payload_bucket=bucket_names["PayloadBucket"],
         event_bus=event_bus,

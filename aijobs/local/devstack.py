@@ -71,7 +71,9 @@ class DevStackOptions:
     provider_tpm: int | None = None
     # Reasoning tokens the local provider bills per answer (as a reasoning model would).
     provider_reasoning_tokens: int = 0
+    # Pollers of the interactive and the background queues (each lane's MaximumConcurrency).
     concurrency: int = 2
+    background_concurrency: int = 2
     stack_name: str = "aijobs"
     # The functions' metrics (EMF on stdout) dropped: a live terminal would be torn by them.
     quiet: bool = False
@@ -173,19 +175,28 @@ class DevStack:
         resources = self.resources
         sqs = self.session.client("sqs", endpoint_url=self.settings.aws_endpoint_url)
         # Short long polls: a local endpoint costs nothing per receive, and stop() waits one out.
+        # One worker function with an event source mapping per lane, as the template has them.
+        worker_function = lambda_function(
+            _environments(worker.handle, lambda: build_worker(self.settings, self.session).handle),
+            emit_metrics=not self.options.quiet,
+        )
+        lanes = [
+            (resources.queue_url, self.options.concurrency),
+            (resources.background_queue_url, self.options.background_concurrency),
+        ]
         self._mappings = [
             EventSourceMapping(
-                resources.queue_url,
-                lambda_function(
-                    _environments(worker.handle, lambda: build_worker(self.settings, self.session).handle),
-                    emit_metrics=not self.options.quiet,
-                ),
+                queue_url,
+                worker_function,
                 function_timeout_seconds=function_timeout(template, "WorkerFunction"),
-                concurrency=self.options.concurrency,
+                concurrency=concurrency,
                 function_name="aijobs-worker",
                 wait_seconds=LOCAL_WAIT_SECONDS,
                 sqs_client=sqs,
-            ).start(),
+            ).start()
+            for queue_url, concurrency in lanes
+        ]
+        self._mappings.append(
             EventSourceMapping(
                 resources.dlq_url,
                 lambda_function(recorder.handle, emit_metrics=not self.options.quiet),
@@ -193,8 +204,8 @@ class DevStack:
                 function_name="aijobs-dead-letters",
                 wait_seconds=LOCAL_WAIT_SECONDS,
                 sqs_client=sqs,
-            ).start(),
-        ]
+            ).start()
+        )
 
     def stop(self) -> None:
         for mapping in self._mappings:
@@ -213,9 +224,9 @@ class DevStack:
 
 
 def _environments(first: Handle, build: Callable[[], Handle]) -> Handle:
-    """A handler that gives each poller thread parts of its own (`first`, then built on a thread's first
-    batch): as Lambda runs concurrent invocations in execution environments of their own, a worker's
-    limiter state and caches are never shared by invocations running at once."""
+    """A handler that gives each poller thread (of every lane's mapping) parts of its own (`first`, then
+    built on a thread's first batch): as Lambda runs concurrent invocations in execution environments
+    of their own, a worker's limiter state and caches are never shared by invocations running at once."""
     local = threading.local()
     spare = [first]
     lock = threading.Lock()

@@ -57,7 +57,10 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
     jobs_table_name: Annotated[str, Field(min_length=3, max_length=255)]
+    # The interactive lane's queue, and the background lane's (docs/lanes.md; unset: background jobs
+    # share the interactive queue, and its pollers).
     jobs_queue_url: HttpUrl
+    jobs_background_queue_url: HttpUrl | None = None
     # Inputs and dead-letter bodies too large for a DynamoDB item are kept here (S3).
     jobs_payload_bucket: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")]
     # boto3's own override: one local endpoint for every AWS service (the embedded stack).
@@ -84,6 +87,9 @@ class Settings(BaseModel):
     aijobs_default_daily_budget_usd: (
         Annotated[Decimal, Field(ge=0, le=1_000_000_000, allow_inf_nan=False)] | Literal["unlimited"] | None
     ) = None
+    # The part of a user's daily cap, in percent, that background jobs may not reserve: what is left
+    # for the user's interactive jobs when a backfill has spent the rest.
+    aijobs_background_budget_reserve_percent: Annotated[Decimal, Field(ge=0, le=100, allow_inf_nan=False)] = Decimal(10)
     aijobs_job_modules: tuple[str, ...] = ()
     # The EventBridge bus completion events go to (a name or an ARN; "default": the account's own).
     aijobs_event_bus: Annotated[str, Field(min_length=1, max_length=1600, pattern=r"^[A-Za-z0-9._\-/:]+$")] = "default"
@@ -117,6 +123,7 @@ class Settings(BaseModel):
 
     @field_validator(
         "aws_endpoint_url",
+        "jobs_background_queue_url",
         "ai_api_key_secret_arn",
         "ai_model_fallback",
         "ai_api_key",

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from engine.core import NewJob
+from engine.core import Lane, NewJob
 from engine.core.errors import AiJobsError, InputValidationError, JobError, SchemaVersionMismatchError
 from engine.definitions import JobDefinition, JobRegistry
 from engine.definitions.base import one_line_error
@@ -74,7 +74,8 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def parse_message(body: str, message_id: str, registry: JobRegistry) -> JobRequest:
+def parse_message(body: str, message_id: str, registry: JobRegistry, lane: Lane = Lane.INTERACTIVE) -> JobRequest:
+    """The request a body makes; a new job runs in the lane it names, else in `lane` (its queue's)."""
     try:
         # Strict JSON: NaN and Infinity are JavaScript, not JSON, and no store can hold them.
         raw = json.loads(body, parse_constant=_refuse_constant)
@@ -96,7 +97,9 @@ def parse_message(body: str, message_id: str, registry: JobRegistry) -> JobReque
         reason = f"message lacks {', '.join(missing)} (a message of only a job_id refers to an existing job)"
         raise BadMessageError(InputValidationError(reason), job_id, raw)
     try:
-        return _new_job_request(job_id, message, message.job_type, message.user_id, message.input, registry)
+        return _new_job_request(
+            job_id, message, message.job_type, message.user_id, message.input, registry, Lane(message.lane or lane)
+        )
     except JobError as exc:
         raise BadMessageError(exc, job_id, raw) from exc
 
@@ -112,7 +115,13 @@ def _job_id(raw: dict[str, Any], message_id: str) -> str:
 
 
 def _new_job_request(
-    job_id: str, message: JobMessage, job_type: str, user_id: str, raw_input: dict[str, Any], registry: JobRegistry
+    job_id: str,
+    message: JobMessage,
+    job_type: str,
+    user_id: str,
+    raw_input: dict[str, Any],
+    registry: JobRegistry,
+    lane: Lane,
 ) -> JobRequest:
     definition = registry.get(job_type)
     if message.schema_version is not None and message.schema_version != definition.schema_version:
@@ -127,5 +136,6 @@ def _new_job_request(
         max_attempts=message.max_attempts or definition.max_attempts,
         deadline_seconds=message.deadline_seconds or definition.deadline_seconds,
         request_hash=request_hash(job_type, user_id, raw_input),
+        lane=lane,
     )
     return JobRequest(job_id, new_job, definition, job_input, raw_input)

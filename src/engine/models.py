@@ -7,11 +7,11 @@ itself, its states and rules are in engine.core.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from engine.core import AttemptOutcome, AttemptRecord, DeadLetterEntry, ErrorCode, Job, JobHistory, JobStatus
+from engine.core import AttemptOutcome, AttemptRecord, DeadLetterEntry, ErrorCode, Job, JobHistory, JobStatus, Lane
 
 JobId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
 UserId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@-]+$")]
@@ -37,6 +37,8 @@ class JobMessage(BaseModel):
     schema_version: SchemaVersion | None = None
     max_attempts: MaxAttempts | None = None
     deadline_seconds: Annotated[int, Field(ge=MIN_DEADLINE_SECONDS, le=MAX_DEADLINE_SECONDS)] | None = None
+    # Absent: the lane of the queue the message was sent to.
+    lane: Literal["interactive", "background"] | None = None
 
     @property
     def is_reference(self) -> bool:
@@ -84,6 +86,7 @@ class JobView(BaseModel):
     output_hash: str | None
     error: ErrorView | None
     cancel_requested: bool
+    lane: Lane
     usage: UsageView
 
     @classmethod
@@ -104,6 +107,7 @@ class JobView(BaseModel):
             output_hash=job.output_hash,
             error=ErrorView(code=error.code, message=error.message, retryable=error.retryable) if error else None,
             cancel_requested=job.cancel_requested,
+            lane=job.lane,
             usage=UsageView(
                 input_tokens=job.usage.input_tokens,
                 output_tokens=job.usage.output_tokens,

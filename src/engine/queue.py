@@ -1,12 +1,18 @@
-"""JobQueue: the only code that talks to SQS."""
+"""JobQueue and JobQueues: the only code that talks to SQS.
+
+Each lane has a queue of its own (docs/lanes.md): the interactive one (`JOBS_QUEUE_URL`) and the
+background one (`JOBS_BACKGROUND_QUEUE_URL`; without it, background jobs share the interactive queue).
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import boto3
 
+from engine.core import Lane
 from engine.retry import MAX_DELAY_SECONDS
 
 if TYPE_CHECKING:
@@ -35,3 +41,27 @@ class JobQueue:
         else:
             response = self._client.send_message(QueueUrl=self.queue_url, MessageBody=text, MessageGroupId=group_id)
         return str(response["MessageId"])
+
+
+class JobQueues:
+    """The queue of each lane; a lane without one of its own uses the interactive lane's."""
+
+    def __init__(self, queues: Mapping[Lane, JobQueue]) -> None:
+        self._queues = dict(queues)
+        self._interactive = self._queues[Lane.INTERACTIVE]
+
+    @classmethod
+    def of(cls, queue: JobQueue | JobQueues) -> JobQueues:
+        """Queues as given, or one queue for both lanes."""
+        return queue if isinstance(queue, JobQueues) else cls({Lane.INTERACTIVE: queue})
+
+    def __getitem__(self, lane: Lane) -> JobQueue:
+        return self._queues.get(lane, self._interactive)
+
+    def lane_of(self, event_source_arn: str | None) -> Lane:
+        """The lane of the queue a record came from (its ARN ends with the queue's name, as its URL does)."""
+        name = (event_source_arn or "").rsplit(":", 1)[-1]
+        for lane, queue in self._queues.items():
+            if name and queue.queue_url.rstrip("/").rsplit("/", 1)[-1] == name:
+                return lane
+        return Lane.INTERACTIVE

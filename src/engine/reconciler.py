@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -26,6 +26,7 @@ from engine.core import Job, JobStatus
 from engine.core.errors import deadline_error
 from engine.core.ports import ReconcilerStore
 from engine.observability import log_unexpected, logger, metrics
+from engine.queue import JobQueue, JobQueues
 from engine.retry import MAX_DELAY_SECONDS
 
 # A job untouched for longer than the longest visibility timeout has no message in flight.
@@ -37,24 +38,19 @@ STOP_MARGIN_MS = 15_000
 RemainingMs = Callable[[], int]
 
 
-class JobSender(Protocol):
-    """Where a re-enqueued job's reference message goes (engine.queue.JobQueue)."""
-
-    def send(self, body: dict[str, Any], group_id: str | None = None) -> str: ...
-
-
 class Reconciler:
     def __init__(
         self,
         store: ReconcilerStore,
-        queue: JobSender,
+        queue: JobQueue | JobQueues,
         *,
         stale_seconds: int = DEFAULT_STALE_SECONDS,
         max_jobs: int = DEFAULT_MAX_JOBS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
-        self._queue = queue
+        # A re-enqueued job goes back to its own lane's queue.
+        self._queues = JobQueues.of(queue)
         self._stale_ms = stale_seconds * 1000
         self._max_jobs = max_jobs
         self._clock = clock
@@ -98,7 +94,7 @@ class Reconciler:
             return error.code.value if self._store.settle_job(job, JobStatus.FAILED, error.info(), now_ms) else None
         stale = now_ms - job.updated_at >= self._stale_ms
         if stale and job.input_stored and self._store.touch_job(job, now_ms):
-            self._queue.send({"job_id": job.job_id}, group_id=job.user_id)
+            self._queues[job.lane].send({"job_id": job.job_id}, group_id=job.user_id)
             return "requeued"
         return None
 

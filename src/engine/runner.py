@@ -195,7 +195,7 @@ class JobRunner:
 
     def _claim(self, delivery: Delivery, remaining_ms: RemainingMs | None) -> Claimed | Disposition:
         try:
-            request = parse_message(delivery.body, delivery.message_id, self._registry)
+            request = parse_message(delivery.body, delivery.message_id, self._registry, delivery.lane)
         except BadMessageError as bad:
             return self._reject(delivery, bad)
         owner = uuid.uuid4().hex
@@ -400,6 +400,7 @@ class JobRunner:
             outcome = AttemptOutcome.RETRYABLE if error.retryable else AttemptOutcome.FAILED
         return AttemptRecord(
             job_id=job.job_id,
+            lane=job.lane,
             attempt=job.claim_count,
             user_id=job.user_id,
             job_type=job.job_type,

@@ -19,6 +19,7 @@ from botocore.config import Config
 
 from engine.aws_errors import is_transient
 from engine.config import Settings, load_settings
+from engine.core import Lane
 from engine.core.errors import ConfigurationError
 from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
@@ -29,7 +30,7 @@ from engine.fleet.limiter import RateLimiter
 from engine.fleet.limits import ModelLimit
 from engine.gateway import build_gateway
 from engine.observability import Event, Handle, lambda_function
-from engine.queue import JobQueue
+from engine.queue import JobQueue, JobQueues
 from engine.reconciler import Reconciler
 from engine.runner import JobRunner
 from engine.store import DynamoJobStore, PayloadStore
@@ -69,7 +70,7 @@ def build_worker(
     session: boto3.Session | None = None,
     *,
     registry: JobRegistry | None = None,
-    queue: JobQueue | None = None,
+    queue: JobQueue | JobQueues | None = None,
 ) -> Worker:
     """The worker the settings describe; `registry` and `queue` replace the ones they would give."""
     aws = Aws(settings, session)
@@ -93,8 +94,18 @@ def build_worker(
             f"AIJOBS_PRICES: model {unpriced[0]!r} has no price, so no budget can hold what it costs; "
             "give it one in AIJOBS_PRICES (the template's Prices)"
         )
-    queue = queue or JobQueue(settings.jobs_queue_url, aws.client("sqs"))
-    return Worker(runner, queue, admission=build_admission(settings, aws), planner=gateway.plan)
+    return Worker(
+        runner, queue or build_queues(settings, aws), admission=build_admission(settings, aws), planner=gateway.plan
+    )
+
+
+def build_queues(settings: Settings, aws: Aws) -> JobQueues:
+    """Each lane's queue; background jobs share the interactive queue when it has none of its own."""
+    sqs = aws.client("sqs")
+    queues = {Lane.INTERACTIVE: JobQueue(settings.jobs_queue_url, sqs)}
+    if settings.jobs_background_queue_url:
+        queues[Lane.BACKGROUND] = JobQueue(settings.jobs_background_queue_url, sqs)
+    return JobQueues(queues)
 
 
 def build_admission(settings: Settings, aws: Aws) -> Admission:
@@ -110,7 +121,8 @@ def build_admission(settings: Settings, aws: Aws) -> Admission:
         RateLimiter(LimitTable(settings.jobs_table_name, client), limits, random.SystemRandom()) if limits else None
     )
     table = BudgetTable(settings.jobs_table_name, client, settings.aijobs_retention_days)
-    return Admission(limiter, Budgets(table, settings.default_daily_budget_usd))
+    keep = settings.aijobs_background_budget_reserve_percent / 100
+    return Admission(limiter, Budgets(table, settings.default_daily_budget_usd), background_keep=keep)
 
 
 def build_recorder(settings: Settings, session: boto3.Session | None = None) -> DeadLetterRecorder:
@@ -123,7 +135,7 @@ def build_events(settings: Settings, session: boto3.Session | None = None) -> Co
 
 def build_reconciler(settings: Settings, session: boto3.Session | None = None) -> Reconciler:
     aws = Aws(settings, session)
-    return Reconciler(build_store(settings, aws), JobQueue(settings.jobs_queue_url, aws.client("sqs")))
+    return Reconciler(build_store(settings, aws), build_queues(settings, aws))
 
 
 class EntryPoint:

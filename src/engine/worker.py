@@ -3,17 +3,20 @@
 Records of one batch run side by side in a thread pool (the provider call dominates), with
 Powertools' batch processing reporting the ones to retry as `batchItemFailures`. With shared
 limits or budgets configured (engine.fleet), the batch goes in three steps: its jobs are claimed
-side by side, admitted together (one reservation per user, one take per model), then run; when
-the batch is done, what the calls did not use is settled.
+side by side, admitted together (one reservation per user, one take per model), each running as
+soon as it is admitted, background jobs as capacity comes; when the batch is done, what the calls
+did not use is settled. A batch comes from one lane's queue (docs/lanes.md): its retries are hidden
+on that queue.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
@@ -23,13 +26,12 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel
 
-from engine.core import Delivery, Disposition, Fate, Retry
+from engine.core import Delivery, Disposition, Fate, Lane, Retry
 from engine.definitions import JobDefinition
 from engine.fleet.admission import Admission, Ask, Verdict
-from engine.fleet.limits import HORIZON_MS
 from engine.gateway import CallPlan
 from engine.observability import log_unexpected, metrics
-from engine.queue import JobQueue
+from engine.queue import JobQueue, JobQueues
 from engine.retry import MAX_DELAY_SECONDS
 from engine.runner import FINISH_MARGIN_MS, RETRY_SOON_SECONDS, Claimed, JobRunner, RemainingMs
 
@@ -69,13 +71,13 @@ class Worker:
     def __init__(
         self,
         runner: JobRunner,
-        queue: JobQueue,
+        queue: JobQueue | JobQueues,
         concurrency: int = BATCH_CONCURRENCY,
         admission: Admission | None = None,
         planner: Planner | None = None,
     ) -> None:
         self._runner = runner
-        self._queue = queue
+        self._queues = JobQueues.of(queue)
         self._executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="aijobs-record")
         # Shared limits and budgets (engine.fleet): None when neither is configured.
         self._admission = admission
@@ -84,10 +86,14 @@ class Worker:
     def handle(self, event: dict[str, Any], context: LambdaContext | None) -> dict[str, Any]:
         invoked_at = time.time()
         remaining_ms = getattr(context, "get_remaining_time_in_millis", None)
+        records = event.get("Records") or []
+        # A batch comes from one queue: its lane is the lane of the jobs its messages do not say.
+        lane = self._queues.lane_of(records[0].get("eventSourceARN") if records else None)
         # Shared limits, or someone capped: the batch is claimed, admitted and run in steps.
         admission = self._admission if self._admission is not None and self._admission.active() else None
-        steps = self._claim(event.get("Records") or [], remaining_ms) if admission else {}
+        steps = self._claim(records, lane, remaining_ms) if admission else {}
         verdicts = self._admit(admission, steps, remaining_ms) if admission else {}
+        settled: set[int] = set()
         # A processor per call: it holds the batch's state, and local workers call concurrently.
         processor = AsyncBatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
@@ -95,16 +101,20 @@ class Worker:
             loop = asyncio.get_running_loop()
             step = steps.get(id(record.raw_event))
             if isinstance(step, Claimed):
-                run = partial(self._runner.run, step, remaining_ms, verdicts.get(id(step)))
+                admitted = verdicts.get(id(step))
+                verdict: Verdict | None = None
+                if admitted is not None:
+                    verdict = await asyncio.wrap_future(admitted)
+                run = partial(self._runner.run, step, remaining_ms, verdict)
                 disposition = await loop.run_in_executor(self._executor, run)
-                verdict = verdicts.pop(id(step), None) if isinstance(disposition, Retry) else None
-                if verdict is not None and admission is not None:
+                if verdict is not None and admission is not None and isinstance(disposition, Retry):
                     # The job is queued again: what it holds of its user's budget goes back before its
                     # message can come back, lest its next claim find the budget still reserved.
+                    settled.add(id(step))
                     await loop.run_in_executor(self._executor, admission.settle, [verdict])
             elif admission is None:  # no shared limits or budgets: each record runs whole
                 disposition = await loop.run_in_executor(
-                    self._executor, self._runner.process, delivery_of(record), remaining_ms
+                    self._executor, self._runner.process, delivery_of(record, lane), remaining_ms
                 )
             elif step is None:  # not one of the event's records as claimed: nothing done, it comes back
                 disposition = Retry(Fate.ERROR, RETRY_SOON_SECONDS, "record not claimed with its batch")
@@ -114,7 +124,7 @@ class Worker:
             if isinstance(disposition, Retry):
                 limit = visibility_limit_seconds(record, invoked_at, time.time())
                 seconds = min(disposition.visibility_seconds, limit)
-                await loop.run_in_executor(self._executor, self._hide, record, seconds)
+                await loop.run_in_executor(self._executor, self._hide, record, lane, seconds)
                 raise RecordRetryError(disposition.reason)
             return disposition.fate.value
 
@@ -122,51 +132,68 @@ class Worker:
             result: dict[str, Any] = dict(async_process_partial_response(event, record_handler, processor, context))
         finally:
             if admission is not None and verdicts:
-                admission.settle(list(verdicts.values()))
+                admission.settle(
+                    [
+                        admitted.result()
+                        for key, admitted in verdicts.items()
+                        if key not in settled and admitted.done() and admitted.exception() is None
+                    ]
+                )
         return result
 
-    def _claim(self, records: list[dict[str, Any]], remaining_ms: RemainingMs | None) -> dict[int, Step]:
+    def _claim(self, records: list[dict[str, Any]], lane: Lane, remaining_ms: RemainingMs | None) -> dict[int, Step]:
         """Claim the batch's jobs side by side: each record's claimed job, or already its disposition."""
-        deliveries = [delivery_of(SQSRecord(record)) for record in records]
+        deliveries = [delivery_of(SQSRecord(record), lane) for record in records]
         claims = self._executor.map(partial(self._runner.claim, remaining_ms=remaining_ms), deliveries)
         return {id(record): step for record, step in zip(records, claims, strict=True)}
 
     def _admit(
         self, admission: Admission, steps: dict[int, Step], remaining_ms: RemainingMs | None
-    ) -> dict[int, Verdict]:
-        """The batch's claimed jobs' budgets and capacity, asked for once (engine.fleet.admission)."""
+    ) -> dict[int, Future[Verdict]]:
+        """The batch's claimed jobs' budgets and capacity (engine.fleet.admission): a verdict each, as
+        soon as it is known; those waiting for capacity that can come within the invocation wait."""
         claimed = [step for step in steps.values() if isinstance(step, Claimed)]
         if self._planner is None or not claimed:
             return {}
         planned: list[tuple[Claimed, Ask]] = []
         for step in claimed:
             try:
-                planned.append((step, Ask(step.job.user_id, self._planner(step.definition, step.job_input))))
+                plan = self._planner(step.definition, step.job_input)
             except Exception as exc:
                 # The job type's own code (its prompt, its schema) failed: the job runs unadmitted,
                 # where its attempt fails the same way before any call and the runner records it.
                 log_unexpected("a job could not be planned", exc, job_id=step.job.job_id)
+                continue
+            planned.append((step, Ask(step.job.user_id, plan, step.job.lane)))
         if not planned:
             return {}
-        longest = max(step.definition.timeout_seconds for step, _ in planned) * 1000
-        horizon = HORIZON_MS
+        call_within = None
         if remaining_ms is not None:
-            horizon = int(min(horizon, max(remaining_ms() - longest - FINISH_MARGIN_MS, 0)))
-        verdicts = admission.admit([ask for _, ask in planned], horizon)
+            # A job must call by then to have its timeout and the finishing write within the invocation.
+            longest = max(step.definition.timeout_seconds for step, _ in planned) * 1000
+            call_within = int(max(remaining_ms() - longest - FINISH_MARGIN_MS, 0))
+        verdicts: list[Future[Verdict]] = [Future() for _ in planned]
+        threading.Thread(
+            target=admission.admit_as_capacity_comes,
+            args=([ask for _, ask in planned], call_within, lambda index, verdict: verdicts[index].set_result(verdict)),
+            name="aijobs-admission",
+            daemon=True,
+        ).start()
         return {id(step): verdict for (step, _), verdict in zip(planned, verdicts, strict=True)}
 
-    def _hide(self, record: SQSRecord, seconds: int) -> None:
+    def _hide(self, record: SQSRecord, lane: Lane, seconds: int) -> None:
         try:
-            self._queue.change_visibility(record.receipt_handle, seconds)
+            self._queues[lane].change_visibility(record.receipt_handle, seconds)
         except Exception as exc:
             # The record still comes back, after the queue's own visibility timeout.
             log_unexpected("could not set the message's visibility", exc, message_id=record.message_id)
 
 
-def delivery_of(record: SQSRecord) -> Delivery:
+def delivery_of(record: SQSRecord, lane: Lane = Lane.INTERACTIVE) -> Delivery:
     return Delivery(
         message_id=record.message_id,
         body=record.body,
         receive_count=int(record.attributes.approximate_receive_count or 1),
         attributes=dict(record.raw_event.get("attributes") or {}),
+        lane=lane,
     )

@@ -58,6 +58,18 @@ def fake_time() -> FakeTime:
     return FakeTime()
 
 
+class ClockedContext(InvocationContext):
+    """An invocation whose remaining time runs out on the fake clock."""
+
+    def __init__(self, clock: FakeTime, timeout_seconds: float) -> None:
+        super().__init__(timeout_seconds=timeout_seconds)
+        self._clock = clock
+        self._ends = clock.now + timeout_seconds
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, round((self._ends - self._clock.now) * 1000))
+
+
 FleetWorker = Callable[..., Worker]
 
 
@@ -141,26 +153,35 @@ def test_a_batch_under_a_shared_limit_calls_at_its_rate_after_one_take(
     assert dynamodb_requests.operations == {"UpdateItem": 10 + 2, "TransactWriteItems": 10, "GetItem": 1}
 
 
-def test_jobs_past_the_limits_horizon_make_no_call_spend_no_attempt_and_wait_until_capacity(
-    fleet_worker: FleetWorker, provider: FakeProvider, queue: RecordingQueue, table: TableReader
+def test_jobs_that_cannot_call_within_the_invocation_make_no_call_spend_no_attempt_and_wait_until_capacity(
+    fleet_worker: FleetWorker, provider: FakeProvider, queue: RecordingQueue, table: TableReader, fake_time: FakeTime
 ) -> None:
-    # Given a model limited to 3 requests a minute: one call every 20 s, and a horizon of 10 s
+    # Given a model limited to 3 requests a minute (one call every 20 s), and an invocation of 100 s:
+    # a classify job (60 s timeout, 5 s to finish) must call within 35 s
     worker = fleet_worker({MODEL: ModelLimit(rpm=3)})
 
     # When a batch of four jobs is handled
-    response = worker.handle(batch("slow-0", "slow-1", "slow-2", "slow-3"), InvocationContext())
+    response = worker.handle(batch("slow-0", "slow-1", "slow-2", "slow-3"), ClockedContext(fake_time, 100))
 
-    # Then one ran, and three were handed back for when capacity is expected: queued, attempt refunded
-    assert provider.calls == 1
-    assert len(response["batchItemFailures"]) == 3
-    for job_id in ("slow-1", "slow-2", "slow-3"):
+    # Then the two that could call in time ran, 20 s apart, and two were handed back for when capacity
+    # is expected: queued, attempt refunded
+    assert provider.calls == 2
+    assert len(response["batchItemFailures"]) == 2
+    for job_id in ("slow-2", "slow-3"):
         job = table.job(job_id)
         assert (job.status, job.attempt_count, job.usage.attempts) == (JobStatus.QUEUED, 0, 0)
         assert job.error is not None
         assert (job.error.code, job.error.retryable) == (ErrorCode.PROVIDER_RATE_LIMITED, True)
         assert job.error.message.startswith("waiting: gpt-4o-mini is at its shared rate limit")
-    # And their messages are hidden until a take could include them, 20 s apart as the rate spaces them
-    assert sorted(seconds for _, seconds in queue.visibility_changes) == [10, 30, 50]
+    # And they wait until a take could include them (calls at 40 and 60 s, taken 35 s ahead), 20 s
+    # apart as the rate spaces them: their messages hidden until then (the clock is at 20 s by now)
+    waits = [table.job(job_id).error for job_id in ("slow-2", "slow-3")]
+    assert [wait.message.rsplit("; ", 1)[-1] for wait in waits if wait] == [
+        "next try in about 5s",
+        "next try in about 25s",
+    ]
+    assert fake_time.now == T0 + 20
+    assert sorted(seconds for _, seconds in queue.visibility_changes) == [1, 5]
 
 
 def test_a_429_lowers_the_models_shared_rate_for_every_worker(
@@ -229,12 +250,13 @@ def test_a_user_without_budget_left_waits_queued_with_the_reason_and_no_call(
 
 
 def test_a_job_held_for_capacity_holds_none_of_its_users_budget(
-    fleet_worker: FleetWorker, provider: FakeProvider, table: TableReader
+    fleet_worker: FleetWorker, provider: FakeProvider, table: TableReader, fake_time: FakeTime
 ) -> None:
-    # Given a budget of one classify job's worst case and a limit of one call every 20 s
+    # Given a budget of one classify job's worst case, a limit of one call every 20 s, and an
+    # invocation in which a classify job must call within 10 s
     worker = fleet_worker({MODEL: ModelLimit(rpm=3)}, budget="0.0009")
 
-    worker.handle(batch("cap-0", "cap-1"), InvocationContext())
+    worker.handle(batch("cap-0", "cap-1"), ClockedContext(fake_time, 75))
 
     # Then the second job waits for capacity, not for a budget it never reserved
     assert provider.calls == 1

@@ -68,11 +68,12 @@ def test_usage_is_summed_by_user_job_type_and_model_within_the_range(
 
     # Then each (user, job type, model) is summed, costliest first, with Queries only
     assert rows == [
-        UsageRow("alice", "summarize", "gpt-4o", 1, 1000, 100, Decimal("0.02"), reasoning_tokens=50),
+        UsageRow("alice", "summarize", "gpt-4o", "interactive", 1, 1000, 100, Decimal("0.02"), reasoning_tokens=50),
         UsageRow(
             "alice",
             "classify",
             "gpt-4o-mini",
+            "interactive",
             2,
             400,
             40,
@@ -81,14 +82,14 @@ def test_usage_is_summed_by_user_job_type_and_model_within_the_range(
             reasoning_tokens=20,
             cache_savings_usd=Decimal("0.00026"),
         ),
-        UsageRow("bob", "classify", "gpt-4o-mini", 1, 50, 5, Decimal("0.0005"), reasoning_tokens=2),
+        UsageRow("bob", "classify", "gpt-4o-mini", "interactive", 1, 50, 5, Decimal("0.0005"), reasoning_tokens=2),
     ]
     assert set(dynamodb_requests.operations) == {"Query"}
 
     # And one user's usage comes from the same index, filtered: Queries only
     dynamodb_requests.reset()
     assert ledger.summarize(NOW - 20 * DAY_MS, NOW, user_id="bob") == [
-        UsageRow("bob", "classify", "gpt-4o-mini", 2, 1049, 104, Decimal("0.5005"), reasoning_tokens=51),
+        UsageRow("bob", "classify", "gpt-4o-mini", "interactive", 2, 1049, 104, Decimal("0.5005"), reasoning_tokens=51),
     ]
     assert set(dynamodb_requests.operations) == {"Query"}
 

@@ -16,6 +16,7 @@ VIEW_FIELDS = [
     "output_hash",
     "error",
     "cancel_requested",
+    "lane",
     "usage",
 ]
 
@@ -36,6 +37,7 @@ USAGE_ROW_FIELDS = [
     "user_id",
     "job_type",
     "model",
+    "lane",
     "attempts",
     "input_tokens",
     "cached_input_tokens",
@@ -44,4 +46,5 @@ USAGE_ROW_FIELDS = [
     "reasoning_tokens",
     "cost_usd",
     "cache_savings_usd",
+    "unpriced_attempts",
 ]

@@ -80,6 +80,7 @@ def test_the_view_of_a_succeeded_job_matches_the_spec_example() -> None:
         "output_hash": "a" * 64,
         "error": None,
         "cancel_requested": False,
+        "lane": "interactive",
         "usage": {
             "input_tokens": 812,
             "output_tokens": 40,

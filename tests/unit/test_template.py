@@ -156,7 +156,10 @@ def dead_letter_queue(text: str) -> None:
     assert dlq["MessageRetentionPeriod"] >= queue["MessageRetentionPeriod"]
     assert dlq["RedriveAllowPolicy"] == {
         "redrivePermission": "byQueue",
-        "sourceQueueArns": [f"arn:aws:sqs:{REGION}:{ACCOUNT}:aijobs-jobs"],
+        "sourceQueueArns": [
+            f"arn:aws:sqs:{REGION}:{ACCOUNT}:aijobs-jobs",
+            f"arn:aws:sqs:{REGION}:{ACCOUNT}:aijobs-background-jobs",
+        ],
     }
     assert queue["QueueName"] == "aijobs-jobs"
     assert "14 days" in text

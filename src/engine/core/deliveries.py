@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from engine.core.job import Lane
+
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
@@ -15,6 +17,8 @@ class Delivery:
     body: str
     receive_count: int = 1
     attributes: Mapping[str, str] = field(default_factory=dict)
+    # The lane of the queue it came from: a message that names no lane runs in it.
+    lane: Lane = Lane.INTERACTIVE
 
 
 class Fate(StrEnum):

@@ -48,6 +48,14 @@ def can_transition(current: JobStatus, target: JobStatus) -> bool:
     return target in ALLOWED_TRANSITIONS[current]
 
 
+class Lane(StrEnum):
+    """Who waits for a job: someone (interactive), or no one (background: it should be cheap and done
+    by its deadline). Each lane has a queue of its own; docs/lanes.md."""
+
+    INTERACTIVE = "interactive"
+    BACKGROUND = "background"
+
+
 class AttemptOutcome(StrEnum):
     SUCCEEDED = "succeeded"
     RETRYABLE = "retryable"
@@ -100,6 +108,7 @@ class NewJob:
     max_attempts: int
     deadline_seconds: int
     request_hash: str
+    lane: Lane = Lane.INTERACTIVE
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +138,7 @@ class Job:
     output_hash: str | None = None
     error: JobErrorInfo | None = None
     usage: Usage = field(default_factory=Usage)
+    lane: Lane = Lane.INTERACTIVE
 
     @property
     def attempts_left(self) -> int:
@@ -169,6 +179,7 @@ class AttemptRecord:
     cache_savings_usd: Decimal = Decimal(0)
     # False when a call went to a model with no price: its cost is unknown, recorded as 0.
     priced: bool = True
+    lane: Lane = Lane.INTERACTIVE
 
 
 @dataclass(frozen=True, slots=True)

@@ -375,6 +375,7 @@ def _created(job_id: str, new_job: NewJob, now_ms: int, status: JobStatus) -> Jo
         deadline_seconds=new_job.deadline_seconds,
         deadline_at=now_ms + new_job.deadline_seconds * 1000,
         request_hash=new_job.request_hash,
+        lane=new_job.lane,
     )
 
 

@@ -1,13 +1,20 @@
 """Admission: a batch's claimed jobs get their user's budget, then their model's capacity, together.
 
-The worker claims a batch's jobs, then asks `admit` once: for each limited model, one take of
+The worker claims a batch's jobs, then asks `admit`: for each limited model, one take of
 capacity for its jobs; for each user with a cap, one reservation of the worst cases of that user's
-jobs that got capacity. A job that gets both gets a `Pass` (when it may call); one that does not gets a
-`Hold` (what it waits for and until when) and makes no provider call. Just before its call, a pass
+jobs that got capacity. A job that gets both gets a `Pass` (when it may call); one that does not
+gets a `Hold` (what it waits for and until when) and makes no provider call. Just before its call, a pass
 is checked again (`Pass.revoked`): if this worker met a 429 for its model since the capacity was
 taken, the job waits instead. A 429 lowers the model's shared rate as soon as it is met. When the
 batch is done, `settle` gives back what the calls did not use: one write per user, and the models'
 share rides on the next take. docs/fleet.md walks through it.
+
+Lanes (docs/lanes.md) take from the same buckets with different horizons: interactive jobs as far
+ahead as their invocation can wait, background jobs only about a second ahead, so that an
+interactive arrival never waits behind more than that of background calls. A job that finds no
+capacity waits in its worker and is asked for again as capacity comes (`admit_as_capacity_comes`):
+only what cannot call within the invocation waits on the queue. Background jobs may not reserve
+the last part of a user's daily cap.
 """
 
 from __future__ import annotations
@@ -18,12 +25,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from engine.core import ErrorCode
+from engine.core import ErrorCode, Lane
 from engine.core.days import next_utc_midnight_ms, utc_day
 from engine.core.errors import ProviderRateLimitedError
 from engine.fleet.budgets import Budgets
 from engine.fleet.limiter import RateLimiter
-from engine.fleet.limits import Debt
+from engine.fleet.limits import HORIZON_MS, Debt
 from engine.gateway import CallPlan, Execution
 from engine.observability import log_unexpected, logger
 
@@ -32,6 +39,9 @@ from engine.observability import log_unexpected, logger
 BUDGET_RECHECK_MS = 30 * 60_000
 # When admission itself fails (DynamoDB unavailable), jobs wait this long rather than run unchecked.
 UNCHECKED_RETRY_MS = 5_000
+# How far ahead background jobs take capacity: an interactive job arriving meanwhile waits behind at
+# most this much of their calls (or two of them, at a rate slower than two a second).
+BACKGROUND_HORIZON_MS = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +50,7 @@ class Ask:
 
     user_id: str | None
     plan: CallPlan
+    lane: Lane = Lane.INTERACTIVE
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +98,10 @@ class Hold:
     day: str = ""
     reserved_usd: Decimal = Decimal(0)
     taken: Capacity | None = None
+    # For a job its model's shared limit holds: when a take (with the same horizon) could include it,
+    # and when it would then call; its worker may wait for that rather than hand it back.
+    capacity_at_ms: int | None = None
+    would_call_at_ms: int | None = None
 
     @classmethod
     def instead_of(cls, admitted: Pass, code: ErrorCode, until_ms: int, reason: str) -> Hold:
@@ -103,10 +118,15 @@ class Admission:
         limiter: RateLimiter | None,
         budgets: Budgets | None,
         clock: Callable[[], float] = time.time,
+        background_keep: Decimal = Decimal(0),
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._limiter = limiter
         self._budgets = budgets
         self._clock = clock
+        # The share (0-1) of a user's daily cap that background jobs may not reserve.
+        self._background_keep = background_keep
+        self._sleep = sleep
 
     def active(self) -> bool:
         """Whether the batch must be admitted: a shared limit is set, or someone may be capped. Fails
@@ -120,6 +140,44 @@ class Admission:
         except Exception as exc:
             log_unexpected("whether anyone is capped could not be read", exc)
             return True
+
+    def admit_as_capacity_comes(
+        self, asks: Sequence[Ask], call_within_ms: int | None, on_verdict: Callable[[int, Verdict], None]
+    ) -> None:
+        """Admit `asks` (by index, through `on_verdict`) as soon as each verdict is known. A job its
+        model's limit holds waits here and is asked for again when capacity comes, as long as it could
+        still call within `call_within_ms` (the invocation's time less the job's); past that, it gets
+        its hold and waits on the queue. Interactive jobs take that far ahead at once; background
+        jobs a second ahead at a time. Without an invocation to bound it, one admission."""
+        latest_call_ms = None if call_within_ms is None else self._now_ms() + call_within_ms
+        pending = list(range(len(asks)))
+        try:
+            while pending:
+                now = self._now_ms()
+                horizon = HORIZON_MS if latest_call_ms is None else max(latest_call_ms - now, 0)
+                verdicts = self.admit([asks[index] for index in pending], horizon)
+                waiting: list[tuple[int, int]] = []
+                for index, verdict in zip(pending, verdicts, strict=True):
+                    if (
+                        isinstance(verdict, Hold)
+                        and verdict.capacity_at_ms is not None
+                        and verdict.would_call_at_ms is not None
+                        and latest_call_ms is not None
+                        and verdict.would_call_at_ms <= latest_call_ms
+                    ):
+                        waiting.append((index, verdict.capacity_at_ms))
+                    else:
+                        on_verdict(index, verdict)
+                pending = [index for index, _ in waiting]
+                if pending:
+                    self._sleep(max(min(at for _, at in waiting) - self._now_ms(), 0) / 1000)
+        except Exception as exc:
+            log_unexpected("admission failed; the batch's jobs wait", exc)
+            until = self._now_ms() + UNCHECKED_RETRY_MS
+            for index in pending:
+                on_verdict(
+                    index, Hold(ErrorCode.PROVIDER_RATE_LIMITED, until, "waiting: capacity could not be checked")
+                )
 
     def admit(self, asks: Sequence[Ask], horizon_ms: int) -> list[Verdict]:
         """A verdict per ask, in order. Fails closed: if the table cannot be reached, every job waits.
@@ -190,12 +248,18 @@ class Admission:
         limiter = self._limiter
         if limiter is None:
             return
-        by_model: dict[str, list[int]] = defaultdict(list)
-        for index, ask in enumerate(asks):
+        by_model: dict[tuple[str, Lane], list[int]] = defaultdict(list)
+        # Interactive first: within a batch of both, they take before the background ones.
+        for index, ask in sorted(enumerate(asks), key=lambda pair: pair[1].lane is Lane.BACKGROUND):
             if limiter.limits(ask.plan.model):
-                by_model[ask.plan.model].append(index)
-        for model, indexes in by_model.items():
-            taken = limiter.take(model, [asks[index].plan.first_call_tokens for index in indexes], now, horizon_ms)
+                by_model[(ask.plan.model, ask.lane)].append(index)
+        for (model, lane), indexes in by_model.items():
+            tokens = [asks[index].plan.first_call_tokens for index in indexes]
+            horizon = horizon_ms
+            if lane is Lane.BACKGROUND:
+                # Two of its calls, at least, so that a slow limit still gives a take more than one.
+                horizon = min(horizon_ms, max(BACKGROUND_HORIZON_MS, 2 * limiter.spacing_ms(model, max(tokens), now)))
+            taken = limiter.take(model, tokens, now, horizon)
             granted = len(taken.call_at_ms)
             for index, call_at in zip(indexes, taken.call_at_ms, strict=False):
                 admitted = verdicts[index]
@@ -208,23 +272,28 @@ class Admission:
                     ErrorCode.PROVIDER_RATE_LIMITED,
                     max(fits_at, now + 1000),
                     f"waiting: {model} is at its shared rate limit; next try in about {seconds}s",
+                    capacity_at_ms=fits_at,
+                    would_call_at_ms=fits_at + horizon,
                 )
 
     def _reserve(self, asks: Sequence[Ask], verdicts: list[Verdict], now: int) -> None:
         """Reserve the worst cases of each capped user's jobs that may call; those the budget cannot hold wait."""
         if self._budgets is None:
             return
-        by_user: dict[str, list[int]] = defaultdict(list)
-        for index, ask in enumerate(asks):
+        by_user: dict[tuple[str, Lane], list[int]] = defaultdict(list)
+        # Interactive first: within a batch of both, they reserve before the background ones.
+        for index, ask in sorted(enumerate(asks), key=lambda pair: pair[1].lane is Lane.BACKGROUND):
             if ask.user_id is not None and isinstance(verdicts[index], Pass):
-                by_user[ask.user_id].append(index)
-        caps = self._budgets.caps(by_user, now)
+                by_user[(ask.user_id, ask.lane)].append(index)
+        caps = self._budgets.caps({user for user, _ in by_user}, now)
         day = utc_day(now)
         until = min(next_utc_midnight_ms(now), now + BUDGET_RECHECK_MS)
-        for user, indexes in by_user.items():
+        for (user, lane), indexes in by_user.items():
             cap = caps.get(user)
             if cap is None:
                 continue
+            # Background jobs leave the last part of the cap to the user's interactive ones.
+            keep = cap * self._background_keep if lane is Lane.BACKGROUND else Decimal(0)
             # A model with no price would cost an unknown amount: no budget can hold it.
             for index in [index for index in indexes if asks[index].plan.unpriced]:
                 admitted = verdicts[index]
@@ -234,12 +303,14 @@ class Admission:
                 verdicts[index] = Hold.instead_of(admitted, ErrorCode.BUDGET_EXCEEDED, until, reason)
             indexes = [index for index in indexes if not asks[index].plan.unpriced]
             amounts = [asks[index].plan.worst_case_usd for index in indexes]
-            count = self._budgets.reserve(user, amounts, cap, now) if indexes else 0
+            count = self._budgets.reserve(user, amounts, cap, now, keep) if indexes else 0
             for index in indexes[:count]:
                 admitted = verdicts[index]
                 assert isinstance(admitted, Pass)
                 admitted.user_id, admitted.day, admitted.reserved_usd = user, day, asks[index].plan.worst_case_usd
             reason = f"waiting: user {user} has spent or reserved its daily budget of ${cap}"
+            if keep:
+                reason += f", less the ${keep.normalize():f} kept for its interactive jobs"
             for index in indexes[count:]:
                 admitted = verdicts[index]
                 assert isinstance(admitted, Pass)

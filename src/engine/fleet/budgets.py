@@ -53,9 +53,11 @@ class BudgetStore(Protocol):
         """Whether any user was ever given a cap of their own."""
         ...
 
-    def reserve(self, user_id: str, day: str, amount: Decimal, cap: Decimal, now_ms: int) -> tuple[bool, Decimal]:
+    def reserve(
+        self, user_id: str, day: str, amount: Decimal, cap: Decimal, now_ms: int, keep: Decimal = Decimal(0)
+    ) -> tuple[bool, Decimal]:
         """Take `amount` from the day's headroom (the cap when the day is new): (True, headroom after) when
-        at least that much was left, else (False, the headroom as it was)."""
+        at least that much and `keep` more were left, else (False, the headroom as it was)."""
         ...
 
     def settle(self, user_id: str, day: str, returned: Decimal, spent: Decimal) -> None:
@@ -108,15 +110,18 @@ class Budgets:
             fresh |= read
         return fresh
 
-    def reserve(self, user_id: str, amounts: Sequence[Decimal], cap: Decimal, now_ms: int) -> int:
-        """Reserve the longest prefix of `amounts` that today's headroom holds; how many were reserved."""
+    def reserve(
+        self, user_id: str, amounts: Sequence[Decimal], cap: Decimal, now_ms: int, keep: Decimal = Decimal(0)
+    ) -> int:
+        """Reserve the longest prefix of `amounts` that today's headroom holds with `keep` left over; how
+        many were reserved."""
         day = utc_day(now_ms)
         headroom = cap  # until the store says otherwise: a new day starts at the cap
         for _ in range(RESERVE_TRIES):
-            count = _prefix_within(amounts, headroom)
+            count = _prefix_within(amounts, headroom - keep)
             if count == 0:
                 return 0
-            ok, headroom = self._store.reserve(user_id, day, sum(amounts[:count], Decimal(0)), cap, now_ms)
+            ok, headroom = self._store.reserve(user_id, day, sum(amounts[:count], Decimal(0)), cap, now_ms, keep)
             if ok:
                 return count
         return 0

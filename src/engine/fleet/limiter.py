@@ -17,6 +17,7 @@ calls not yet made wait on the queue (`paused_until`) rather than meet the same 
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 from collections.abc import Mapping, Sequence
@@ -74,6 +75,13 @@ class RateLimiter:
 
     def limits(self, model: str) -> bool:
         return model in self._limits
+
+    def spacing_ms(self, model: str, tokens: int, now_ms: int) -> int:
+        """How far apart one take's calls of `tokens` tokens go (a shard's rate, as this worker last saw it)."""
+        with self._lock:
+            seen = self._seen.get((model, 0)) or BucketState()
+        request_ns, token_ns = Costs.of(self._limits[model], seen.factor_now(now_ms)).moves(1, tokens)
+        return math.ceil(max(request_ns, token_ns) / 1_000_000)
 
     def take(self, model: str, asks: Sequence[int], now_ms: int, horizon_ms: int = HORIZON_MS) -> Taken:
         """Capacity for the longest prefix of `asks` (estimated tokens of one call each) that calls within

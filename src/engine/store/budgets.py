@@ -70,7 +70,9 @@ class BudgetTable:
         response = self._client.get_item(TableName=self.table_name, Key=MARKER_KEY, ConsistentRead=True)
         return "Item" in response
 
-    def reserve(self, user_id: str, day: str, amount: Decimal, cap: Decimal, now_ms: int) -> tuple[bool, Decimal]:
+    def reserve(
+        self, user_id: str, day: str, amount: Decimal, cap: Decimal, now_ms: int, keep: Decimal = Decimal(0)
+    ) -> tuple[bool, Decimal]:
         expr = Expression()
         headroom = expr.name("headroom")
         expr.subtract("headroom", amount, start=cap)
@@ -79,7 +81,9 @@ class BudgetTable:
         expr.set("user_id", user_id)
         expr.set("day", day)
         expr.set("expires_at", (now_ms + DAY_MS + self._retention_ms) // 1000)
-        expr.condition = f"attribute_not_exists({headroom}) OR {headroom} >= {expr.value('sub_headroom', amount)}"
+        # A new day begins at the cap: the caller has checked that cap - amount leaves `keep`.
+        enough = expr.value("enough", amount + keep)
+        expr.condition = f"attribute_not_exists({headroom}) OR {headroom} >= {enough}"
         written, item = conditional_update(self._client, self.table_name, day_key(user_id, day), expr, "UPDATED_NEW")
         return written, Decimal(from_item(item or {}).get("headroom", cap))
 

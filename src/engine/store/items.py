@@ -23,6 +23,7 @@ from engine.core import (
     Job,
     JobErrorInfo,
     JobStatus,
+    Lane,
     Usage,
 )
 from engine.core.days import utc_day
@@ -151,6 +152,8 @@ def job_from_item(item: Item) -> Job:
             cache_write_input_tokens=int(data.get("cache_write_input_tokens", 0)),
             reasoning_tokens=int(data.get("reasoning_tokens", 0)),
         ),
+        # Jobs created before lanes were all interactive.
+        lane=Lane(data.get("lane", Lane.INTERACTIVE)),
     )
 
 
@@ -223,6 +226,7 @@ def attempt_item(record: AttemptRecord, expires_at: int) -> Item:
             "reasoning_tokens": record.reasoning_tokens or None,
             "cache_savings_usd": record.cache_savings_usd or None,
             "unpriced": True if not record.priced else None,
+            "lane": record.lane.value,
             "expires_at": expires_at,
         }
     )
@@ -254,6 +258,7 @@ def attempt_from_item(item: Item) -> AttemptRecord:
         reasoning_tokens=int(data.get("reasoning_tokens", 0)),
         cache_savings_usd=Decimal(data.get("cache_savings_usd", 0)),
         priced=not data.get("unpriced", False),
+        lane=Lane(data.get("lane", Lane.INTERACTIVE)),
     )
 
 

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from engine.core import Job, JobStatus
+from engine.core import Job, JobStatus, Lane
 from engine.core.days import utc_day
 from engine.store.expressions import index_query
 from engine.store.items import LIST_DAY_SHARDS, Item, list_day_partition
@@ -34,21 +34,27 @@ class JobListing:
         *,
         user_id: str | None = None,
         status: JobStatus | None = None,
+        lane: Lane | None = None,
         limit: int = 50,
         days: int = 30,
         now_ms: int,
     ) -> list[Job]:
-        """Up to `limit` jobs created in the last `days` days, newest first; one user's, or everyone's."""
+        """Up to `limit` jobs created in the last `days` days, newest first; one user's, or everyone's;
+        of one status, or one lane."""
         jobs: list[Job] = []
         keys = self._keys(now_ms, days, user_id)
         while len(jobs) < limit:
             # Unfiltered, read just what is missing; filtered, full batches until enough match.
-            wanted = _BATCH if status else min(_BATCH, limit - len(jobs))
+            wanted = _BATCH if status or lane else min(_BATCH, limit - len(jobs))
             batch = list(islice(keys, wanted))
             if not batch:
                 break
             found = batch_get_jobs(self._client, self.table_name, batch)
-            jobs.extend(job for job in found if job is not None and (status is None or job.status is status))
+            jobs.extend(
+                job
+                for job in found
+                if job is not None and (status is None or job.status is status) and (lane is None or job.lane is lane)
+            )
         return jobs[:limit]
 
     def _keys(self, now_ms: int, days: int, user_id: str | None) -> Iterator[Item]:

@@ -1,4 +1,4 @@
-"""Usage over a time range, by user, job type and model: Queries of the attempt records' indexes."""
+"""Usage over a time range, by user, job type, model and lane: Queries of the attempt records' indexes."""
 
 from __future__ import annotations
 
@@ -22,11 +22,13 @@ MAX_RANGE_DAYS = 400
 
 @dataclass(frozen=True, slots=True)
 class UsageRow:
-    """Attempts of one (user, job type, model), summed; token kinds as in engine.core.Usage."""
+    """Attempts of one (user, job type, model, lane), summed; token kinds as in engine.core.Usage."""
 
     user_id: str | None
     job_type: str | None
     model: str | None
+    # Attempts recorded before lanes were interactive ones.
+    lane: str | None = None
     attempts: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -59,12 +61,17 @@ class UsageLedger:
         self._client = client or default_client()
 
     def summarize(self, since_ms: int, until_ms: int, user_id: str | None = None) -> list[UsageRow]:
-        """Attempts finished in [since, until], summed by (user, job type, model); costliest first."""
+        """Attempts finished in [since, until], summed by (user, job type, model, lane); costliest first."""
         if until_ms < since_ms:
             raise ValueError("the usage range ends before it starts")
-        totals: dict[tuple[str | None, str | None, str | None], UsageRow] = {}
+        totals: dict[tuple[str | None, str | None, str | None, str | None], UsageRow] = {}
         for record in self._records(since_ms, until_ms, user_id):
-            key = (record.get("user_id"), record.get("job_type"), record.get("model"))
+            key = (
+                record.get("user_id"),
+                record.get("job_type"),
+                record.get("model"),
+                record.get("lane", "interactive"),
+            )
             totals[key] = (totals.get(key) or UsageRow(*key)).plus(record)
         rows = list(totals.values())
         return sorted(rows, key=lambda row: (-row.cost_usd, -row.input_tokens, str(row.user_id), str(row.job_type)))
