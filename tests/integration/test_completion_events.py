@@ -54,6 +54,21 @@ class MotoStream:
         return list(page["Records"])
 
 
+def handled_on_the_bus(stack: StackResources, records: list[dict[str, Any]]) -> tuple[dict[str, Any], list[int]]:
+    """The events function's answer to a batch of stream records, putting its events on the stack's
+    bus (moto), and how many entries each PutEvents request held."""
+    events = boto3.client("events")
+    sent: list[int] = []
+
+    class Counting:
+        def put_events(self, **params: Any) -> Any:
+            sent.append(len(params["Entries"]))
+            return events.put_events(**params)
+
+    response = CompletionEvents(EventPublisher(Counting(), stack.event_bus)).handle({"Records": records}, None)  # type: ignore[arg-type]
+    return response, sent
+
+
 def tap_events(stack: StackResources) -> list[dict[str, Any]]:
     """The events the bus copied to the local tap queue (the template's rule for every event), consumed."""
     sqs = boto3.client("sqs")
@@ -174,16 +189,9 @@ def test_the_events_function_puts_each_event_on_the_bus_and_reports_the_first_re
     for n in range(12):
         store.create_failed_job(f"bus-{n}", REFUSED, NOW + n, job_type="classify", user_id="acme")
     records = stream.records()
-    events = boto3.client("events")
-    sent: list[int] = []
-
-    class Counting:
-        def put_events(self, **params: Any) -> Any:
-            sent.append(len(params["Entries"]))
-            return events.put_events(**params)
 
     # When the function handles the batch: 12 job creations, each its event
-    response = CompletionEvents(EventPublisher(Counting(), stack.event_bus)).handle({"Records": records}, None)  # type: ignore[arg-type]
+    response, sent = handled_on_the_bus(stack, records)
 
     # Then two PutEvents (10 + 2), all accepted, each copied to the local tap queue
     assert response == {"batchItemFailures": []}
@@ -216,16 +224,9 @@ def test_four_outputs_of_64_kib_in_one_stream_batch_make_four_events(
         job = store.claim_job(f"large-{n}", "w1", LEASE_MS, NOW + 1, None)
         store.finish_job(job, Succeeded(output, "h"), NOW + 2)
     records = stream.records()
-    events = boto3.client("events")
-    sent: list[int] = []
-
-    class Counting:
-        def put_events(self, **params: Any) -> Any:
-            sent.append(len(params["Entries"]))
-            return events.put_events(**params)
 
     # When the events function handles them in one batch
-    response = CompletionEvents(EventPublisher(Counting(), stack.event_bus)).handle({"Records": records}, None)  # type: ignore[arg-type]
+    response, sent = handled_on_the_bus(stack, records)
 
     # Then every event was accepted, each with its output, in two requests (three fit in one)
     assert response == {"batchItemFailures": []}
