@@ -11,6 +11,11 @@ RUNTIME_VENV := .venv-runtime
 RUNTIME_STAMP := $(RUNTIME_VENV)/.installed
 # sam build packages for the Lambda runtime (python3.13); pyenv puts it on the path when present.
 SAM_PYENV ?= 3.11.7:3.13.0
+# The LiteLLM proxy, a provider no one here wrote, for the end-to-end test of `aijobs dev` (its own
+# venv, as users run it: a server of its own, whose pins never meet the project's).
+LITELLM_VENV := .venv-litellm
+LITELLM := $(LITELLM_VENV)/bin/litellm
+LITELLM_VERSION := 1.108.7
 
 .PHONY: demo bench test lint lint-template build clean runtime-venv
 
@@ -42,9 +47,16 @@ $(RUNTIME_STAMP): src/requirements.txt
 
 runtime-venv: $(RUNTIME_STAMP)
 
+$(LITELLM):
+	rm -rf $(LITELLM_VENV)
+	$(PYTHON) -m venv $(LITELLM_VENV)
+	$(LITELLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(LITELLM_VENV)/bin/pip install --quiet 'litellm[proxy]==$(LITELLM_VERSION)'
+
 # One worker per core; a test file stays on one worker, so its module-wide stacks are built once.
-test: $(STAMP)
-	$(BIN)/pytest -n auto --dist loadfile
+# The LiteLLM test fails rather than skips here: the proxy is part of what `make test` installs.
+test: $(STAMP) $(LITELLM)
+	AIJOBS_LITELLM=$(LITELLM) AIJOBS_REQUIRE_LITELLM=1 $(BIN)/pytest -n auto --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check src aijobs tests bench
@@ -61,7 +73,7 @@ build: $(SAM)
 	$(PYTHON) scripts/check_build.py
 
 clean:
-	rm -rf $(VENV) $(SAM_VENV) $(RUNTIME_VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SAM_VENV) $(RUNTIME_VENV) $(LITELLM_VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache
 
 # The soak (not part of `make test`): 1000 jobs, one in five with an injected fault of every class,
 # each message delivered 2-3 times, through a moto server, the local provider, the local event

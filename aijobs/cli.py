@@ -6,7 +6,8 @@ import json
 import re
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from decimal import Decimal, InvalidOperation
 from functools import wraps
 from pathlib import Path
@@ -30,8 +31,9 @@ from aijobs.render import (
     usage_json,
     usage_table,
 )
+from engine.config import REQUIRED_SETTINGS, load_settings
 from engine.core import JobStatus
-from engine.core.errors import AiJobsError
+from engine.core.errors import AiJobsError, ConfigurationError, MissingSettingsError
 from engine.models import JobView
 from engine.worker import FUNCTION_TIMEOUT_SECONDS
 
@@ -41,6 +43,14 @@ out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+StackOption = Annotated[
+    str | None,
+    typer.Option(
+        "--stack",
+        envvar="AIJOBS_STACK",
+        help="A stack deployed with `sam deploy`: its outputs name the table, queue and bucket.",
+    ),
+]
 F = TypeVar("F", bound=Callable[..., Any])
 _DURATION = re.compile(r"^(\d+)([smhdw])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
@@ -92,8 +102,20 @@ def print_view(view: JobView, as_json: bool) -> None:
         out.print(job_table(view))
 
 
-def client() -> AiJobsClient:
-    return AiJobsClient.from_settings()
+def client(stack: str | None) -> AiJobsClient:
+    """The client of the deployed stack named, or of the environment's JOBS_* variables without one."""
+    if stack:
+        return AiJobsClient.from_stack(stack)
+    try:
+        settings = load_settings()
+    except MissingSettingsError as exc:
+        if set(exc.variables) == set(REQUIRED_SETTINGS):  # nothing names a stack
+            *first, last = REQUIRED_SETTINGS
+            raise ConfigurationError(
+                f"no stack configured: pass --stack NAME (or set AIJOBS_STACK), or set {', '.join(first)} and {last}"
+            ) from exc
+        raise
+    return AiJobsClient.from_settings(settings)
 
 
 @app.command()
@@ -108,9 +130,10 @@ def submit(
     wait: Annotated[bool, typer.Option("--wait", help="Wait until the job ends; exit 1 unless it succeeded.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds --wait waits at most.")] = 300.0,
     as_json: JsonFlag = False,
+    stack: StackOption = None,
 ) -> None:
     """Create a job and enqueue it; prints the job id."""
-    jobs = client()
+    jobs = client(stack)
     result = jobs.submit(
         job_type,
         user,
@@ -133,9 +156,11 @@ def submit(
 
 @app.command()
 @one_line_errors
-def status(job_id: Annotated[str, typer.Argument(help="The job id.")], as_json: JsonFlag = False) -> None:
+def status(
+    job_id: Annotated[str, typer.Argument(help="The job id.")], as_json: JsonFlag = False, stack: StackOption = None
+) -> None:
     """Show one job."""
-    print_view(client().get(job_id), as_json)
+    print_view(client(stack).get(job_id), as_json)
 
 
 @app.command()
@@ -145,12 +170,13 @@ def watch(
     interval: Annotated[float, typer.Option("--interval", help="Seconds between polls.")] = 1.0,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to watch at most.")] = 3600.0,
     as_json: JsonFlag = False,
+    stack: StackOption = None,
 ) -> None:
     """Live progress until every job is terminal; exit 1 unless all succeeded.
 
     With --json, one line per job each time its status changes.
     """
-    jobs = client()
+    jobs = client(stack)
     deadline = time.monotonic() + timeout
     seen: dict[str, str] = {}
 
@@ -190,9 +216,11 @@ class _Quiet:
 
 @app.command()
 @one_line_errors
-def cancel(job_id: Annotated[str, typer.Argument(help="The job id.")], as_json: JsonFlag = False) -> None:
+def cancel(
+    job_id: Annotated[str, typer.Argument(help="The job id.")], as_json: JsonFlag = False, stack: StackOption = None
+) -> None:
     """Cancel a job: a queued one ends at once, a running one at its next fence."""
-    view = client().cancel(job_id)
+    view = client(stack).cancel(job_id)
     if as_json:
         print_json(view.model_dump(mode="json"))
     elif view.status is JobStatus.CANCELLED:
@@ -205,9 +233,11 @@ def cancel(job_id: Annotated[str, typer.Argument(help="The job id.")], as_json: 
 
 @app.command()
 @one_line_errors
-def retry(job_id: Annotated[str, typer.Argument(help="The job id.")], as_json: JsonFlag = False) -> None:
+def retry(
+    job_id: Annotated[str, typer.Argument(help="The job id.")], as_json: JsonFlag = False, stack: StackOption = None
+) -> None:
     """Put a failed job back in the queue with a fresh attempt budget."""
-    view = client().retry(job_id)
+    view = client(stack).retry(job_id)
     if as_json:
         print_json(view.model_dump(mode="json"))
     else:
@@ -216,9 +246,11 @@ def retry(job_id: Annotated[str, typer.Argument(help="The job id.")], as_json: J
 
 @app.command(name="inspect")
 @one_line_errors
-def inspect_job(job_id: Annotated[str, typer.Argument(help="The job id.")], as_json: JsonFlag = False) -> None:
+def inspect_job(
+    job_id: Annotated[str, typer.Argument(help="The job id.")], as_json: JsonFlag = False, stack: StackOption = None
+) -> None:
     """What happened to a job and what it cost: its view, every attempt, its dead letters, its lease."""
-    inspection = client().inspect(job_id)
+    inspection = client(stack).inspect(job_id)
     if as_json:
         print_json(inspection.model_dump(mode="json"))
     else:
@@ -232,9 +264,10 @@ def list_jobs(
     job_status: Annotated[JobStatus | None, typer.Option("--status", help="Only jobs in this status.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=1000, help="At most this many.")] = 50,
     as_json: JsonFlag = False,
+    stack: StackOption = None,
 ) -> None:
     """Jobs, newest first (everyone's of the last 30 days, or one user's)."""
-    views = client().list_jobs(user_id=user, status=job_status, limit=limit)
+    views = client(stack).list_jobs(user_id=user, status=job_status, limit=limit)
     if as_json:
         print_json([view.model_dump(mode="json") for view in views])
     else:
@@ -247,9 +280,10 @@ def usage(
     user: Annotated[str | None, typer.Option("--user", help="Only this user's usage.")] = None,
     since: Annotated[str, typer.Option("--since", help="How far back: 30m, 12h, 7d, 2w.")] = "7d",
     as_json: JsonFlag = False,
+    stack: StackOption = None,
 ) -> None:
     """Tokens and cost by user, job type and model."""
-    rows = client().usage(parse_duration(since), user_id=user)
+    rows = client(stack).usage(parse_duration(since), user_id=user)
     if as_json:
         print_json([usage_json(row) for row in rows])
     else:
@@ -274,9 +308,10 @@ def budget_set(
     user: Annotated[str, typer.Option("--user", help="The user.")],
     daily_usd: Annotated[str, typer.Option("--daily-usd", help="Their daily cap in US dollars, e.g. 5 or 2.50.")],
     as_json: JsonFlag = False,
+    stack: StackOption = None,
 ) -> None:
     """Give a user a daily cap of their own; it applies from now on, today included."""
-    day = client().set_budget(user, parse_usd(daily_usd))
+    day = client(stack).set_budget(user, parse_usd(daily_usd))
     if as_json:
         print_json(budget_json(day))
     else:
@@ -288,9 +323,10 @@ def budget_set(
 def budget_show(
     user: Annotated[str | None, typer.Option("--user", help="Only this user.")] = None,
     as_json: JsonFlag = False,
+    stack: StackOption = None,
 ) -> None:
     """Today's budgets: cap, spent, reserved by attempts in flight, left (users with a cap)."""
-    jobs = client()
+    jobs = client(stack)
     if user is not None:
         day = jobs.budget(user)
         if day is None:
@@ -314,18 +350,24 @@ LimitOption = Annotated[int, typer.Option("--limit", min=1, max=1000, help="At m
 @dead_letters_app.callback(invoke_without_command=True)
 @one_line_errors
 def dead_letters_default(
-    ctx: typer.Context, since: SinceOption = "7d", limit: LimitOption = 50, as_json: JsonFlag = False
+    ctx: typer.Context,
+    since: SinceOption = "7d",
+    limit: LimitOption = 50,
+    as_json: JsonFlag = False,
+    stack: StackOption = None,
 ) -> None:
     """Without a command: list, as `aijobs dead-letters list`."""
     if ctx.invoked_subcommand is None:
-        dead_letters_list(since, limit, as_json)
+        dead_letters_list(since, limit, as_json, stack)
 
 
 @dead_letters_app.command("list")
 @one_line_errors
-def dead_letters_list(since: SinceOption = "7d", limit: LimitOption = 50, as_json: JsonFlag = False) -> None:
+def dead_letters_list(
+    since: SinceOption = "7d", limit: LimitOption = 50, as_json: JsonFlag = False, stack: StackOption = None
+) -> None:
     """Dead letters, newest first: message id, when recorded, the job it names, receives, reason."""
-    letters = client().dead_letters(parse_duration(since), limit)
+    letters = client(stack).dead_letters(parse_duration(since), limit)
     if as_json:
         print_json([letter.model_dump(mode="json") for letter in letters])
     else:
@@ -339,6 +381,7 @@ def dead_letters_redrive(
     redrive_all: Annotated[bool, typer.Option("--all", help="Every dead letter of --since.")] = False,
     since: SinceOption = "7d",
     as_json: JsonFlag = False,
+    stack: StackOption = None,
 ) -> None:
     """Retry the job each dead letter names, as `aijobs retry` does; a body that names no job is never re-sent.
 
@@ -347,7 +390,7 @@ def dead_letters_redrive(
     """
     if redrive_all == bool(message_ids):
         raise ValueError("give the message ids of dead letters, or --all")
-    jobs = client()
+    jobs = client(stack)
     results = jobs.redrive_all(parse_duration(since)) if redrive_all else jobs.redrive(message_ids or [])
     if as_json:
         print_json([redrive_json(result) for result in results])
@@ -426,7 +469,6 @@ def worker(
 ) -> None:
     """A local event source mapping: long-polls the jobs queue and runs the worker handler on batches."""
     from aijobs.local.poller import EventSourceMapping
-    from engine.config import load_settings
     from handlers.worker import lambda_handler
 
     settings = load_settings()
@@ -450,7 +492,9 @@ def worker(
 @one_line_errors
 def dev(
     port: Annotated[int, typer.Option("--port", help="Port of the local AWS endpoint (0: any free one).")] = 5000,
-    provider_port: Annotated[int, typer.Option("--provider-port", help="Port of the local provider.")] = 8700,
+    provider_port: Annotated[
+        int, typer.Option("--provider-port", help="Port of the local provider (0: any free one).")
+    ] = 8700,
     concurrency: Annotated[int, typer.Option("--concurrency", min=1, max=64, help="Worker pollers.")] = 2,
     fault_rate: Annotated[float, typer.Option("--fault-rate", min=0, max=1, help="Share of provider faults.")] = 0.0,
     ai_base_url: Annotated[
@@ -479,22 +523,30 @@ def dev(
         ),
     ] = "",
 ) -> None:
-    """The embedded stack: local AWS endpoint, local provider (unless AI_BASE_URL is set) and the worker."""
+    """The embedded stack: local AWS endpoint, local provider (unless AI_BASE_URL is set) and the worker.
+
+    The functions get every AI_* and AIJOBS_* variable of this environment, as the template would
+    set them; the options above win over the variables they name."""
+    import os
     import shlex
 
-    from aijobs.local.devstack import DevStack, DevStackOptions
+    with local_extra("dev"):
+        from aijobs.local.devstack import DevStack, DevStackOptions, function_variables
 
+    flags = {
+        "AI_BASE_URL": ai_base_url,
+        "AIJOBS_PROVIDER_LIMITS": provider_limits,
+        "AIJOBS_DEFAULT_DAILY_BUDGET_USD": default_budget,
+    }
     options = DevStackOptions(
         aws_port=port,
         provider_port=provider_port,
-        ai_base_url=ai_base_url or None,
+        function_environment=function_variables(os.environ) | {name: value for name, value in flags.items() if value},
         concurrency=concurrency,
         fault_rate=fault_rate,
         provider_rpm=rpm,
         provider_tpm=tpm,
         provider_reasoning_tokens=reasoning_tokens,
-        provider_limits=provider_limits,
-        default_daily_budget_usd=default_budget,
     )
     with DevStack(options) as stack:
         for name, value in sorted(stack.environment.items()):
@@ -504,13 +556,28 @@ def dev(
 
 
 @app.command()
+@one_line_errors
 def demo() -> None:
     """The embedded stack plus sample jobs of every type (some made to fail), live until all end."""
-    from aijobs.demo import run_demo
+    with local_extra("demo"):
+        from aijobs.demo import run_demo
 
     if not run_demo(out):
         err.print("error: some jobs did not end as they were meant to", highlight=False)
         raise typer.Exit(1)
+
+
+@contextmanager
+def local_extra(command: str) -> Iterator[None]:
+    """Around the imports of the embedded stack: without `aijobs[local]` (moto, PyYAML), one line
+    saying what to install instead of a traceback."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        raise ConfigurationError(
+            f"aijobs {command} runs the embedded stack, which needs {exc.name} (not installed): "
+            "pip install 'aijobs[local]'"
+        ) from exc
 
 
 def _wait_for_interrupt() -> None:

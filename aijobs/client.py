@@ -18,6 +18,7 @@ from typing import Any
 import boto3
 from pydantic import TypeAdapter, ValidationError
 
+from aijobs.deployed import load_stack_settings
 from engine.config import Settings, load_settings
 from engine.core import JobStatus
 from engine.core.errors import (
@@ -107,6 +108,12 @@ class AiJobsClient:
             budgets=BudgetTable(settings.jobs_table_name, dynamodb, settings.aijobs_retention_days),
             default_budget_usd=settings.default_daily_budget_usd,
         )
+
+    @classmethod
+    def from_stack(cls, name: str, session: boto3.Session | None = None) -> AiJobsClient:
+        """The client of a stack deployed with `sam deploy`, from its outputs (CloudFormation
+        DescribeStacks); other settings come from the environment."""
+        return cls.from_settings(load_stack_settings(name, session), session)
 
     def submit(
         self,

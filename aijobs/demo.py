@@ -231,8 +231,10 @@ def demo_options() -> DevStackOptions:
         concurrency=2,
         quiet=True,
         provider_rpm=DEMO_RPM,
-        provider_limits=json.dumps({LOCAL_MODEL: {"rpm": DEMO_RPM}}),
-        default_daily_budget_usd="unlimited",
+        function_environment={
+            "AIJOBS_PROVIDER_LIMITS": json.dumps({LOCAL_MODEL: {"rpm": DEMO_RPM}}),
+            "AIJOBS_DEFAULT_DAILY_BUDGET_USD": "unlimited",
+        },
     )
 
 

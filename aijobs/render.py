@@ -187,7 +187,9 @@ USAGE_COLUMNS = (
     ("reasoning", "reasoning_tokens"),
     ("cost", "cost_usd"),
     ("cache saved", "cache_savings_usd"),
+    ("unpriced", "unpriced_attempts"),
 )
+UNPRICED_NOTE = "unpriced: attempts of a model with no price, whose cost is unknown and counted as 0 (AIJOBS_PRICES)"
 
 
 def usage_table(rows: Sequence[UsageRow], title: str) -> Table:
@@ -203,6 +205,8 @@ def usage_table(rows: Sequence[UsageRow], title: str) -> Table:
         total = replace(total, **{name: getattr(total, name) + getattr(row, name) for _, name in USAGE_COLUMNS})
     table.add_section()
     table.add_row("total", "", "", *_usage_cells(total))
+    if total.unpriced_attempts:
+        table.caption = UNPRICED_NOTE
     return table
 
 

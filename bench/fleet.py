@@ -162,8 +162,10 @@ def stack_options(*, provider_rpm: int | None, limits_rpm: int | None, budget: s
         provider_latency_seconds=PROVIDER_LATENCY_SECONDS,
         concurrency=POLLERS,
         provider_rpm=provider_rpm,
-        provider_limits=json.dumps({LOCAL_MODEL: {"rpm": limits_rpm}}) if limits_rpm else "",
-        default_daily_budget_usd=budget,
+        function_environment={
+            "AIJOBS_PROVIDER_LIMITS": json.dumps({LOCAL_MODEL: {"rpm": limits_rpm}}) if limits_rpm else "",
+            "AIJOBS_DEFAULT_DAILY_BUDGET_USD": budget,
+        },
         quiet=True,
         # moto keeps one account per process: each run's stack needs names of its own.
         stack_name=f"fleet-{uuid.uuid4().hex[:6]}",

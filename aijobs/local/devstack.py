@@ -3,21 +3,23 @@
 - a local AWS endpoint (moto) with the queues, table (and its stream), bucket and event bus
   created from template.yaml's own properties, and a queue that every completion event is copied
   to (`aijobs events` reads it);
-- a local OpenAI-compatible provider over real HTTP (or the one `ai_base_url` names);
+- a local OpenAI-compatible provider over real HTTP (or the one `AI_BASE_URL` names);
 - the worker and dead-letter functions, built with the engine's own wiring from Settings that
   point at the local endpoint, and run by local event source mappings with Lambda's batch shape,
   partial batch responses and the template's timeouts; the events function, fed by the table's
   stream (aijobs.local.streams).
 
-Nothing here reads or changes os.environ: `environment` holds the variables another process
-needs to use the stack (printed by `aijobs dev`), and `settings`/`session` serve this one.
+Nothing here reads or changes os.environ: the functions' own settings (`AI_*`, `AIJOBS_*`) come in
+as `DevStackOptions.function_environment`, as the template would set them; `environment` holds the
+variables another process needs to use the stack (printed by `aijobs dev`), and
+`settings`/`session` serve this one.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -39,6 +41,14 @@ from engine.wiring import build_events, build_recorder, build_worker
 LOCAL_MODEL = "gpt-4o-mini"
 LOCAL_API_KEY = "local-key"
 LOCAL_WAIT_SECONDS = 1
+# The settings a function reads from the environment the template gives it: `aijobs dev` passes on
+# every variable of its own environment with these prefixes.
+FUNCTION_VARIABLE_PREFIXES = ("AI_", "AIJOBS_")
+# Except the command's own: a deployed stack to talk to is no setting of the functions, and another
+# shell told to export it would talk to that stack instead of this one.
+COMMAND_VARIABLES = ("AIJOBS_STACK",)
+# What the local provider fixes when it serves the jobs: its address and its key.
+LOCAL_PROVIDER_VARIABLES = ("AI_BASE_URL", "AI_API_KEY", "AI_API_KEY_SECRET_ARN", "AI_PROVIDER")
 LOCAL_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
@@ -50,8 +60,10 @@ LOCAL_CREDENTIALS = {
 class DevStackOptions:
     aws_port: int = 5000
     provider_port: int = 8700
-    # When set, jobs go to this OpenAI-compatible endpoint instead of the local provider.
-    ai_base_url: str | None = None
+    # The functions' settings (AI_*, AIJOBS_*: the provider, models, prices, job modules, limits,
+    # budgets, ...), as the template sets them. With AI_BASE_URL, jobs go to that provider instead of
+    # the local one, with this AI_API_KEY and these models.
+    function_environment: Mapping[str, str] = field(default_factory=dict)
     provider_latency_seconds: float = 0.3
     fault_rate: float = 0.0
     # The local provider's own rate limit (429 with Retry-After beyond it), per minute.
@@ -59,13 +71,19 @@ class DevStackOptions:
     provider_tpm: int | None = None
     # Reasoning tokens the local provider bills per answer (as a reasoning model would).
     provider_reasoning_tokens: int = 0
-    # The engine's shared limits and default budget (AIJOBS_PROVIDER_LIMITS, AIJOBS_DEFAULT_DAILY_BUDGET_USD).
-    provider_limits: str = ""
-    default_daily_budget_usd: str = ""
     concurrency: int = 2
     stack_name: str = "aijobs"
     # The functions' metrics (EMF on stdout) dropped: a live terminal would be torn by them.
     quiet: bool = False
+
+
+def function_variables(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of `environ` that are the functions' settings (AI_*, AIJOBS_*)."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if name.upper().startswith(FUNCTION_VARIABLE_PREFIXES) and name.upper() not in COMMAND_VARIABLES
+    }
 
 
 def local_session() -> boto3.Session:
@@ -113,9 +131,8 @@ class DevStack:
         self._aws.start()
         endpoint = self._aws.endpoint_url
         self._resources = create_stack_resources(options.stack_name, session=self.session, endpoint_url=endpoint)
-        if options.ai_base_url:
-            ai_environment = {"AI_BASE_URL": options.ai_base_url}
-        else:
+        functions = dict(options.function_environment)
+        if not functions.get("AI_BASE_URL"):
             self.provider = LocalProvider(
                 port=options.provider_port,
                 api_key=LOCAL_API_KEY,
@@ -125,29 +142,19 @@ class DevStack:
                 tpm=options.provider_tpm,
                 reasoning_tokens=options.provider_reasoning_tokens,
             ).start()
-            ai_environment = {
-                "AI_BASE_URL": self.provider.url,
-                "AI_API_KEY": LOCAL_API_KEY,
-                "AI_MODEL_PRIMARY": LOCAL_MODEL,
-            }
+            # The local provider answers any model id: the one asked for, else one priced like the real one.
+            local = {"AI_PROVIDER": "openai", "AI_BASE_URL": self.provider.url, "AI_API_KEY": LOCAL_API_KEY}
+            functions = (
+                {"AI_MODEL_PRIMARY": LOCAL_MODEL}
+                | {name: value for name, value in functions.items() if name not in LOCAL_PROVIDER_VARIABLES}
+                | local
+            )
         self.environment = (
-            {"AWS_ENDPOINT_URL": endpoint, **LOCAL_CREDENTIALS}
-            | self._resources.environment()
-            | {"AI_PROVIDER": "openai"}
-            | ai_environment
-            | self._fleet_environment()
+            {"AWS_ENDPOINT_URL": endpoint, **LOCAL_CREDENTIALS} | self._resources.environment() | functions
         )
         self._settings = load_settings(self.environment)
         self._start_functions()
         return self
-
-    def _fleet_environment(self) -> dict[str, str]:
-        """Shared limits and budgets, as the deployed worker reads them (unset when off)."""
-        settings = {
-            "AIJOBS_PROVIDER_LIMITS": self.options.provider_limits,
-            "AIJOBS_DEFAULT_DAILY_BUDGET_USD": self.options.default_daily_budget_usd,
-        }
-        return {name: value for name, value in settings.items() if value}
 
     def _start_functions(self) -> None:
         template = load_template(DEFAULT_TEMPLATE)

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
-from engine.core.errors import ConfigurationError
+from engine.core.errors import ConfigurationError, MissingSettingsError
 
 HttpUrl = Annotated[str, Field(pattern=r"^https?://\S+$")]
 ModelId = Annotated[str, Field(min_length=1, max_length=256)]
@@ -78,8 +78,9 @@ class Settings(BaseModel):
     aijobs_prices: dict[ModelId, PriceSetting] = Field(default_factory=dict)
     # Shared rate limits per model id, JSON: {"gpt-4o-mini": {"rpm": 500, "tpm": 200000}}; empty: none.
     aijobs_provider_limits: dict[ModelId, LimitSetting] = Field(default_factory=dict)
-    # Daily spending cap per user (UTC days) for users without their own; "unlimited": only users
-    # with a cap of their own are capped; empty: no budgets at all.
+    # Daily spending cap per user (UTC days) for users without their own; "unlimited" or empty: only
+    # users with a cap of their own (`aijobs budget set`) are capped. Set (either way), every model
+    # must have a price.
     aijobs_default_daily_budget_usd: (
         Annotated[Decimal, Field(ge=0, le=1_000_000_000, allow_inf_nan=False)] | Literal["unlimited"] | None
     ) = None
@@ -88,6 +89,9 @@ class Settings(BaseModel):
     aijobs_event_bus: Annotated[str, Field(min_length=1, max_length=1600, pattern=r"^[A-Za-z0-9._\-/:]+$")] = "default"
     # Kept after a job ends before DynamoDB's TTL removes its items.
     aijobs_retention_days: Annotated[int, Field(ge=1, le=3650)] = 90
+    # The jobs queue's maxReceiveCount (the template's MaxReceiveCount): a waiting job's message is
+    # hidden so that the receives it has left reach its deadline (engine.retry.reach_floor_seconds).
+    aijobs_max_receive_count: Annotated[int, Field(ge=2, le=1000)] = 100
     # The lease when the worker runs outside Lambda with no context to read a deadline from.
     aijobs_default_lease_seconds: Annotated[int, Field(ge=10, le=900)] = 300
 
@@ -97,6 +101,8 @@ class Settings(BaseModel):
 
     @property
     def budgets_enabled(self) -> bool:
+        """Budgets declared for the deployment (a default cap, or "unlimited"). Caps of users' own hold
+        either way; this makes a model without a price a configuration error."""
         return self.aijobs_default_daily_budget_usd is not None
 
     @property
@@ -166,14 +172,27 @@ def _is_local_host(host: str) -> bool:
         return False
 
 
-def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
-    """Parse the environment (names in any case), or fail with one line naming the variable."""
+# The variables without a default: the ones that name the stack's table, queue and bucket.
+REQUIRED_SETTINGS = tuple(name.upper() for name, field in Settings.model_fields.items() if field.is_required())
+
+
+def load_settings(environ: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None) -> Settings:
+    """Parse the environment (names in any case), or fail with one line naming the variable.
+
+    `overrides` (a deployed stack's outputs, say) replace the environment's values of the names they hold.
+    """
     fields = Settings.model_fields
     source = os.environ if environ is None else environ
     values: dict[str, Any] = {name.lower(): value for name, value in source.items() if name.lower() in fields}
+    values.update({name.lower(): value for name, value in (overrides or {}).items() if name.lower() in fields})
     try:
         return Settings.model_validate(values)
     except ValidationError as exc:
-        first = exc.errors()[0]
+        errors = exc.errors()
+        first = errors[0]
         variable = str(first["loc"][0]).upper() if first["loc"] else "environment"
-        raise ConfigurationError(f"{variable}: {first['msg']}") from exc
+        message = f"{variable}: {first['msg']}"
+        missing = tuple(str(error["loc"][0]).upper() for error in errors if error["type"] == "missing" and error["loc"])
+        if missing:
+            raise MissingSettingsError(message, missing) from exc
+        raise ConfigurationError(message) from exc

@@ -139,6 +139,8 @@ class AttemptView(BaseModel):
     cost_usd: float
     cache_savings_usd: float
     latency_ms: int
+    # False: a call went to a model with no price, so cost_usd is unknown (recorded as 0).
+    priced: bool
 
     @classmethod
     def from_record(cls, record: AttemptRecord) -> AttemptView:
@@ -163,6 +165,7 @@ class AttemptView(BaseModel):
             cost_usd=float(record.cost_usd),
             cache_savings_usd=float(record.cache_savings_usd),
             latency_ms=record.latency_ms,
+            priced=record.priced,
         )
 
 

@@ -59,7 +59,13 @@ from engine.fleet.admission import Hold, Pass, Verdict
 from engine.gateway import Execution, ModelGateway
 from engine.intake import BadMessageError, JobRequest, canonical_json, parse_message, sha256_hex
 from engine.observability import genai_usage, log_unexpected, logger
-from engine.retry import MAX_DELAY_SECONDS, backoff_seconds, retry_delay_seconds
+from engine.retry import (
+    DEFAULT_MAX_RECEIVES,
+    MAX_DELAY_SECONDS,
+    backoff_seconds,
+    reach_floor_seconds,
+    retry_delay_seconds,
+)
 from engine.telemetry import count_ended, count_outcome, count_retry
 
 # Time kept back from the provider call for the finishing write.
@@ -124,6 +130,7 @@ class JobRunner:
         rng: random.Random | None = None,
         is_transient: TransientCheck = _never_transient,
         sleep: Callable[[float], None] = time.sleep,
+        max_receives: int = DEFAULT_MAX_RECEIVES,
     ) -> None:
         self._store = store
         self._gateway = gateway
@@ -134,6 +141,7 @@ class JobRunner:
         self._rng = rng or random.Random()
         self._is_transient = is_transient
         self._sleep = sleep
+        self._max_receives = max_receives
 
     def process(self, delivery: Delivery, remaining_ms: RemainingMs | None = None) -> Disposition:
         """Claim and run one delivery's job, with no shared limit or budget to ask."""
@@ -266,7 +274,7 @@ class JobRunner:
         attempt: AttemptRecord | None = None
         try:
             if isinstance(verdict, Hold):
-                return self._hold(job, request, verdict)
+                return self._hold(job, request, verdict, receive_count)
             wait_ms = max(verdict.call_at_ms - self._now_ms(), 0) if verdict else 0
             timeout_ms = int(definition.timeout_seconds * 1000)
             if remaining_ms and remaining_ms() < wait_ms + timeout_ms + FINISH_MARGIN_MS:
@@ -277,7 +285,7 @@ class JobRunner:
                 self._sleep(wait_ms / 1000)  # until the call time the shared limit gave
             revoked = verdict.revoked() if isinstance(verdict, Pass) else None
             if revoked is not None:
-                return self._hold(job, request, revoked)
+                return self._hold(job, request, revoked, receive_count)
             started = self._now_ms()
             execution = self._gateway.execute(definition, job_input, _time_left(remaining_ms))
             if verdict is not None:
@@ -301,10 +309,10 @@ class JobRunner:
             internal = InternalError(f"internal error: {type(exc).__name__}")
             return self._retry(job, request, internal, attempt, receive_count)
 
-    def _hold(self, job: Job, request: JobRequest, hold: Hold) -> Disposition:
+    def _hold(self, job: Job, request: JobRequest, hold: Hold, receive_count: int) -> Disposition:
         """Hand back a job its user's budget or its model's shared capacity holds, its attempt refunded."""
         now = self._now_ms()
-        seconds = min(max(math.ceil((hold.until_ms - now) / 1000), 1), MAX_DELAY_SECONDS)
+        seconds = self._hide_seconds(job, math.ceil((hold.until_ms - now) / 1000), receive_count)
         if job.deadline_at is not None and now + seconds * 1000 >= job.deadline_at:
             if hold.code is ErrorCode.BUDGET_EXCEEDED:
                 late: PermanentError = BudgetExceededError(
@@ -345,7 +353,9 @@ class JobRunner:
         # Backoff grows with the attempts, or with the receives when attempts are refunded (a provider
         # rate-limiting without Retry-After): else a throttled job would come back every second or two
         # and spend the queue's maxReceiveCount in minutes, long before its deadline.
-        delay = retry_delay_seconds(error, max(job.attempt_count, receive_count), self._rng)
+        delay = self._hide_seconds(
+            job, retry_delay_seconds(error, max(job.attempt_count, receive_count), self._rng), receive_count
+        )
         if job.deadline_at is not None and self._now_ms() + delay * 1000 >= job.deadline_at:
             late = DeadlineExceededError(
                 f"the deadline passes before the next try; last error {error.code}: {error.message}"
@@ -411,6 +421,7 @@ class JobRunner:
             cache_write_input_tokens=execution.cache_write_input_tokens,
             reasoning_tokens=execution.reasoning_tokens,
             cache_savings_usd=execution.cache_savings_usd,
+            priced=execution.priced,
         )
 
     def _log_outcome(self, job: Job, outcome: Outcome, attempt: AttemptRecord | None) -> None:
@@ -428,6 +439,14 @@ class JobRunner:
                 **genai_usage(attempt),
             },
         )
+
+    def _hide_seconds(self, job: Job, wanted: int, receive_count: int) -> int:
+        """How long to hide a job's message: what it waits for, but long enough that the receives the
+        message has left reach the job's deadline (engine.retry.reach_floor_seconds)."""
+        floor = 0
+        if job.deadline_at is not None:
+            floor = reach_floor_seconds((job.deadline_at - self._now_ms()) / 1000, receive_count, self._max_receives)
+        return min(max(wanted, floor, 1), MAX_DELAY_SECONDS)
 
     def _until_lease_ends(self, job: Job, at_least: int) -> int:
         """Seconds to hide a message until `job`'s current lease ends (within SQS's bounds)."""

@@ -19,6 +19,7 @@ from botocore.config import Config
 
 from engine.aws_errors import is_transient
 from engine.config import Settings, load_settings
+from engine.core.errors import ConfigurationError
 from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
 from engine.events import CompletionEvents, EventPublisher
@@ -85,29 +86,31 @@ def build_worker(
         # not share a jitter sequence.
         rng=random.SystemRandom(),
         is_transient=is_transient,
+        max_receives=settings.aijobs_max_receive_count,
     )
+    if settings.budgets_enabled and (unpriced := gateway.unpriced_models()):
+        raise ConfigurationError(
+            f"AIJOBS_PRICES: model {unpriced[0]!r} has no price, so no budget can hold what it costs; "
+            "give it one in AIJOBS_PRICES (the template's Prices)"
+        )
     queue = queue or JobQueue(settings.jobs_queue_url, aws.client("sqs"))
-    admission = build_admission(settings, aws)
-    return Worker(runner, queue, admission=admission, planner=gateway.plan if admission else None)
+    return Worker(runner, queue, admission=build_admission(settings, aws), planner=gateway.plan)
 
 
-def build_admission(settings: Settings, aws: Aws) -> Admission | None:
-    """Shared rate limits and budgets (engine.fleet), or None when neither is configured."""
+def build_admission(settings: Settings, aws: Aws) -> Admission:
+    """Shared rate limits and budgets (engine.fleet). Caps someone set with `aijobs budget set` hold
+    whether or not a default cap is configured; with neither caps nor limits, the batch's only cost
+    is a read a minute of whether anyone has a cap."""
     limits = {
         model: ModelLimit(limit.rpm, limit.tpm, limit.shards)
         for model, limit in settings.aijobs_provider_limits.items()
     }
-    if not limits and not settings.budgets_enabled:
-        return None
     client = aws.client("dynamodb")
     limiter = (
         RateLimiter(LimitTable(settings.jobs_table_name, client), limits, random.SystemRandom()) if limits else None
     )
-    budgets = None
-    if settings.budgets_enabled:
-        table = BudgetTable(settings.jobs_table_name, client, settings.aijobs_retention_days)
-        budgets = Budgets(table, settings.default_daily_budget_usd)
-    return Admission(limiter, budgets)
+    table = BudgetTable(settings.jobs_table_name, client, settings.aijobs_retention_days)
+    return Admission(limiter, Budgets(table, settings.default_daily_budget_usd))
 
 
 def build_recorder(settings: Settings, session: boto3.Session | None = None) -> DeadLetterRecorder:

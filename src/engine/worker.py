@@ -84,8 +84,10 @@ class Worker:
     def handle(self, event: dict[str, Any], context: LambdaContext | None) -> dict[str, Any]:
         invoked_at = time.time()
         remaining_ms = getattr(context, "get_remaining_time_in_millis", None)
-        steps = self._claim(event.get("Records") or [], remaining_ms)
-        verdicts = self._admit(steps, remaining_ms)
+        # Shared limits, or someone capped: the batch is claimed, admitted and run in steps.
+        admission = self._admission if self._admission is not None and self._admission.active() else None
+        steps = self._claim(event.get("Records") or [], remaining_ms) if admission else {}
+        verdicts = self._admit(admission, steps, remaining_ms) if admission else {}
         # A processor per call: it holds the batch's state, and local workers call concurrently.
         processor = AsyncBatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
 
@@ -96,11 +98,11 @@ class Worker:
                 run = partial(self._runner.run, step, remaining_ms, verdicts.get(id(step)))
                 disposition = await loop.run_in_executor(self._executor, run)
                 verdict = verdicts.pop(id(step), None) if isinstance(disposition, Retry) else None
-                if verdict is not None and self._admission is not None:
+                if verdict is not None and admission is not None:
                     # The job is queued again: what it holds of its user's budget goes back before its
                     # message can come back, lest its next claim find the budget still reserved.
-                    await loop.run_in_executor(self._executor, self._admission.settle, [verdict])
-            elif self._admission is None:  # no shared limits or budgets: each record runs whole
+                    await loop.run_in_executor(self._executor, admission.settle, [verdict])
+            elif admission is None:  # no shared limits or budgets: each record runs whole
                 disposition = await loop.run_in_executor(
                     self._executor, self._runner.process, delivery_of(record), remaining_ms
                 )
@@ -119,22 +121,22 @@ class Worker:
         try:
             result: dict[str, Any] = dict(async_process_partial_response(event, record_handler, processor, context))
         finally:
-            if self._admission is not None and verdicts:
-                self._admission.settle(list(verdicts.values()))
+            if admission is not None and verdicts:
+                admission.settle(list(verdicts.values()))
         return result
 
     def _claim(self, records: list[dict[str, Any]], remaining_ms: RemainingMs | None) -> dict[int, Step]:
         """Claim the batch's jobs side by side: each record's claimed job, or already its disposition."""
-        if self._admission is None:
-            return {}  # each record runs whole in its handler
         deliveries = [delivery_of(SQSRecord(record)) for record in records]
         claims = self._executor.map(partial(self._runner.claim, remaining_ms=remaining_ms), deliveries)
         return {id(record): step for record, step in zip(records, claims, strict=True)}
 
-    def _admit(self, steps: dict[int, Step], remaining_ms: RemainingMs | None) -> dict[int, Verdict]:
+    def _admit(
+        self, admission: Admission, steps: dict[int, Step], remaining_ms: RemainingMs | None
+    ) -> dict[int, Verdict]:
         """The batch's claimed jobs' budgets and capacity, asked for once (engine.fleet.admission)."""
         claimed = [step for step in steps.values() if isinstance(step, Claimed)]
-        if self._admission is None or self._planner is None or not claimed:
+        if self._planner is None or not claimed:
             return {}
         planned: list[tuple[Claimed, Ask]] = []
         for step in claimed:
@@ -150,7 +152,7 @@ class Worker:
         horizon = HORIZON_MS
         if remaining_ms is not None:
             horizon = int(min(horizon, max(remaining_ms() - longest - FINISH_MARGIN_MS, 0)))
-        verdicts = self._admission.admit([ask for _, ask in planned], horizon)
+        verdicts = admission.admit([ask for _, ask in planned], horizon)
         return {id(step): verdict for (step, _), verdict in zip(planned, verdicts, strict=True)}
 
     def _hide(self, record: SQSRecord, seconds: int) -> None:

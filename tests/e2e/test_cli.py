@@ -120,6 +120,20 @@ def test_a_missing_setting_is_named(endpoint_env: StackResources, monkeypatch: p
     assert result.stderr.strip() == "error: JOBS_QUEUE_URL: Field required"
 
 
+def test_with_nothing_configured_the_error_names_the_ways_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.upper().startswith(("JOBS_", "AIJOBS_")):
+            monkeypatch.delenv(name)
+
+    result = run("status", "anything")
+
+    assert result.exit_code == 1
+    assert result.stderr.strip() == (
+        "error: no stack configured: pass --stack NAME (or set AIJOBS_STACK), "
+        "or set JOBS_TABLE_NAME, JOBS_QUEUE_URL and JOBS_PAYLOAD_BUCKET"
+    )
+
+
 def test_the_console_script_runs(endpoint_env: StackResources) -> None:
     # The installed entry point, in a fresh process, against the same endpoint.
     completed = subprocess.run(

@@ -7,29 +7,20 @@ from __future__ import annotations
 
 import http.server
 import json
-import os
-import queue
-import shlex
-import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 
 from aijobs.demo import sample_jobs
+from tests.support.dev_process import AIJOBS, DevProcess, clean_environment
 
-AIJOBS = [sys.executable, "-m", "aijobs"]
-READY_SECONDS = 60.0
 DEMO_SECONDS = 180.0
 DEMO_JOBS = len(sample_jobs("count"))
-# `aijobs dev` stops its pollers one after the other, each after its SQS long poll (up to 20 s):
-# see test_cli_commands.py::test_a_stopping_poller_does_not_wait_out_its_long_poll.
-STOP_SECONDS = 60.0
 EXPORTED = {
     "JOBS_EVENTS_QUEUE_URL",
     "AWS_ENDPOINT_URL",
@@ -72,17 +63,6 @@ def post_events_to_a_webhook(environment: dict[str, str]) -> list[dict[str, Any]
         server.shutdown()
 
 
-def clean_environment() -> dict[str, str]:
-    """This environment without anything that points at a stack or a provider."""
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("JOBS_", "AI_", "AIJOBS_")) and name not in {"AWS_ENDPOINT_URL", "AWS_PROFILE"}
-    }
-    env["POWERTOOLS_METRICS_DISABLED"] = "true"
-    return env
-
-
 def stop(process: subprocess.Popen[str]) -> None:
     if process.poll() is None:
         process.kill()
@@ -108,69 +88,18 @@ def _demo_in_background(demo_run: tuple[subprocess.Popen[str], Path, float]) -> 
     """Start the demo with the module's first test, so that it runs alongside the others."""
 
 
-def read_lines(stream: IO[str], lines: queue.Queue[str | None]) -> None:
-    for line in stream:
-        lines.put(line.rstrip("\n"))
-    lines.put(None)
-
-
 def test_dev_prints_its_environment_then_ready_and_runs_jobs(tmp_path: Path) -> None:
-    errors = (tmp_path / "dev.err").open("w")
-    dev = subprocess.Popen(
-        [*AIJOBS, "dev", "--port", "0", "--provider-port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=errors,
-        env=clean_environment(),
-        text=True,
-    )
-    try:
-        assert dev.stdout is not None
-        lines: queue.Queue[str | None] = queue.Queue()
-        # Drained to the end, so the stack's logs never fill the pipe.
-        threading.Thread(target=read_lines, args=(dev.stdout, lines), daemon=True).start()
-        exported: dict[str, str] = {}
-        deadline = time.monotonic() + READY_SECONDS
-        while True:
-            try:
-                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                pytest.fail(f"no `ready` within {READY_SECONDS:g}s; exports so far: {sorted(exported)}")
-            assert line is not None, f"`aijobs dev` ended before `ready`: {(tmp_path / 'dev.err').read_text()}"
-            if line == "ready":
-                break
-            words = shlex.split(line)
-            assert len(words) == 2, line
-            assert words[0] == "export", line
-            name, _, value = words[1].partition("=")
-            exported[name] = value
-
+    with DevProcess(["--port", "0", "--provider-port", "0"], clean_environment(), tmp_path) as dev:
+        exported = dev.exported
         assert exported.keys() >= EXPORTED
         assert exported["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:")
         assert exported["AI_BASE_URL"].startswith("http://127.0.0.1:")
 
         # Another shell, with those exports: a job submitted there runs on the dev stack.
-        submitted = subprocess.run(
-            [
-                *AIJOBS,
-                "submit",
-                "--type",
-                "classify",
-                "--user",
-                "u-dev",
-                "--input",
-                json.dumps({"text": "Please cancel my subscription", "labels": ["billing", "account", "spam"]}),
-                "--job-id",
-                "dev-e2e-1",
-                "--wait",
-                "--timeout",
-                "30",
-                "--json",
-            ],
-            capture_output=True,
-            text=True,
-            env=clean_environment() | exported,
-            timeout=60,
-            check=False,
+        job_input = {"text": "Please cancel my subscription", "labels": ["billing", "account", "spam"]}
+        submitted = dev.aijobs(
+            *("submit", "--type", "classify", "--user", "u-dev", "--input", json.dumps(job_input)),
+            *("--job-id", "dev-e2e-1", "--wait", "--timeout", "30", "--json"),
         )
         assert submitted.returncode == 0, submitted.stderr
         view = json.loads(submitted.stdout)
@@ -186,12 +115,7 @@ def test_dev_prints_its_environment_then_ready_and_runs_jobs(tmp_path: Path) -> 
         ]
         assert posted[0]["detail"]["output"] == view["output"]
 
-        dev.send_signal(signal.SIGTERM)
-        returncode = dev.wait(timeout=STOP_SECONDS)
-        assert returncode == 0, (tmp_path / "dev.err").read_text()
-    finally:
-        stop(dev)
-        errors.close()
+        assert dev.terminate() == 0, dev.log
 
 
 def test_demo_ends_every_job_as_meant(demo_run: tuple[subprocess.Popen[str], Path, float]) -> None:

@@ -104,3 +104,55 @@ def test_the_demo_runs_from_the_installed_wheel_outside_the_checkout(wheel: Path
     assert all(Path(line).is_relative_to(site) for line in where.stdout.split())
     assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-2000:]
     assert f"{DEMO_JOBS} of {DEMO_JOBS}" in demo.stdout
+
+
+# `pip install aijobs` without the `local` extra: moto and PyYAML cannot be imported.
+WITHOUT_LOCAL_EXTRA = """
+import sys
+from importlib.abc import MetaPathFinder
+
+
+class NotInstalled(MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {"moto", "yaml"}:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, NotInstalled())
+sys.argv[0] = "aijobs"
+from aijobs.cli import main
+
+main()
+"""
+
+
+def run_without_local_extra(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "aijobs_without_local.py"
+    script.write_text(WITHOUT_LOCAL_EXTRA)
+    environment = {key: value for key, value in os.environ.items() if not key.startswith(("JOBS_", "AIJOBS_"))}
+    return subprocess.run(
+        [sys.executable, str(script), *args], env=environment, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+@pytest.mark.parametrize("command", ["dev", "demo"])
+def test_without_the_local_extra_the_embedded_stack_says_what_to_install(tmp_path: Path, command: str) -> None:
+    completed = run_without_local_extra(tmp_path, command)
+
+    assert completed.returncode == 1
+    assert completed.stderr.strip().splitlines() == [
+        f"error: aijobs {command} runs the embedded stack, which needs moto (not installed): "
+        "pip install 'aijobs[local]'"
+    ]
+
+
+def test_without_the_local_extra_the_client_commands_still_run(tmp_path: Path) -> None:
+    # Nothing configured: the command gets as far as asking for a stack, importing neither moto nor PyYAML.
+    completed = run_without_local_extra(tmp_path, "status", "any-job")
+
+    assert completed.returncode == 1
+    assert completed.stderr.strip().splitlines() == [
+        "error: no stack configured: pass --stack NAME (or set AIJOBS_STACK), "
+        "or set JOBS_TABLE_NAME, JOBS_QUEUE_URL and JOBS_PAYLOAD_BUCKET"
+    ]

@@ -71,10 +71,16 @@ def fleet_worker(
     queue: RecordingQueue,
     fake_time: FakeTime,
 ) -> FleetWorker:
-    """A worker whose admission has `limits` (model -> ModelLimit) and a default daily `budget`."""
+    """A worker whose admission has `limits` (model -> ModelLimit) and a default daily `budget`, as
+    engine.wiring builds it: budgets are always there, for the caps users were given."""
 
-    def build(limits: dict[str, ModelLimit] | None = None, budget: str | None = None, concurrency: int = 10) -> Worker:
-        gateway = ModelGateway(provider, ModelTiers(MODEL))
+    def build(
+        limits: dict[str, ModelLimit] | None = None,
+        budget: str | None = None,
+        concurrency: int = 10,
+        fallback: str | None = None,
+    ) -> Worker:
+        gateway = ModelGateway(provider, ModelTiers(MODEL, fallback))
         recorder = DeadLetterRecorder(store, registry, clock=fake_time)
         runner = JobRunner(
             store,
@@ -87,7 +93,7 @@ def fleet_worker(
             sleep=fake_time.sleep,
         )
         limiter = RateLimiter(LimitTable(stack.table_name, dynamodb), limits, random.Random(1)) if limits else None
-        budgets = Budgets(BudgetTable(stack.table_name, dynamodb), Decimal(budget)) if budget else None
+        budgets = Budgets(BudgetTable(stack.table_name, dynamodb), Decimal(budget) if budget else None)
         admission = Admission(limiter, budgets, clock=fake_time)
         return Worker(runner, queue, concurrency, admission=admission, planner=gateway.plan)
 
@@ -130,8 +136,9 @@ def test_a_batch_under_a_shared_limit_calls_at_its_rate_after_one_take(
     # Then all succeed; the first calls at once, the rest 100 ms apart, each after its own wait
     assert {table.job(f"rate-{n}").status for n in range(10)} == {JobStatus.SUCCEEDED}
     assert times() == pytest.approx([0.1 * n for n in range(10)], abs=0.002)
-    # And the limit cost the batch one take (a new bucket: a refused add, then its first write)
-    assert dynamodb_requests.operations == {"UpdateItem": 10 + 2, "TransactWriteItems": 10}
+    # And the limit cost the batch one take (a new bucket: a refused add, then its first write), and
+    # the budgets one read of whether anyone has a cap (once a minute)
+    assert dynamodb_requests.operations == {"UpdateItem": 10 + 2, "TransactWriteItems": 10, "GetItem": 1}
 
 
 def test_jobs_past_the_limits_horizon_make_no_call_spend_no_attempt_and_wait_until_capacity(
@@ -294,6 +301,69 @@ def test_users_are_budgeted_apart(fleet_worker: FleetWorker, provider: FakeProvi
         JobStatus.QUEUED,
         JobStatus.SUCCEEDED,
     ]
+
+
+def test_a_cap_someone_set_holds_without_a_default_budget(
+    fleet_worker: FleetWorker, provider: FakeProvider, stack: StackResources, dynamodb: Any, table: TableReader
+) -> None:
+    # Given no default budget, and a user given a cap of one classify job's worst case
+    worker = fleet_worker()
+    BudgetTable(stack.table_name, dynamodb).set_cap("acme", Decimal("0.0009"), int(T0 * 1000))
+
+    # When three of that user's jobs and one of another user's are handled
+    event = sqs_event(*batch("own-0", "own-1", "own-2")["Records"], *batch("free-0", user="globex")["Records"])
+    worker.handle(event, InvocationContext())
+
+    # Then the capped user's first job ran and the others wait for the budget; the other user ran
+    assert provider.calls == 2
+    statuses = [table.job(job_id).status for job_id in ("own-0", "own-1", "own-2", "free-0")]
+    assert statuses == [JobStatus.SUCCEEDED, JobStatus.QUEUED, JobStatus.QUEUED, JobStatus.SUCCEEDED]
+    waiting = table.job("own-2").error
+    assert waiting is not None
+    assert waiting.code is ErrorCode.BUDGET_EXCEEDED
+
+
+def test_with_no_cap_anywhere_jobs_cost_two_requests_and_the_marker_is_read_once_a_minute(
+    fleet_worker: FleetWorker, fake_time: FakeTime, dynamodb_requests: RequestCounter, table: TableReader
+) -> None:
+    # Given no limits, no default budget and no cap set
+    worker = fleet_worker()
+
+    # When two batches run within a minute, and a third a minute later
+    worker.handle(batch("free-0", "free-1"), InvocationContext())
+    first = dict(dynamodb_requests.operations)
+    dynamodb_requests.reset()
+    fake_time.now += 30
+    worker.handle(batch("free-2", "free-3"), InvocationContext())
+    second = dict(dynamodb_requests.operations)
+    dynamodb_requests.reset()
+    fake_time.now += 31
+    worker.handle(batch("free-4"), InvocationContext())
+
+    # Then each job cost its claim and its finish, and whether anyone is capped was read once a minute
+    assert {table.job(f"free-{n}").status for n in range(5)} == {JobStatus.SUCCEEDED}
+    assert first == {"GetItem": 1, "UpdateItem": 2, "TransactWriteItems": 2}
+    assert second == {"UpdateItem": 2, "TransactWriteItems": 2}
+    assert dynamodb_requests.operations == {"GetItem": 1, "UpdateItem": 1, "TransactWriteItems": 1}
+
+
+def test_a_capped_users_job_on_a_model_without_a_price_waits_with_the_reason(
+    fleet_worker: FleetWorker, provider: FakeProvider, table: TableReader
+) -> None:
+    # Given a default budget, and a fallback model no price table knows
+    worker = fleet_worker(budget="1", fallback="my-fine-tune")
+
+    worker.handle(batch("unpriced-0"), InvocationContext())
+
+    # Then it makes no call: what it would cost is unknown, so no budget can hold it
+    assert provider.calls == 0
+    job = table.job("unpriced-0")
+    assert job.status is JobStatus.QUEUED
+    assert job.error is not None
+    assert job.error.code is ErrorCode.BUDGET_EXCEEDED
+    assert job.error.message == (
+        "waiting: my-fine-tune has no price (AIJOBS_PRICES), so user acme's budget cannot be kept"
+    )
 
 
 # --- both, and what they cost ---------------------------------------------------------------------

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
+from rich.console import Console
+
+from aijobs.render import UNPRICED_NOTE, usage_json, usage_table
 from engine.core import AttemptOutcome, AttemptRecord
 from engine.store import DynamoJobStore, UsageLedger, UsageRow
 from engine.store.items import attempt_item
@@ -87,3 +91,29 @@ def test_usage_is_summed_by_user_job_type_and_model_within_the_range(
         UsageRow("bob", "classify", "gpt-4o-mini", 2, 1049, 104, Decimal("0.5005"), reasoning_tokens=51),
     ]
     assert set(dynamodb_requests.operations) == {"Query"}
+
+
+def test_usage_recorded_without_a_price_is_marked_and_the_table_says_so(store: DynamoJobStore, dynamodb: Any) -> None:
+    # Given two attempts on a model with no price (cost recorded as 0) and one on a priced model
+    unpriced = {"cost": "0", "tokens": 500}
+    seed(
+        dynamodb,
+        store.table_name,
+        [
+            replace(record("u1", "alice", "classify", "my-fine-tune", NOW, **unpriced), priced=False),
+            replace(record("u2", "alice", "classify", "my-fine-tune", NOW, **unpriced), priced=False),
+            record("u3", "alice", "classify", "gpt-4o-mini", NOW, 100, "0.001"),
+        ],
+    )
+
+    rows = UsageLedger(store.table_name, client=dynamodb).summarize(NOW - DAY_MS, NOW)
+
+    # Then the index carries the mark: each row counts its unpriced attempts
+    assert {(row.model, row.unpriced_attempts) for row in rows} == {("gpt-4o-mini", 0), ("my-fine-tune", 2)}
+    # And `aijobs usage` shows the count and says what it means
+    console = Console(width=200, record=True)
+    console.print(usage_table(rows, "usage"))
+    text = console.export_text()
+    assert UNPRICED_NOTE in text
+    assert "unpriced" in text.splitlines()[2]
+    assert usage_json(rows[1])["unpriced_attempts"] == 2

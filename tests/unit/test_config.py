@@ -7,8 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from engine.config import LimitSetting, PriceSetting, load_settings
-from engine.core.errors import ConfigurationError
+from engine.config import REQUIRED_SETTINGS, LimitSetting, PriceSetting, load_settings
+from engine.core.errors import ConfigurationError, MissingSettingsError
 from engine.gateway import ModelPrice, price_table
 
 
@@ -59,6 +59,31 @@ def test_a_missing_queue_url_names_the_variable(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.delenv("JOBS_QUEUE_URL")
 
     assert configuration_error().startswith("JOBS_QUEUE_URL")
+
+
+def test_absent_required_settings_are_all_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JOBS_TABLE_NAME")
+    monkeypatch.delenv("JOBS_PAYLOAD_BUCKET")
+    monkeypatch.setenv("AIJOBS_RETENTION_DAYS", "0")
+
+    with pytest.raises(MissingSettingsError) as caught:
+        load_settings()
+
+    assert str(caught.value) == "JOBS_TABLE_NAME: Field required"
+    assert caught.value.variables == ("JOBS_TABLE_NAME", "JOBS_PAYLOAD_BUCKET")
+    assert REQUIRED_SETTINGS == ("JOBS_TABLE_NAME", "JOBS_QUEUE_URL", "JOBS_PAYLOAD_BUCKET")
+
+
+def test_overrides_replace_the_environment_only_for_the_names_they_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIJOBS_RETENTION_DAYS", "7")
+    monkeypatch.setenv("aijobs_repair_attempts", "3")
+
+    settings = load_settings(overrides={"JOBS_TABLE_NAME": "stack-jobs", "aijobs_retention_days": "30"})
+
+    assert settings.jobs_table_name == "stack-jobs"
+    assert settings.aijobs_retention_days == 30
+    assert settings.jobs_payload_bucket == "aijobs-payloads"
+    assert settings.aijobs_repair_attempts == 3
 
 
 @pytest.mark.parametrize("value", [None, "", "Not_A_Bucket", "s3://aijobs-payloads"])

@@ -115,3 +115,48 @@ def test_the_built_in_table_carries_its_date_and_prices_every_kind() -> None:
     for price in DEFAULT_PRICES.values():
         assert price.cached_input <= price.input <= price.output
         assert price.cache_write >= price.input
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "anthropic.claude-3-5-haiku-20241022-v1:0",
+        "us.anthropic.claude-3-5-haiku-20241022-v1:0",
+        "eu.anthropic.claude-3-5-haiku-20241022-v1:0",
+        "apac.anthropic.claude-3-5-haiku-20241022-v1:0",
+        "global.anthropic.claude-3-5-haiku-20241022-v1:0",
+        "us-gov.anthropic.claude-3-5-haiku-20241022-v1:0",
+        "arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-3-5-haiku-20241022-v1:0",
+        "arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-3-5-haiku-20241022-v1:0",
+    ],
+)
+def test_bedrock_inference_profiles_and_arns_are_priced_by_their_base_model(model: str) -> None:
+    priced = PriceTable().cost(model, tokens(1_000_000, 1_000_000))
+
+    assert priced.priced
+    assert priced.usd == Decimal("4.80")  # 0.80 input + 4.00 output
+
+
+def test_a_price_of_its_own_wins_over_the_base_models() -> None:
+    profile = "us.anthropic.claude-3-5-haiku-20241022-v1:0"
+    table = PriceTable.with_overrides({profile: ModelPrice.of("1", "1")})
+
+    assert table.cost(profile, tokens(1_000_000, 0)).usd == Decimal("1")
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "my-fine-tune",
+        "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/a1b2c3d4e5",
+        "us.anthropic.claude-9-unknown-v1:0",
+        "usa.anthropic.claude-3-5-haiku-20241022-v1:0",
+    ],
+)
+def test_a_model_with_no_price_costs_zero_marked_unpriced(model: str) -> None:
+    table = PriceTable()
+
+    priced = table.cost(model, tokens(1_000, 1_000))
+
+    assert (priced.usd, priced.priced) == (Decimal(0), False)
+    assert table.unpriced([model, "gpt-4o-mini"]) == [model]

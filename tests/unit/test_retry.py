@@ -6,13 +6,18 @@ import math
 import random
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine.core.errors import InternalError, ProviderRateLimitedError, ProviderTimeoutError, ProviderUnavailableError
 from engine.retry import (
     BASE_DELAY_SECONDS,
     MAX_BACKOFF_SECONDS,
     MAX_DELAY_SECONDS,
+    REACH_SECONDS,
+    RESERVE_RECEIVES,
     backoff_seconds,
+    reach_floor_seconds,
     retry_delay_seconds,
 )
 
@@ -119,3 +124,27 @@ def test_a_non_finite_retry_after_still_gives_a_bounded_delay(retry_after: float
     error = ProviderRateLimitedError("429", retry_after_seconds=retry_after)
 
     assert 1 <= retry_delay_seconds(error, attempt=1, rng=random.Random(0)) <= MAX_DELAY_SECONDS
+
+
+@given(
+    seconds_to_deadline=st.integers(min_value=0, max_value=604_800),
+    max_receives=st.integers(min_value=21, max_value=1000),
+    data=st.data(),
+)
+def test_the_reach_floor_leaves_receives_that_span_the_time_to_the_deadline(
+    seconds_to_deadline: int, max_receives: int, data: st.DataObject
+) -> None:
+    receive_count = data.draw(st.integers(min_value=1, max_value=max_receives))
+    floor = reach_floor_seconds(seconds_to_deadline, receive_count, max_receives)
+    left = max_receives - receive_count - RESERVE_RECEIVES
+
+    # Hidden for the floor, the last receive kept (reserve aside) can still come at the deadline
+    assert floor + max(left - 1, 0) * REACH_SECONDS >= seconds_to_deadline
+    # And the floor asks nothing while the receives left reach the deadline anyway
+    if (left - 1) * REACH_SECONDS >= seconds_to_deadline:
+        assert floor == 0
+
+
+def test_a_seven_day_deadline_leaves_the_first_receives_to_the_backoff() -> None:
+    assert reach_floor_seconds(604_800, 1, 100) == 0
+    assert reach_floor_seconds(604_800, 1, 21) > 0

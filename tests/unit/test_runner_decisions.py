@@ -45,7 +45,7 @@ from engine.fleet.admission import Hold, Pass
 from engine.gateway import Completion, CompletionRequest, ModelGateway, ModelTiers
 from engine.intake import sha256_hex
 from engine.observability import GENAI_USAGE_ATTRIBUTES, job_metrics
-from engine.retry import backoff_seconds
+from engine.retry import MAX_DELAY_SECONDS, RESERVE_RECEIVES, backoff_seconds
 from engine.runner import (
     FINISH_MARGIN_MS,
     GIVE_UP_RECEIVES,
@@ -826,6 +826,64 @@ def test_a_rate_limit_without_retry_after_backs_off_by_the_receives_not_the_refu
     assert isinstance(response, Retry)
     assert response.fate is Fate.RETRIED
     assert response.visibility_seconds == backoff_seconds(receive_count, random.Random(7))
+
+
+def deliver_until_acknowledged(
+    runner: JobRunner, clock: Clock, message: dict[str, Any], max_receives: int, hold: Callable[[], Hold] | None = None
+) -> int:
+    """Deliver `message` as SQS would, on the test's clock: each Retry hides it for what the worker may
+    ask (12 hours from the receive at most), each delivery is one more receive. The receive that
+    acknowledged it; fails when SQS would have moved it to the dead-letter queue first."""
+    for receive_count in range(1, max_receives + 1):
+        arrived = delivery(message, receive_count=receive_count)
+        if hold is None:
+            disposition = runner.process(arrived)
+        else:
+            claimed = runner.claim(arrived)
+            disposition = runner.run(claimed, None, hold()) if isinstance(claimed, Claimed) else claimed
+        if isinstance(disposition, Ack):
+            return receive_count
+        clock.advance(min(disposition.visibility_seconds, MAX_DELAY_SECONDS - 10))
+    pytest.fail(f"after {max_receives} receives SQS moves the message to the dead-letter queue")
+
+
+@pytest.mark.parametrize("max_receives", [100, 21])
+def test_a_job_throttled_throughout_ends_deadline_exceeded_before_its_receives_run_out(
+    make_runner: RunnerFactory, provider: FakeProvider, store: InMemoryJobStore, clock: Clock, max_receives: int
+) -> None:
+    # Given a 7-day job and a provider that rate-limits it without Retry-After, every time
+    provider.script = lambda _: ProviderRateLimitedError("Bedrock rate limit (ThrottlingException, HTTP 429)")
+    runner = make_runner(max_receives=max_receives)
+    message = job_message("classify", "throttled-week", deadline_seconds=604_800)
+    created = clock.seconds
+
+    # When SQS delivers its message until the engine acknowledges it
+    deliver_until_acknowledged(runner, clock, message, max_receives)
+
+    # Then the job ended deadline_exceeded, near its deadline, tried again and again meanwhile
+    job = job_of(store, "throttled-week")
+    assert job.error is not None
+    assert (job.status, job.error.code) == (JobStatus.FAILED, ErrorCode.DEADLINE_EXCEEDED)
+    assert clock.seconds >= created + 604_800 - MAX_DELAY_SECONDS
+    assert provider.calls >= max_receives - RESERVE_RECEIVES - 1
+
+
+def test_a_job_waiting_a_week_for_its_budget_is_never_dead_lettered(
+    make_runner: RunnerFactory, provider: FakeProvider, store: InMemoryJobStore, clock: Clock
+) -> None:
+    # Given a 7-day job whose user's budget holds it every time (it looks again every 30 minutes)
+    runner = make_runner()
+    message = job_message("classify", "budget-week", deadline_seconds=604_800)
+
+    def budget_spent() -> Hold:
+        return Hold(ErrorCode.BUDGET_EXCEEDED, clock.now_ms + 30 * 60_000, "waiting: budget spent")
+
+    deliver_until_acknowledged(runner, clock, message, 100, hold=budget_spent)
+
+    job = job_of(store, "budget-week")
+    assert job.error is not None
+    assert (job.status, job.error.code) == (JobStatus.FAILED, ErrorCode.BUDGET_EXCEEDED)
+    assert provider.calls == 0
 
 
 # --- admission: a Pass's call time, a Hold (engine.fleet) ----------------------------------------

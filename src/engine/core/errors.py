@@ -19,6 +19,14 @@ class ConfigurationError(AiJobsError):
     """A missing or malformed setting; the message names the variable."""
 
 
+class MissingSettingsError(ConfigurationError):
+    """Required settings are absent; `variables` names every one of them."""
+
+    def __init__(self, message: str, variables: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.variables = variables
+
+
 # --- Job errors: end an attempt, carry the code recorded on the job -------------------------
 
 

@@ -167,6 +167,8 @@ class AttemptRecord:
     cache_write_input_tokens: int = 0
     reasoning_tokens: int = 0
     cache_savings_usd: Decimal = Decimal(0)
+    # False when a call went to a model with no price: its cost is unknown, recorded as 0.
+    priced: bool = True
 
 
 @dataclass(frozen=True, slots=True)

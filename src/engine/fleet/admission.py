@@ -108,6 +108,19 @@ class Admission:
         self._budgets = budgets
         self._clock = clock
 
+    def active(self) -> bool:
+        """Whether the batch must be admitted: a shared limit is set, or someone may be capped. Fails
+        closed: when that cannot be read, the batch goes through admission (which holds it)."""
+        if self._limiter is not None:
+            return True
+        if self._budgets is None:
+            return False
+        try:
+            return self._budgets.active(self._now_ms())
+        except Exception as exc:
+            log_unexpected("whether anyone is capped could not be read", exc)
+            return True
+
     def admit(self, asks: Sequence[Ask], horizon_ms: int) -> list[Verdict]:
         """A verdict per ask, in order. Fails closed: if the table cannot be reached, every job waits.
 
@@ -207,17 +220,25 @@ class Admission:
                 by_user[ask.user_id].append(index)
         caps = self._budgets.caps(by_user, now)
         day = utc_day(now)
+        until = min(next_utc_midnight_ms(now), now + BUDGET_RECHECK_MS)
         for user, indexes in by_user.items():
             cap = caps.get(user)
             if cap is None:
                 continue
+            # A model with no price would cost an unknown amount: no budget can hold it.
+            for index in [index for index in indexes if asks[index].plan.unpriced]:
+                admitted = verdicts[index]
+                assert isinstance(admitted, Pass)
+                unpriced = ", ".join(asks[index].plan.unpriced)
+                reason = f"waiting: {unpriced} has no price (AIJOBS_PRICES), so user {user}'s budget cannot be kept"
+                verdicts[index] = Hold.instead_of(admitted, ErrorCode.BUDGET_EXCEEDED, until, reason)
+            indexes = [index for index in indexes if not asks[index].plan.unpriced]
             amounts = [asks[index].plan.worst_case_usd for index in indexes]
-            count = self._budgets.reserve(user, amounts, cap, now)
+            count = self._budgets.reserve(user, amounts, cap, now) if indexes else 0
             for index in indexes[:count]:
                 admitted = verdicts[index]
                 assert isinstance(admitted, Pass)
                 admitted.user_id, admitted.day, admitted.reserved_usd = user, day, asks[index].plan.worst_case_usd
-            until = min(next_utc_midnight_ms(now), now + BUDGET_RECHECK_MS)
             reason = f"waiting: user {user} has spent or reserved its daily budget of ${cap}"
             for index in indexes[count:]:
                 admitted = verdicts[index]

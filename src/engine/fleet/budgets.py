@@ -8,7 +8,10 @@ before it was incurred and no reservation exceeds the headroom, what a user spen
 exceeds the cap (as long as a call costs no more than its worst case, which bounds its tokens).
 
 A worker reserves for all of a batch's jobs of one user in one write, and settles them in one.
-Caps of their own (`aijobs budget set`) are read with BatchGetItem and kept CAP_CACHE_SECONDS.
+Caps of their own (`aijobs budget set`) are read with BatchGetItem and kept CAP_CACHE_SECONDS. With
+no default cap, a worker first asks whether anyone has a cap of their own (a marker item that
+`aijobs budget set` writes), at most once per CAP_CACHE_SECONDS: while no one has, budgets cost no
+request per job.
 """
 
 from __future__ import annotations
@@ -46,6 +49,10 @@ class BudgetStore(Protocol):
         """The caps of their own of those users that have one."""
         ...
 
+    def any_caps(self) -> bool:
+        """Whether any user was ever given a cap of their own."""
+        ...
+
     def reserve(self, user_id: str, day: str, amount: Decimal, cap: Decimal, now_ms: int) -> tuple[bool, Decimal]:
         """Take `amount` from the day's headroom (the cap when the day is new): (True, headroom after) when
         at least that much was left, else (False, the headroom as it was)."""
@@ -67,11 +74,28 @@ class Budgets:
         self._default = default_cap
         self._cache_ms = cache_seconds * 1000
         self._caps: dict[str, tuple[Decimal | None, int]] = {}
+        # Whether anyone has a cap of their own, and when that was read (None: not yet).
+        self._own_caps_seen: tuple[bool, int] | None = None
         self._lock = threading.Lock()
+
+    def active(self, now_ms: int) -> bool:
+        """Whether anyone may be capped: a default cap, or caps of their own (read once per cache period)."""
+        if self._default is not None:
+            return True
+        with self._lock:
+            seen = self._own_caps_seen
+        if seen is not None and now_ms - seen[1] < self._cache_ms:
+            return seen[0]
+        capped = self._store.any_caps()
+        with self._lock:
+            self._own_caps_seen = (capped, now_ms)
+        return capped
 
     def caps(self, user_ids: Iterable[str], now_ms: int) -> dict[str, Decimal | None]:
         """Each user's cap (theirs, else the default; None: no cap), read at most once per cache period."""
         wanted = set(user_ids)
+        if not self.active(now_ms):
+            return dict.fromkeys(wanted)
         with self._lock:
             cached = {user: self._caps[user] for user in wanted if user in self._caps}
         fresh = {user: cap for user, (cap, at) in cached.items() if now_ms - at < self._cache_ms}

@@ -74,6 +74,8 @@ class Execution:
     cache_write_input_tokens: int = 0
     reasoning_tokens: int = 0
     cache_savings_usd: Decimal = Decimal(0)
+    # False when a call of the attempt was made to a model with no price (its cost counted as 0).
+    priced: bool = True
 
 
 @dataclass
@@ -87,6 +89,7 @@ class _Tally:
     cache_savings_usd: Decimal = Decimal(0)
     latency_ms: int = 0
     calls: int = 0
+    priced: bool = True
     tier: str = "primary"
     model: str = ""
     conversation: list[ChatTurn] = field(default_factory=list)
@@ -99,6 +102,7 @@ class _Tally:
         self.reasoning_tokens += completion.reasoning_tokens
         self.cost_usd += cost.usd
         self.cache_savings_usd += cost.cache_savings_usd
+        self.priced = self.priced and cost.priced
         self.latency_ms += completion.latency_ms
 
 
@@ -111,6 +115,8 @@ class CallPlan:
     first_call_tokens: int
     # The most the attempt can cost: every model of its chain, every re-ask, at max tokens.
     worst_case_usd: Decimal
+    # Models of its chain with no price: what they would cost is unknown, so no budget can hold it.
+    unpriced: tuple[str, ...] = ()
 
 
 # Tokens of a chat message's framing (role, separators) beyond its text, as providers count them.
@@ -159,7 +165,14 @@ class ModelGateway:
         for _, model in chain:
             for repair in range(self._repair_attempts + 1):
                 worst += self._prices.most(model, first_input + repair * (max_output + REASK_TOKENS), max_output)
-        return CallPlan(chain[0][1], first_input + max_output, worst)
+        unpriced = tuple(self._prices.unpriced(model for _, model in chain))
+        return CallPlan(chain[0][1], first_input + max_output, worst, unpriced)
+
+    def unpriced_models(self) -> list[str]:
+        """The configured models that have no price."""
+        return self._prices.unpriced(
+            dict.fromkeys(model for model in (self._models.primary, self._models.fallback) if model)
+        )
 
     def execute(self, definition: JobDefinition, job_input: BaseModel, time_left: TimeLeft | None = None) -> Execution:
         prompt = definition.render_prompt(job_input)
@@ -261,4 +274,5 @@ class ModelGateway:
             cache_write_input_tokens=tally.cache_write_input_tokens,
             reasoning_tokens=tally.reasoning_tokens,
             cache_savings_usd=tally.cache_savings_usd,
+            priced=tally.priced,
         )

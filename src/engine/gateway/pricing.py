@@ -5,11 +5,17 @@ input, and output. Token kinds follow the OpenTelemetry GenAI conventions the ad
 input tokens include the cached and cache-write ones, output tokens include the reasoning ones
 (billed as output). The built-in table is list prices as of PRICES_AS_OF; AIJOBS_PRICES overrides
 or extends it (docs/configuration.md).
+
+A model id is priced by its own entry, else by its base model's: Bedrock ids name the same model
+under a cross-region inference profile (`us.`, `eu.`, `apac.`, `global.`, ... before the model id) or
+as an ARN (`arn:aws:bedrock:...:foundation-model/<id>` or `.../inference-profile/<id>`). A model
+with no price at all costs 0 and its usage is marked unpriced.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 from typing import Protocol
@@ -69,6 +75,24 @@ class Cost:
     # What the cached and cache-write tokens cost less than uncached input would have (negative
     # when cache writes are dearer, as on Anthropic models).
     cache_savings_usd: Decimal
+    # False when the model has no price: the cost is 0 because it is unknown, not because it is free.
+    priced: bool = True
+
+
+# The geography prefix of a Bedrock cross-region inference profile id: `us.anthropic.claude-...`.
+_PROFILE_PREFIX = re.compile(r"^(?:us|us-gov|eu|apac|jp|au|ca|global)\.(?=[a-z0-9-]+\.)")
+
+
+def base_model_ids(model: str) -> Iterator[str]:
+    """The ids `model` may be priced under, most specific first: itself, the id an ARN names, and the
+    base model of a cross-region inference profile."""
+    yield model
+    resource = model.rsplit("/", 1)[-1] if model.startswith("arn:") and "/" in model else model
+    if resource != model:
+        yield resource
+    base = _PROFILE_PREFIX.sub("", resource, count=1)
+    if base != resource:
+        yield base
 
 
 # OpenAI bills cache writes as input; Anthropic models on Bedrock bill them at 1.25 x input.
@@ -83,6 +107,12 @@ DEFAULT_PRICES: Mapping[str, ModelPrice] = {
     "anthropic.claude-3-5-sonnet-20241022-v2:0": ModelPrice.of(
         "3.00", "15.00", cached_input="0.30", cache_write="3.75"
     ),
+    "anthropic.claude-3-7-sonnet-20250219-v1:0": ModelPrice.of(
+        "3.00", "15.00", cached_input="0.30", cache_write="3.75"
+    ),
+    "anthropic.claude-sonnet-4-20250514-v1:0": ModelPrice.of("3.00", "15.00", cached_input="0.30", cache_write="3.75"),
+    "anthropic.claude-opus-4-20250514-v1:0": ModelPrice.of("15.00", "75.00", cached_input="1.50", cache_write="18.75"),
+    "anthropic.claude-3-haiku-20240307-v1:0": ModelPrice.of("0.25", "1.25"),
     "amazon.nova-micro-v1:0": ModelPrice.of("0.035", "0.14", cached_input="0.00875"),
     "amazon.nova-lite-v1:0": ModelPrice.of("0.06", "0.24", cached_input="0.015"),
     "amazon.nova-pro-v1:0": ModelPrice.of("0.80", "3.20", cached_input="0.20"),
@@ -99,17 +129,22 @@ class PriceTable:
         return cls({**DEFAULT_PRICES, **overrides})
 
     def price(self, model: str) -> ModelPrice | None:
-        price = self._prices.get(model)
+        """The model's price: its own, else its base model's (base_model_ids); None when it has none."""
+        price = next((self._prices[name] for name in base_model_ids(model) if name in self._prices), None)
         if price is None and model not in self._unpriced_seen:
             self._unpriced_seen.add(model)
-            logger.warning("no price for model; its cost is recorded as 0", extra={"model": model})
+            logger.warning("no price for model; its cost is recorded as 0, marked unpriced", extra={"model": model})
         return price
+
+    def unpriced(self, models: Iterable[str]) -> list[str]:
+        """Those of `models` that have no price."""
+        return [model for model in models if self.price(model) is None]
 
     def cost(self, model: str, tokens: TokenCounts) -> Cost:
         """What the provider bills for a call of `model` with `tokens`."""
         price = self.price(model)
         if price is None:
-            return Cost(Decimal(0), Decimal(0))
+            return Cost(Decimal(0), Decimal(0), priced=False)
         cached, written = tokens.cached_input_tokens, tokens.cache_write_input_tokens
         uncached = max(tokens.input_tokens - cached - written, 0)
         usd = (

@@ -2,6 +2,8 @@
 
 - `pk = BUDGETS, sk = USER#<user>`: a cap of the user's own (`daily_usd`), written by `aijobs budget
   set`; one partition, read with BatchGetItem (and Query to list them).
+- `pk = BUDGETS, sk = MARKER`: written by `aijobs budget set` before the first cap; while it is
+  absent, workers with no default cap know that no one is capped from one GetItem a minute.
 - `pk = BUDGET#<user>, sk = DAY#<YYYY-MM-DD>`: `cap` (as the day began, or as last set), `headroom`
   (the cap less what is reserved or spent) and `spent`; created by the day's first reservation,
   removed by TTL after the retention period.
@@ -29,8 +31,12 @@ if TYPE_CHECKING:
 CAPS_PK = "BUDGETS"
 
 
+CAP_PREFIX = "USER#"
+MARKER_KEY = {"pk": {"S": CAPS_PK}, "sk": {"S": "MARKER"}}
+
+
 def cap_key(user_id: str) -> Item:
-    return {"pk": {"S": CAPS_PK}, "sk": {"S": f"USER#{user_id}"}}
+    return {"pk": {"S": CAPS_PK}, "sk": {"S": f"{CAP_PREFIX}{user_id}"}}
 
 
 def day_key(user_id: str, day: str) -> Item:
@@ -61,6 +67,10 @@ class BudgetTable:
                 caps[data["user_id"]] = Decimal(data["daily_usd"])
         return caps
 
+    def any_caps(self) -> bool:
+        response = self._client.get_item(TableName=self.table_name, Key=MARKER_KEY, ConsistentRead=True)
+        return "Item" in response
+
     def reserve(self, user_id: str, day: str, amount: Decimal, cap: Decimal, now_ms: int) -> tuple[bool, Decimal]:
         expr = Expression()
         headroom = expr.name("headroom")
@@ -88,7 +98,8 @@ class BudgetTable:
 
     def set_cap(self, user_id: str, daily_usd: Decimal, now_ms: int) -> None:
         """Give a user a cap of their own; today's headroom moves by the change (what was reserved or
-        spent stays counted)."""
+        spent stays counted). The marker goes first: a cap is never there without it."""
+        self._client.put_item(TableName=self.table_name, Item=MARKER_KEY | {"updated_at": {"N": str(now_ms)}})
         self._client.put_item(
             TableName=self.table_name,
             Item=cap_key(user_id)
@@ -145,8 +156,8 @@ class BudgetTable:
         caps: dict[str, Decimal] = {}
         pages = self._client.get_paginator("query").paginate(
             TableName=self.table_name,
-            KeyConditionExpression="pk = :pk",
-            ExpressionAttributeValues={":pk": {"S": CAPS_PK}},
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :caps)",
+            ExpressionAttributeValues={":pk": {"S": CAPS_PK}, ":caps": {"S": CAP_PREFIX}},
             ConsistentRead=True,
         )
         for page in pages:

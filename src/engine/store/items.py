@@ -225,6 +225,7 @@ def attempt_item(record: AttemptRecord, expires_at: int) -> Item:
             "cache_write_input_tokens": record.cache_write_input_tokens or None,
             "reasoning_tokens": record.reasoning_tokens or None,
             "cache_savings_usd": record.cache_savings_usd or None,
+            "unpriced": True if not record.priced else None,
             "expires_at": expires_at,
         }
     )
@@ -255,6 +256,7 @@ def attempt_from_item(item: Item) -> AttemptRecord:
         cache_write_input_tokens=int(data.get("cache_write_input_tokens", 0)),
         reasoning_tokens=int(data.get("reasoning_tokens", 0)),
         cache_savings_usd=Decimal(data.get("cache_savings_usd", 0)),
+        priced=not data.get("unpriced", False),
     )
 
 

@@ -35,12 +35,15 @@ class UsageRow:
     cache_write_input_tokens: int = 0
     reasoning_tokens: int = 0
     cache_savings_usd: Decimal = Decimal(0)
+    # Attempts that called a model with no price: their cost is unknown, counted as 0.
+    unpriced_attempts: int = 0
 
     def plus(self, record: dict[str, Any]) -> UsageRow:
         """This row with one more attempt record (an item of the UsageByDay index) added."""
         return replace(
             self,
             attempts=self.attempts + 1,
+            unpriced_attempts=self.unpriced_attempts + bool(record.get("unpriced")),
             **{name: getattr(self, name) + int(record.get(name, 0)) for name in _COUNTS},
             **{name: getattr(self, name) + Decimal(record.get(name, 0)) for name in _AMOUNTS},
         )

@@ -1,0 +1,120 @@
+"""`aijobs ... --stack NAME` (or AIJOBS_STACK) against a deployed stack on a moto server: the
+commands find the table, queue and bucket in the stack's outputs, with no JOBS_* variable set."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import boto3
+import pytest
+from typer.testing import CliRunner, Result
+
+from aijobs.cli import app
+from aijobs.stack import StackResources, create_stack_resources
+from tests.support.deployed import deploy_stand_in
+
+CLASSIFY_INPUT = json.dumps({"text": "Win a cruise!", "labels": ["spam", "ham"]})
+Deploy = Callable[..., tuple[str, StackResources]]
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args))
+
+
+def one_error_line(result: Result) -> str:
+    assert result.exit_code == 1, result.output
+    (line,) = result.stderr.strip().splitlines()
+    return line
+
+
+@pytest.fixture
+def deploy(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Deploy:
+    """Deploy a stand-in stack on the server (its resources from template.yaml), with nothing in
+    the environment naming them."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    for name in list(os.environ):
+        if name.upper().startswith(("JOBS_", "AIJOBS_")):
+            monkeypatch.delenv(name)
+
+    def deployed(**parameters: str) -> tuple[str, StackResources]:
+        name = f"deployed-{uuid.uuid4().hex[:8]}"
+        resources = create_stack_resources(name, session=boto3.Session(region_name="us-east-1"))
+        deploy_stand_in(boto3.client("cloudformation"), name, resources, parameters)
+        return name, resources
+
+    return deployed
+
+
+def queued_messages(queue_url: str) -> list[Any]:
+    received = boto3.client("sqs").receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10)
+    return [json.loads(message["Body"]) for message in received.get("Messages", [])]
+
+
+def test_submit_status_and_list_take_the_stack_after_the_command(deploy: Deploy) -> None:
+    # Given a deployed stack, When a job is submitted, shown and listed with --stack after the command
+    stack, resources = deploy()
+    submitted = run(
+        "submit", "--type", "classify", "--user", "u-1", "--input", CLASSIFY_INPUT, "--job-id", "s-1", "--stack", stack
+    )
+    status = run("status", "s-1", "--stack", stack, "--json")
+    listed = run("list", "--stack", stack, "--json")
+
+    # Then each reads the stack's table, and the job's message is on the stack's queue
+    assert submitted.exit_code == 0, submitted.output
+    assert submitted.stdout.strip() == "s-1"
+    assert json.loads(status.stdout)["status"] == "queued"
+    assert [view["job_id"] for view in json.loads(listed.stdout)] == ["s-1"]
+    assert queued_messages(resources.queue_url) == [{"job_id": "s-1"}]
+
+
+def test_aijobs_stack_in_the_environment_does_the_same(deploy: Deploy, monkeypatch: pytest.MonkeyPatch) -> None:
+    stack, resources = deploy()
+    monkeypatch.setenv("AIJOBS_STACK", stack)
+
+    submitted = run("submit", "--type", "classify", "--user", "u-2", "--input", CLASSIFY_INPUT, "--job-id", "s-2")
+    status = run("status", "s-2", "--json")
+    listed = run("list", "--user", "u-2", "--json")
+
+    assert submitted.exit_code == 0, submitted.output
+    assert json.loads(status.stdout)["user_id"] == "u-2"
+    assert [view["job_id"] for view in json.loads(listed.stdout)] == ["s-2"]
+    assert queued_messages(resources.queue_url) == [{"job_id": "s-2"}]
+
+
+def test_the_option_wins_over_the_environment(deploy: Deploy, monkeypatch: pytest.MonkeyPatch) -> None:
+    stack, _ = deploy()
+    other, _ = deploy()
+    monkeypatch.setenv("AIJOBS_STACK", other)
+    run("submit", "--type", "classify", "--user", "u-3", "--input", CLASSIFY_INPUT, "--job-id", "s-3", "--stack", stack)
+
+    assert json.loads(run("status", "s-3", "--stack", stack, "--json").stdout)["job_id"] == "s-3"
+    assert one_error_line(run("status", "s-3")) == "error: job s-3 does not exist"
+
+
+def test_budget_show_knows_the_stack_s_default_daily_budget(deploy: Deploy) -> None:
+    # The stack's DefaultDailyBudgetUsd is the cap of a user without one of their own, as the workers have it.
+    stack, _ = deploy(DefaultDailyBudgetUsd="0.5")
+
+    shown = run("budget", "show", "--user", "acme", "--stack", stack, "--json")
+
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout)["cap_usd"] == 0.5
+
+
+def test_dead_letters_without_a_command_takes_the_stack(deploy: Deploy) -> None:
+    stack, _ = deploy()
+
+    listed = run("dead-letters", "--stack", stack, "--json")
+
+    assert listed.exit_code == 0, listed.output
+    assert json.loads(listed.stdout) == []
+
+
+def test_an_unknown_stack_is_one_line(deploy: Deploy) -> None:
+    assert one_error_line(run("list", "--stack", "no-such-stack")) == (
+        "error: stack no-such-stack does not exist in us-east-1"
+    )
