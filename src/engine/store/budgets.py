@@ -29,8 +29,6 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 CAPS_PK = "BUDGETS"
-
-
 CAP_PREFIX = "USER#"
 MARKER_KEY = {"pk": {"S": CAPS_PK}, "sk": {"S": "MARKER"}}
 
