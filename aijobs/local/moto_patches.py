@@ -1,5 +1,5 @@
-"""moto, fitted to stand in for DynamoDB under the engine: one place, used by the embedded stack, the
-tests, the soak and the bench.
+"""moto, fitted to stand in for AWS under the engine: one place, used by the embedded stack, the tests,
+the soak and the bench.
 
 - Linearizable: moto checks a write's condition and applies the write without a lock, so two
   concurrent conditional writes can both pass where DynamoDB lets only one. Every operation of
@@ -21,6 +21,10 @@ tests, the soak and the bench.
 - SQS message groups read safely: a receive on a queue whose messages carry a `MessageGroupId`
   iterates the queue's set of pending messages while other requests change it; here it iterates
   a copy.
+- EventBridge's request size: moto accepts a `PutEvents` of any size; EventBridge refuses a request
+  whose entries add up to 256 KiB or more (a `ValidationException`, nothing put). Here so does moto,
+  sizing entries by EventBridge's rule: 14 bytes for a `Time`, the UTF-8 bytes of `Source`,
+  `DetailType`, `Detail` and each of `Resources` (`EventBusName` does not count).
 
 `fit_moto()` applies all of it once per process; it changes moto in this process only.
 """
@@ -43,7 +47,7 @@ _fitted = False
 
 
 def fit_moto() -> None:
-    """Make moto's DynamoDB linearizable and its transactions and server routing cheap (idempotent)."""
+    """Make moto's DynamoDB linearizable, its transactions and routing cheap, its limits AWS's (idempotent)."""
     global _fitted
     with _LOCK:
         if _fitted:
@@ -52,6 +56,7 @@ def fit_moto() -> None:
         _exact_numbers()
         _idempotent_transactions()
         _copied_pending_groups()
+        _sized_put_events()
         _serialize_dynamodb()
         _cache_server_routing()
         _fitted = True
@@ -133,6 +138,30 @@ def _copied_pending_groups() -> None:
         return {message.group_id for message in self._pending_messages.copy() if message.group_id is not None}
 
     Queue.pending_message_groups = property(pending_message_groups)  # type: ignore[method-assign,assignment]
+
+
+# EventBridge refuses a PutEvents request whose entries add up to this many bytes or more.
+PUT_EVENTS_REQUEST_BYTES = 256 * 1024
+
+
+def _sized_put_events() -> None:
+    from moto.events.exceptions import ValidationException
+    from moto.events.models import EventsBackend
+
+    original = EventsBackend.put_events
+
+    def entry_bytes(entry: dict[str, Any]) -> int:
+        texts = [entry.get(name) or "" for name in ("Source", "DetailType", "Detail")]
+        texts += entry.get("Resources") or []
+        return (14 if entry.get("Time") is not None else 0) + sum(len(text.encode()) for text in texts)
+
+    @functools.wraps(original)
+    def put_events(self: Any, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if sum(entry_bytes(entry) for entry in events) >= PUT_EVENTS_REQUEST_BYTES:
+            raise ValidationException("Total size of the entries in the request is over the limit.")
+        return original(self, events)
+
+    EventsBackend.put_events = put_events  # type: ignore[method-assign]
 
 
 def _cheap_transaction_rollback() -> None:

@@ -190,6 +190,11 @@ class EventSourceMapping:
     def running(self) -> bool:
         return any(thread.is_alive() for thread in self._threads)
 
+    @property
+    def stopping(self) -> bool:
+        """Whether stop was asked: each poller finishes its batch and takes no other."""
+        return self._stopping.is_set()
+
     def run_until(self, predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
         """Run (starting when stopped) until `predicate()` holds or `timeout` passes, then stop.
 

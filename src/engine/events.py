@@ -4,8 +4,9 @@ The events come from the jobs table's stream (DynamoDB Streams, new and old imag
 worker: a job's finishing write is the only thing it takes, so delivery does not depend on the
 worker surviving after it, and the worker's path keeps its two requests. The events function reads
 the stream (its event source mapping filters it to job items entering a terminal status), turns
-each record into an event document and puts them on the bus, ten per PutEvents. docs/events.md
-gives the event, its size rule and why this is not an EventBridge Pipe.
+each record into an event document and puts them on the bus, in PutEvents requests that hold what
+EventBridge takes (ten entries, under 256 KiB). docs/events.md gives the event, its size rules and
+why this is not an EventBridge Pipe.
 
 Delivery is at least once: a record whose event was not accepted is reported as a batch item
 failure and read again, with the ones after it. `detail.event_id` (`<job_id>:<finished_at>`) is the
@@ -37,10 +38,13 @@ DETAIL_TYPES = {
     JobStatus.CANCELLED: "Job Cancelled",
 }
 # An output at most this large (compact JSON, UTF-8) travels in the event; a larger one is left out
-# (`output_included: false`) and read with the client. EventBridge takes events up to 256 KiB.
+# (`output_included: false`) and read with the client.
 MAX_EVENT_OUTPUT_BYTES = 64 * 1024
-# PutEvents takes at most this many entries a request.
+# PutEvents takes at most this many entries a request, whose sizes add up to less than this many
+# bytes. EventBridge sizes an entry as the UTF-8 bytes of its Source, DetailType and Detail (and of
+# Time and Resources, which these entries do not set); the bus's name does not count.
 PUT_EVENTS_ENTRIES = 10
+PUT_EVENTS_BYTES = 256 * 1024
 JOB_SK = "JOB"
 
 
@@ -53,12 +57,24 @@ class CompletionEvent:
     sequence_number: str
 
     def entry(self, bus: str) -> PutEventsRequestEntryTypeDef:
-        return {
-            "Source": SOURCE,
-            "DetailType": self.detail_type,
-            "Detail": json.dumps(self.detail, separators=(",", ":"), ensure_ascii=False),
-            "EventBusName": bus,
-        }
+        return {"Source": SOURCE, "DetailType": self.detail_type, "Detail": self._detail_json, "EventBusName": bus}
+
+    @property
+    def size(self) -> int:
+        """The entry's size as EventBridge counts it against a request's limit."""
+        return len(SOURCE.encode()) + len(self.detail_type.encode()) + len(self._detail_json.encode())
+
+    def fitted(self) -> CompletionEvent:
+        """The event, or, when it alone would not fit in a request, the event without its output (its
+        size still told), as an output past MAX_EVENT_OUTPUT_BYTES travels."""
+        if self.size < PUT_EVENTS_BYTES or self.detail.get("output") is None:
+            return self
+        detail = self.detail | {"output": None, "output_included": False}
+        return CompletionEvent(self.detail_type, detail, self.sequence_number)
+
+    @property
+    def _detail_json(self) -> str:
+        return json.dumps(self.detail, separators=(",", ":"), ensure_ascii=False)
 
 
 def enters_terminal_status(record: dict[str, Any]) -> bool:
@@ -112,16 +128,38 @@ class EventPublisher:
         self._bus = bus
 
     def publish(self, events: Sequence[CompletionEvent]) -> list[CompletionEvent]:
-        """Put the events on the bus; those EventBridge did not accept."""
+        """Put the events on the bus, in order; those EventBridge did not accept.
+
+        A request that fails as a whole (the network, throttling) ends the publication: its events
+        and every one after it are refused, so that those before it are not put again.
+        """
         refused: list[CompletionEvent] = []
-        for start in range(0, len(events), PUT_EVENTS_ENTRIES):
-            chunk = events[start : start + PUT_EVENTS_ENTRIES]
-            response = self._client.put_events(Entries=[event.entry(self._bus) for event in chunk])
+        requests = put_events_requests([event.fitted() for event in events])
+        for index, request in enumerate(requests):
+            try:
+                response = self._client.put_events(Entries=[event.entry(self._bus) for event in request])
+            except Exception as exc:
+                log_unexpected("completion events could not be put on the bus", exc)
+                return refused + [event for later in requests[index:] for event in later]
             if response.get("FailedEntryCount"):
                 refused += [
-                    event for event, entry in zip(chunk, response["Entries"], strict=True) if entry.get("ErrorCode")
+                    event for event, entry in zip(request, response["Entries"], strict=True) if entry.get("ErrorCode")
                 ]
         return refused
+
+
+def put_events_requests(events: Sequence[CompletionEvent]) -> list[list[CompletionEvent]]:
+    """The events in order, cut into PutEvents requests: at most PUT_EVENTS_ENTRIES entries whose
+    sizes add up to less than PUT_EVENTS_BYTES."""
+    requests: list[list[CompletionEvent]] = []
+    size = 0
+    for event in events:
+        if not requests or len(requests[-1]) == PUT_EVENTS_ENTRIES or size + event.size >= PUT_EVENTS_BYTES:
+            requests.append([])
+            size = 0
+        requests[-1].append(event)
+        size += event.size
+    return requests
 
 
 class CompletionEvents:
@@ -133,12 +171,7 @@ class CompletionEvents:
     def handle(self, event: dict[str, Any], context: LambdaContext | None) -> dict[str, Any]:
         records = event.get("Records") or []
         events = [completed for record in records if (completed := completion_event(record)) is not None]
-        try:
-            refused = self._publisher.publish(events)
-        except Exception as exc:
-            # Nothing is known to be delivered: the whole batch is read again.
-            log_unexpected("completion events could not be put on the bus", exc)
-            refused = events
+        refused = self._publisher.publish(events)
         if not refused:
             return {"batchItemFailures": []}
         logger.warning("completion events refused by the bus", extra={"refused": len(refused)})

@@ -1,6 +1,8 @@
 """The reconciler: ends or re-enqueues jobs that no message will move on any more.
 
-Run on a schedule. It reads the OpenJobs index (never a scan), then each job as it is now, and
+Run on a schedule. Each pass walks the OpenJobs index (never a scan) from where the last one
+stopped, so that every open job is reached within a bounded number of passes whatever its
+deadline (engine.core.open_jobs), reads each job as it is now, and
 - skips jobs that ended since the index was written, or that a worker holds with a live lease;
 - cancels jobs whose cancel was requested;
 - fails jobs past their deadline with `deadline_exceeded` (`budget_exceeded` when they were
@@ -9,7 +11,7 @@ Run on a schedule. It reads the OpenJobs index (never a scan), then each job as 
   visibility timeout can hide a message (so their message is gone), when their input is stored;
   the others end at their deadline.
 One job that cannot be reconciled is logged and counted, and the pass goes on; the pass stops
-before the function's own timeout.
+before the function's own timeout, and the next goes on from the last job it examined.
 """
 
 from __future__ import annotations
@@ -65,9 +67,15 @@ class Reconciler:
     def run(self, remaining_ms: RemainingMs | None = None) -> Counter[str]:
         """One pass; returns how many jobs met each fate (examined, deadline_exceeded, errors, ...)."""
         report: Counter[str] = Counter()
-        for job in self._store.open_jobs(self._max_jobs):
+        walk = self._store.open_jobs(self._max_jobs)
+        jobs = iter(walk)
+        while True:
+            # Time is checked before a job is taken: every job the walk hands out is examined.
             if remaining_ms is not None and remaining_ms() < STOP_MARGIN_MS:
                 report["stopped_early"] += 1
+                break
+            job = next(jobs, None)
+            if job is None:
                 break
             report["examined"] += 1
             try:
@@ -78,6 +86,7 @@ class Reconciler:
                 continue
             if fate:
                 report[fate] += 1
+        walk.save()
         logger.info("reconciled open jobs", extra=dict(report))
         return report
 

@@ -1138,6 +1138,31 @@ def test_open_jobs_never_returns_more_than_its_limit(job_store: JobStore) -> Non
     assert len(list(job_store.open_jobs(limit=10))) <= 10
 
 
+def test_saved_walks_go_on_where_the_last_stopped_until_every_open_job_is_reached(job_store: JobStore) -> None:
+    # Given twelve open jobs, each with its own deadline, and walks of at most eight jobs (one a
+    # shard of the index): one walk cannot hold them all
+    for index in range(12):
+        job_store.create_job(f"open-{index:02d}", new_job(deadline_seconds=DEADLINE_SECONDS + index), JOB_INPUT, NOW)
+    everyone = {f"open-{index:02d}" for index in range(12)}
+
+    # A walk that is not saved changes nothing: the next one hands out the same jobs
+    assert [job.job_id for job in job_store.open_jobs(limit=8)] == [job.job_id for job in job_store.open_jobs(limit=8)]
+
+    # When walks are saved one after the other
+    reached: set[str] = set()
+    walks = 0
+    while reached != everyone and walks < len(everyone):
+        walk = job_store.open_jobs(limit=8)
+        handed = [job.job_id for job in walk]
+        assert len(handed) <= 8
+        reached.update(handed)
+        walk.save()
+        walks += 1
+
+    # Then every open job was reached, within one walk per job of the largest segment at most
+    assert reached == everyone
+
+
 # --- transitions the state machine forbids --------------------------------------------------------
 
 QUEUED_JOB = Job(

@@ -14,9 +14,8 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from itertools import pairwise
 from typing import Any
 
@@ -30,6 +29,7 @@ from aijobs.local.devstack import DevStack, DevStackOptions
 from aijobs.local.provider import LocalProvider
 from aijobs.stack import StackResources
 from tests.support.contract import USAGE_FIELDS, USAGE_ROW_FIELDS, VIEW_FIELDS
+from tests.support.waiting import eventually
 
 LABELS = ["billing", "bug", "account", "spam"]
 TERMINAL = {"succeeded", "failed", "cancelled"}
@@ -102,18 +102,6 @@ def one_error_line(result: Result) -> str:
     assert len(lines) == 1, lines
     assert lines[0].startswith("error: ")
     return lines[0]
-
-
-def eventually(check: Callable[[], Any], timeout: float = BOUND, interval: float = 0.2) -> Any:
-    """Poll `check` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            pytest.fail(f"not reached within {timeout:g}s")
-        time.sleep(interval)
 
 
 def view_of(job_id: str) -> dict[str, Any]:

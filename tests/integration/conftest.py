@@ -24,8 +24,8 @@ from engine.queue import JobQueue
 from engine.runner import JobRunner
 from engine.store import DynamoJobStore, JobListing, UsageLedger
 from engine.store.items import INPUT_SK, OPEN_SHARDS, attempt_sk, dead_letter_key, from_item, job_key, open_shard_key
+from engine.store.open_jobs import OPEN_JOBS_INDEX
 from engine.store.payloads import PayloadStore
-from engine.store.reads import OPEN_JOBS_INDEX
 from engine.worker import Worker
 from tests.support.events import new_job_for, sqs_record
 from tests.support.providers import FakeProvider

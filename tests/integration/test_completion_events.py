@@ -15,7 +15,7 @@ from moto.dynamodbstreams.models import dynamodbstreams_backends
 from aijobs.stack import StackResources
 from engine.core import ErrorCode, Job, JobErrorInfo, JobStatus, NewJob
 from engine.core.outcomes import Cancelled, Failed, Released, Succeeded
-from engine.events import CompletionEvent, CompletionEvents, EventPublisher, completion_event
+from engine.events import MAX_EVENT_OUTPUT_BYTES, CompletionEvent, CompletionEvents, EventPublisher, completion_event
 from engine.store import DynamoJobStore
 
 NOW = 1_800_000_000_000
@@ -52,6 +52,34 @@ class MotoStream:
         page = self._backend.get_records(self._iterator, 1000)
         self._iterator = page["NextShardIterator"]
         return list(page["Records"])
+
+
+def handled_on_the_bus(stack: StackResources, records: list[dict[str, Any]]) -> tuple[dict[str, Any], list[int]]:
+    """The events function's answer to a batch of stream records, putting its events on the stack's
+    bus (moto), and how many entries each PutEvents request held."""
+    events = boto3.client("events")
+    sent: list[int] = []
+
+    class Counting:
+        def put_events(self, **params: Any) -> Any:
+            sent.append(len(params["Entries"]))
+            return events.put_events(**params)
+
+    response = CompletionEvents(EventPublisher(Counting(), stack.event_bus)).handle({"Records": records}, None)  # type: ignore[arg-type]
+    return response, sent
+
+
+def tap_events(stack: StackResources) -> list[dict[str, Any]]:
+    """The events the bus copied to the local tap queue (the template's rule for every event), consumed."""
+    sqs = boto3.client("sqs")
+    bodies = []
+    while batch := sqs.receive_message(QueueUrl=stack.events_queue_url, MaxNumberOfMessages=10).get("Messages"):
+        bodies += [json.loads(message["Body"]) for message in batch]
+        sqs.delete_message_batch(
+            QueueUrl=stack.events_queue_url,
+            Entries=[{"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(batch)],
+        )
+    return bodies
 
 
 @pytest.fixture
@@ -161,28 +189,14 @@ def test_the_events_function_puts_each_event_on_the_bus_and_reports_the_first_re
     for n in range(12):
         store.create_failed_job(f"bus-{n}", REFUSED, NOW + n, job_type="classify", user_id="acme")
     records = stream.records()
-    events = boto3.client("events")
-    sent: list[int] = []
-
-    class Counting:
-        def put_events(self, **params: Any) -> Any:
-            sent.append(len(params["Entries"]))
-            return events.put_events(**params)
 
     # When the function handles the batch: 12 job creations, each its event
-    response = CompletionEvents(EventPublisher(Counting(), stack.event_bus)).handle({"Records": records}, None)  # type: ignore[arg-type]
+    response, sent = handled_on_the_bus(stack, records)
 
     # Then two PutEvents (10 + 2), all accepted, each copied to the local tap queue
     assert response == {"batchItemFailures": []}
     assert sent == [10, 2]
-    sqs = boto3.client("sqs")
-    bodies = []
-    while batch := sqs.receive_message(QueueUrl=stack.events_queue_url, MaxNumberOfMessages=10).get("Messages"):
-        bodies += [json.loads(message["Body"]) for message in batch]
-        sqs.delete_message_batch(
-            QueueUrl=stack.events_queue_url,
-            Entries=[{"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(batch)],
-        )
+    bodies = tap_events(stack)
     assert sorted(body["detail"]["job_id"] for body in bodies) == sorted(f"bus-{n}" for n in range(12))
     assert {(body["source"], body["detail-type"]) for body in bodies} == {("aijobs", "Job Failed")}
 
@@ -196,3 +210,27 @@ def test_the_events_function_puts_each_event_on_the_bus_and_reports_the_first_re
 
     refused = CompletionEvents(EventPublisher(Refusing(), stack.event_bus)).handle({"Records": records}, None)  # type: ignore[arg-type]
     assert refused == {"batchItemFailures": [{"itemIdentifier": records[1]["dynamodb"]["SequenceNumber"]}]}
+
+
+def test_four_outputs_of_64_kib_in_one_stream_batch_make_four_events(
+    store: DynamoJobStore, stack: StackResources
+) -> None:
+    # Given four jobs that succeed with an output of 64 KiB each (the largest an event carries):
+    # ten entries of that size pass EventBridge's 256 KiB a request (which fit_moto holds moto to)
+    stream = MotoStream(stack)
+    output = {"summary": "x" * (MAX_EVENT_OUTPUT_BYTES - len('{"summary":""}'))}
+    for n in range(4):
+        store.create_job(f"large-{n}", new_job(), INPUT, NOW)
+        job = store.claim_job(f"large-{n}", "w1", LEASE_MS, NOW + 1, None)
+        store.finish_job(job, Succeeded(output, "h"), NOW + 2)
+    records = stream.records()
+
+    # When the events function handles them in one batch
+    response, sent = handled_on_the_bus(stack, records)
+
+    # Then every event was accepted, each with its output, in two requests (three fit in one)
+    assert response == {"batchItemFailures": []}
+    assert sent == [3, 1]
+    bodies = tap_events(stack)
+    assert sorted(body["detail"]["job_id"] for body in bodies) == [f"large-{n}" for n in range(4)]
+    assert all(body["detail"]["output"] == output and body["detail"]["output_included"] for body in bodies)

@@ -250,16 +250,36 @@ def test_a_message_that_fails_unexpectedly_is_given_up_on_at_its_third_receive(
     assert provider.calls == 0
 
 
+# DynamoDB throttling the claim; a finishing transaction cancelled, on every try, for a conflict with
+# another write of the job (a cancel request, a duplicate's claim): transient, not a refused condition.
+THROTTLED = ClientError({"Error": {"Code": "ProvisionedThroughputExceededException"}}, "UpdateItem")
+CONFLICTED = ClientError(
+    {
+        "Error": {"Code": "TransactionCanceledException"},
+        "CancellationReasons": [{"Code": "TransactionConflict"}, {"Code": "None"}],
+    },
+    "TransactWriteItems",
+)
+
+
+@pytest.mark.parametrize(
+    ("step", "error"), [("claim_job", THROTTLED), ("finish_job", CONFLICTED)], ids=["throttled", "conflicted"]
+)
 def test_a_transient_aws_error_is_retried_whatever_the_receive_count(
-    make_worker: WorkerFactory, store: Any, table: TableReader, enqueue: Enqueue, monkeypatch: pytest.MonkeyPatch
+    make_worker: WorkerFactory,
+    table: TableReader,
+    enqueue: Enqueue,
+    monkeypatch: pytest.MonkeyPatch,
+    step: str,
+    error: ClientError,
 ) -> None:
-    # Given DynamoDB throttling the claim
-    def throttled(*_: Any, **__: Any) -> Any:
-        raise ClientError({"Error": {"Code": "ProvisionedThroughputExceededException"}}, "UpdateItem")
+    # Given a store step that fails transiently
+    def failing(*_: Any, **__: Any) -> Any:
+        raise error
 
     worker = make_worker()
-    monkeypatch.setattr(worker._runner._store, "claim_job", throttled)
-    record = enqueue(job_message("classify", "throttled-1"))
+    monkeypatch.setattr(worker._runner._store, step, failing)
+    record = enqueue(job_message("classify", f"{step}-1"))
 
     # When it is received for the tenth time
     response = handled(worker, record | {"attributes": record["attributes"] | {"ApproximateReceiveCount": "10"}})

@@ -11,10 +11,11 @@ import pytest
 import handlers.reconciler
 from aijobs.stack import StackResources
 from engine.core import ErrorCode, JobErrorInfo, JobStatus, NewJob, Released, Succeeded
+from engine.core.open_jobs import OpenJobKey
 from engine.reconciler import STOP_MARGIN_MS, Reconciler
 from engine.store import DynamoJobStore
-from engine.store.items import OPEN_SHARDS
-from engine.store.reads import OPEN_JOBS_INDEX
+from engine.store.items import OPEN_SHARDS, open_shard
+from engine.store.open_jobs import OPEN_JOBS_INDEX, OpenJobsIndex
 from engine.wiring import entry_point
 from tests.conftest import RequestCounter
 from tests.integration.conftest import (
@@ -33,9 +34,11 @@ STALE_SECONDS = 600
 
 
 def writes_after_one_pass(requests: RequestCounter) -> dict[str, int]:
-    """The requests of one reconciler pass less its reads: a Query per shard, then the open jobs
-    themselves with one BatchGetItem per shard that holds any (at most one per shard)."""
+    """The requests of one reconciler pass less its reads: the cursor (one GetItem), a Query per
+    shard, then the open jobs themselves with one BatchGetItem per shard that holds any (at most one
+    per shard). Every shard read to its end, the cursor does not move and is not written."""
     operations = dict(requests.operations)
+    assert operations.pop("GetItem") == 1
     assert operations.pop("Query") == OPEN_SHARDS
     assert 0 <= operations.pop("BatchGetItem", 0) <= OPEN_SHARDS
     assert "Scan" not in operations
@@ -258,9 +261,11 @@ def test_a_job_that_ended_after_the_index_was_read_is_skipped_and_the_pass_goes_
     message = job_message("classify")
     store.create_job("ended-meanwhile", new_job(message), message["input"], t0)
     store.create_job("late", new_job(message, deadline_seconds=60), message["input"], t0)
-    stale_keys = [{"pk": {"S": f"JOB#{job_id}"}, "sk": {"S": "JOB"}} for job_id in ("ended-meanwhile", "late")]
+    stale_keys = [OpenJobKey(0, job_id) for job_id in ("ended-meanwhile", "late")]
     store.request_cancel("ended-meanwhile", t0)
-    monkeypatch.setattr(store, "_open_keys", lambda shard, wanted: stale_keys if shard == 0 else [])
+    monkeypatch.setattr(
+        OpenJobsIndex, "keys", lambda self, shard, after, count: (stale_keys if shard == 0 else [], True)
+    )
 
     # When the reconciler runs after the deadline
     report = reconciler_at(t0 + 120_000).run()
@@ -325,6 +330,40 @@ def test_a_pass_reads_no_more_jobs_than_it_handles(
     assert report["examined"] <= 16
     assert all(query["Limit"] <= 2 for query in queries.queries)
     assert sum(read_keys) == report["examined"]
+
+
+def test_a_stale_job_deep_in_its_shard_is_re_enqueued_within_one_pass_per_job_of_the_shard(
+    stack: StackResources,
+    sqs: Any,
+    store: DynamoJobStore,
+    queue: RecordingQueue,
+    dynamodb_requests: RequestCounter,
+    new_job: Callable[..., NewJob],
+) -> None:
+    # Given a stale queued job with a 7-day deadline and, in its shard of the index, three jobs
+    # touched recently whose deadlines come first; and a reconciler that reads one job a shard a pass
+    t0 = now_ms()
+    at = t0 + (STALE_SECONDS + 100) * 1000
+    message = job_message("classify")
+    store.create_job("stale-deep", new_job(message, deadline_seconds=604_800), message["input"], t0)
+    shard = open_shard("stale-deep")
+    ahead = [job_id for job_id in (f"ahead-{n}" for n in range(100)) if open_shard(job_id) == shard][:3]
+    for job_id in ahead:
+        store.create_job(job_id, new_job(message, deadline_seconds=3_600), message["input"], at - 1_000)
+    reconciler = Reconciler(store, queue, stale_seconds=STALE_SECONDS, max_jobs=OPEN_SHARDS, clock=lambda: at / 1000)
+
+    # When it runs pass after pass, each going on from where the last one stopped
+    reports = []
+    for _ in range(len(ahead) + 1):
+        dynamodb_requests.reset()
+        reports.append(reconciler.run())
+        # Each pass reads the cursor once, and writes it once when it moved
+        assert dynamodb_requests.operations["GetItem"] == 1
+        assert dynamodb_requests.operations["UpdateItem"] == 1 + reports[-1]["requeued"]
+
+    # Then the passes reach the jobs of the shard one by one: the stale job on the fourth, once
+    assert [report["requeued"] for report in reports] == [0, 0, 0, 1]
+    assert queued_bodies(sqs, stack.queue_url) == [{"job_id": "stale-deep"}]
 
 
 def test_a_pass_stops_before_its_invocation_runs_out_of_time(

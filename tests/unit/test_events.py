@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -12,7 +13,17 @@ from moto.events.models import EventPattern
 
 from aijobs.stack import DEFAULT_TEMPLATE, load_template
 from engine.core import Job, JobStatus, Usage
-from engine.events import MAX_EVENT_OUTPUT_BYTES, completion_event, enters_terminal_status, event_detail
+from engine.events import (
+    MAX_EVENT_OUTPUT_BYTES,
+    PUT_EVENTS_BYTES,
+    PUT_EVENTS_ENTRIES,
+    CompletionEvent,
+    EventPublisher,
+    completion_event,
+    enters_terminal_status,
+    event_detail,
+    put_events_requests,
+)
 
 STATUSES = [status.value for status in JobStatus]
 
@@ -102,3 +113,79 @@ def test_a_job_item_that_cannot_be_read_still_makes_its_event_with_its_id_and_st
     assert event is not None
     assert event.detail_type == "Job Failed"
     assert event.detail == {"event_id": "j-1:1800000001000", "job_id": "j-1", "status": "failed", "complete": False}
+
+
+# --- PutEvents requests: EventBridge's entries and bytes ------------------------------------------
+
+
+def succeeded(job_id: str, output: dict[str, Any]) -> CompletionEvent:
+    detail = event_detail(replace(job(output), job_id=job_id)) | {"complete": True}
+    return CompletionEvent("Job Succeeded", detail, sequence_number=job_id.removeprefix("j-"))
+
+
+def output_of(size: int) -> dict[str, Any]:
+    """An output whose compact JSON is `size` bytes."""
+    return {"summary": "x" * (size - len('{"summary":""}'))}
+
+
+def test_requests_hold_at_most_ten_entries_under_256_kib_in_the_stream_order() -> None:
+    small = [succeeded(f"j-{n}", {"label": "billing"}) for n in range(12)]
+    large = [succeeded(f"j-{n}", output_of(MAX_EVENT_OUTPUT_BYTES)) for n in range(12, 17)]
+
+    requests = put_events_requests([*small, *large])
+
+    assert [event for request in requests for event in request] == [*small, *large]
+    assert all(len(request) <= PUT_EVENTS_ENTRIES for request in requests)
+    assert all(sum(event.size for event in request) < PUT_EVENTS_BYTES for request in requests)
+    # Ten small ones; two small and three large (a fourth large one would pass 256 KiB); two large
+    assert [len(request) for request in requests] == [10, 5, 2]
+
+
+def test_an_entry_sized_as_eventbridge_counts_it() -> None:
+    event = succeeded("j-1", {"label": "fr\u00e9"})
+    entry = event.entry("a-bus-name-that-does-not-count")
+
+    assert event.size == sum(len(entry[part].encode()) for part in ("Source", "DetailType", "Detail"))  # type: ignore[literal-required]
+
+
+def test_an_event_too_large_alone_travels_without_its_output_and_tells_its_size() -> None:
+    # An event whose output would pass a request's limit alone (larger than events carry today)
+    event = succeeded("j-1", {"label": "billing"})
+    huge = CompletionEvent(
+        event.detail_type,
+        event.detail | {"output": output_of(PUT_EVENTS_BYTES), "output_bytes": PUT_EVENTS_BYTES},
+        event.sequence_number,
+    )
+
+    fitted = huge.fitted()
+
+    assert (fitted.detail["output"], fitted.detail["output_included"]) == (None, False)
+    assert fitted.detail["output_bytes"] == PUT_EVENTS_BYTES
+    assert fitted.sequence_number == huge.sequence_number
+    assert fitted.size < PUT_EVENTS_BYTES
+    assert event.fitted() is event
+
+
+class Bus:
+    """A PutEvents client that fails its `failing`-th request as a whole and accepts the others."""
+
+    def __init__(self, failing: int) -> None:
+        self.requests: list[list[str]] = []
+        self._failing = failing
+
+    def put_events(self, **params: Any) -> Any:
+        self.requests.append([json.loads(entry["Detail"])["job_id"] for entry in params["Entries"]])
+        if len(self.requests) == self._failing:
+            raise ConnectionError("the network went away")
+        return {"FailedEntryCount": 0, "Entries": [{"EventId": "e"} for _ in params["Entries"]]}
+
+
+def test_a_request_that_fails_refuses_its_events_and_the_later_ones_only() -> None:
+    events = [succeeded(f"j-{n}", output_of(MAX_EVENT_OUTPUT_BYTES)) for n in range(10)]
+    bus = Bus(failing=2)
+
+    refused = EventPublisher(bus, "bus").publish(events)  # type: ignore[arg-type]
+
+    # The first request (three events) was put; the second failed, and nothing after it was sent
+    assert [len(request) for request in bus.requests] == [3, 3]
+    assert refused == events[3:]

@@ -6,13 +6,13 @@ clock the test sets.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from engine.core import ErrorCode, Job, JobErrorInfo, JobStatus, NewJob, Released, Succeeded
-from engine.core.memory import InMemoryJobStore
+from engine.core.memory import InMemoryJobStore, MemoryOpenJobs
+from engine.core.open_jobs import OpenJobKey, OpenJobsWalk
 from engine.intake import request_hash
 from engine.reconciler import STOP_MARGIN_MS, Reconciler
 from tests.support.events import job_message
@@ -258,9 +258,18 @@ class LaggingIndex(InMemoryJobStore):
         super().__init__()
         self.ended: list[str] = []
 
-    def open_jobs(self, limit: int) -> Iterator[Job]:
-        yield from (job_of(self, job_id) for job_id in self.ended)
-        yield from super().open_jobs(limit)
+    def open_jobs(self, limit: int) -> OpenJobsWalk:
+        return OpenJobsWalk(LaggingSegment(self), limit)
+
+
+class LaggingSegment(MemoryOpenJobs):
+    def __init__(self, store: LaggingIndex) -> None:
+        super().__init__(store)
+        self._ended = store.ended
+
+    def keys(self, segment: int, after: OpenJobKey | None, count: int) -> tuple[list[OpenJobKey], bool]:
+        keys, to_end = super().keys(segment, after, count)
+        return [OpenJobKey(0, job_id) for job_id in self._ended] + keys, to_end
 
 
 def test_a_job_that_ended_after_the_index_was_read_is_counted_already_finished(queue: RecordingQueue) -> None:
@@ -320,6 +329,27 @@ def test_a_pass_examines_no_more_jobs_than_its_limit(store: InMemoryJobStore, qu
     assert report == {"examined": 2, "deadline_exceeded": 2}
     statuses = [job_of(store, f"late-{index}").status for index in range(5)]
     assert statuses.count(JobStatus.FAILED) == 2
+
+
+def test_a_stale_job_beyond_a_passs_reach_is_re_enqueued_by_a_later_pass(
+    store: InMemoryJobStore, queue: RecordingQueue
+) -> None:
+    # Given a stale queued job with a 7-day deadline behind 25 jobs touched recently whose deadlines
+    # come first, and a reconciler that examines 10 jobs a pass
+    submitted(store, "stale-late", deadline_seconds=604_800)
+    at = T0 + (STALE_SECONDS + 100) * 1000
+    for index in range(25):
+        submitted(store, f"fresh-{index:02d}", at_ms=at - 1_000, deadline_seconds=3_600)
+    fresh = {f"fresh-{index:02d}": job_of(store, f"fresh-{index:02d}") for index in range(25)}
+
+    # When it runs pass after pass
+    reports = [reconciler(store, queue, at, max_jobs=10).run() for _ in range(3)]
+
+    # Then the first two passes examine the earlier deadlines, and the third reaches the stale job
+    # (26 open jobs, 10 a pass) and re-enqueues it, once; the others are left as they were
+    assert reports == [{"examined": 10}, {"examined": 10}, {"examined": 10, "requeued": 1}]
+    assert queue.sent == [{"job_id": "stale-late"}]
+    assert {job_id: job_of(store, job_id) for job_id in fresh} == fresh
 
 
 def test_a_pass_with_too_little_time_left_stops_before_touching_a_job(

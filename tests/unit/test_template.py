@@ -232,7 +232,7 @@ def dead_letter_function_permissions(text: str) -> None:
 def reconciler_permissions(text: str) -> None:
     assert grants("ReconcilerFunction") == {
         f"{TABLE}/index/OpenJobs": {"dynamodb:Query"},
-        TABLE: {"dynamodb:BatchGetItem", "dynamodb:UpdateItem"},
+        TABLE: {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:UpdateItem"},
         QUEUE: {"sqs:SendMessage"},
     }
     assert grants("ReconcilerFunction", KmsKeyArn=KEY_ARN)[KEY_ARN] == {"kms:Decrypt"}

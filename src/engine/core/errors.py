@@ -160,6 +160,17 @@ class LeaseLostError(ConditionRefusedError):
     """The finishing write met a job this worker no longer holds."""
 
 
+class UnreadKeysError(AiJobsError):
+    """The store was left keys unread on every try of a batch read (throttled): it passes by itself.
+    `keys` names them (`pk/sk`)."""
+
+    def __init__(self, table_name: str, keys: list[str], tries: int) -> None:
+        shown = ", ".join(keys[:5]) + (", ..." if len(keys) > 5 else "")
+        super().__init__(f"{len(keys)} keys of table {table_name} left unread after {tries} tries: {shown}")
+        self.table_name = table_name
+        self.keys = keys
+
+
 class CancelRequestedError(AiJobsError):
     """The finishing fence met a cancel request: the job ends `cancelled`, its output discarded."""
 

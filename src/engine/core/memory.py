@@ -3,7 +3,8 @@
 It enforces the same conditions as the DynamoDB store (docs/protocol.md) and answers refusals the
 same way, so that the runner's, the reconciler's and the dead-letter recorder's decisions can be
 tested in milliseconds; tests/contract runs one suite against both stores so that this one cannot
-lie. It keeps no expiry (TTL) and no index shards: open jobs come back oldest deadline first.
+lie. It keeps no expiry (TTL) and no index shards: open jobs are walked in one segment, oldest
+deadline first, from where the last saved walk stopped.
 Inputs and outputs are kept as their JSON, as DynamoDB keeps them, so that they read back the same.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -40,6 +41,7 @@ from engine.core.job import (
     claimable,
     explain_claim_refusal,
 )
+from engine.core.open_jobs import OpenJobKey, OpenJobsWalk
 from engine.core.outcomes import Cancelled, Outcome, Released, Succeeded, outcome_error, target_status
 from engine.text import MAX_REASON_CHARS, bounded, one_line, valid_text
 
@@ -59,6 +61,7 @@ class InMemoryJobStore:
         self._inputs: dict[str, tuple[str, str | None]] = {}
         self._attempts: dict[str, dict[int, AttemptRecord]] = {}
         self._dead_letters: dict[str, DeadLetter] = {}
+        self._open_jobs_positions: dict[int, OpenJobKey] = {}
 
     # --- reads -------------------------------------------------------------------------------
 
@@ -94,11 +97,8 @@ class InMemoryJobStore:
         letters.sort(key=lambda letter: (letter.recorded_at, letter.message_id), reverse=True)
         return [_entry(letter) for letter in letters[:limit]]
 
-    def open_jobs(self, limit: int) -> Iterator[Job]:
-        with self._lock:
-            open_jobs = [job for job in self._jobs.values() if not job.status.is_terminal]
-        open_jobs.sort(key=lambda job: (job.deadline_at or 0, job.job_id))
-        yield from open_jobs[:limit]
+    def open_jobs(self, limit: int) -> OpenJobsWalk:
+        return OpenJobsWalk(MemoryOpenJobs(self), limit)
 
     # --- the worker's path -------------------------------------------------------------------
 
@@ -359,6 +359,34 @@ class InMemoryJobStore:
             job = replace(job, input_stored=True)
             self._inputs[job.job_id] = (input_text, job.request_hash)
         self._jobs[job.job_id] = job
+
+
+class MemoryOpenJobs:
+    """A store's open jobs as one segment, oldest deadline first, and where the last walk stopped."""
+
+    segments = 1
+
+    def __init__(self, store: InMemoryJobStore) -> None:
+        self._store = store
+
+    def keys(self, segment: int, after: OpenJobKey | None, count: int) -> tuple[list[OpenJobKey], bool]:
+        with self._store._lock:
+            jobs = [job for job in self._store._jobs.values() if not job.status.is_terminal]
+        ordered = sorted(OpenJobKey(job.deadline_at or 0, job.job_id) for job in jobs)
+        later = [key for key in ordered if after is None or key > after]
+        return later[:count], len(later) <= count
+
+    def jobs(self, keys: Sequence[OpenJobKey]) -> Iterator[Job | None]:
+        for key in keys:
+            yield self._store.get_job(key.job_id)
+
+    def positions(self) -> dict[int, OpenJobKey]:
+        with self._store._lock:
+            return dict(self._store._open_jobs_positions)
+
+    def keep_positions(self, positions: Mapping[int, OpenJobKey]) -> None:
+        with self._store._lock:
+            self._store._open_jobs_positions = dict(positions)
 
 
 def _created(job_id: str, new_job: NewJob, now_ms: int, status: JobStatus) -> Job:

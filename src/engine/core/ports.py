@@ -9,7 +9,6 @@ conditions each write is fenced on.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any, Protocol
 
 from engine.core.job import (
@@ -22,6 +21,7 @@ from engine.core.job import (
     JobStatus,
     NewJob,
 )
+from engine.core.open_jobs import OpenJobsWalk
 from engine.core.outcomes import Outcome
 
 
@@ -150,8 +150,9 @@ class DeadLetterStore(Protocol):
 class ReconcilerStore(Protocol):
     """What the reconciler reads and writes: open jobs, ended or re-enqueued."""
 
-    def open_jobs(self, limit: int) -> Iterator[Job]:
-        """Non-terminal jobs as they are now, oldest deadline first within each shard, at most `limit`."""
+    def open_jobs(self, limit: int) -> OpenJobsWalk:
+        """A pass over the non-terminal jobs, as they are now, at most `limit`: oldest deadline first
+        within each segment, from where the last saved pass stopped (engine.core.open_jobs)."""
         ...
 
     def touch_job(self, job: Job, now_ms: int) -> bool:

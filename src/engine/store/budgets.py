@@ -12,7 +12,6 @@ docs/fleet.md gives every write and its condition.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -23,16 +22,13 @@ from engine.core.days import utc_day
 from engine.fleet.budgets import BudgetDay
 from engine.store.expressions import Expression
 from engine.store.items import Item, from_item, to_item
+from engine.store.retries import BATCH_GET_KEYS, Backoff, batch_get, transact
 from engine.store.table import DAY_MS, conditional_update, default_client, is_condition_failure
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 CAPS_PK = "BUDGETS"
-# BatchGetItem reads at most this many keys a request.
-BATCH_GET_KEYS = 100
-
-
 CAP_PREFIX = "USER#"
 MARKER_KEY = {"pk": {"S": CAPS_PK}, "sk": {"S": "MARKER"}}
 
@@ -46,24 +42,27 @@ def day_key(user_id: str, day: str) -> Item:
 
 
 class BudgetTable:
-    def __init__(self, table_name: str, client: DynamoDBClient | None = None, retention_days: int = 90) -> None:
+    def __init__(
+        self,
+        table_name: str,
+        client: DynamoDBClient | None = None,
+        retention_days: int = 90,
+        backoff: Backoff | None = None,
+    ) -> None:
         self.table_name = table_name
         self._client = client or default_client()
         self._retention_ms = retention_days * DAY_MS
+        self._backoff = backoff or Backoff()
 
     # --- the worker's side ---------------------------------------------------------------------
 
     def caps(self, user_ids: Sequence[str]) -> dict[str, Decimal]:
         caps: dict[str, Decimal] = {}
         for start in range(0, len(user_ids), BATCH_GET_KEYS):
-            keys: list[Any] = [cap_key(user) for user in user_ids[start : start + BATCH_GET_KEYS]]
-            request: Any = {self.table_name: {"Keys": keys, "ConsistentRead": True}}
-            while request:
-                response = self._client.batch_get_item(RequestItems=request)
-                for item in response.get("Responses", {}).get(self.table_name, []):
-                    data = from_item(item)
-                    caps[data["user_id"]] = Decimal(data["daily_usd"])
-                request = response.get("UnprocessedKeys") or None
+            keys = [cap_key(user) for user in user_ids[start : start + BATCH_GET_KEYS]]
+            for item in batch_get(self._client, self.table_name, keys, True, self._backoff):
+                data = from_item(item)
+                caps[data["user_id"]] = Decimal(data["daily_usd"])
         return caps
 
     def any_caps(self) -> bool:
@@ -95,7 +94,7 @@ class BudgetTable:
         expr.add("spent", spent)
         expr.condition = f"attribute_exists({expr.name('pk')})"
         update: Any = expr.update_params(self.table_name, day_key(user_id, day))
-        self._client.transact_write_items(TransactItems=[{"Update": update}], ClientRequestToken=uuid.uuid4().hex)
+        transact(self._client, [{"Update": update}], self._backoff, token=True)
 
     # --- administration (aijobs budget) --------------------------------------------------------
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from engine.aws_errors import CONDITION_FAILED, cancellation_codes
 from engine.core import Job, JobErrorInfo, JobStatus, NewJob
 from engine.store.items import (
     OPEN_SHARD,
@@ -22,6 +23,7 @@ from engine.store.items import (
     to_item,
 )
 from engine.store.payloads import INLINE_BYTES, dead_letter_body_key
+from engine.store.retries import transact
 from engine.store.table import JobTable, creation_attributes
 from engine.text import MAX_REASON_CHARS, bounded, one_line, valid_text
 
@@ -88,10 +90,9 @@ class DeadLetterWrites(JobTable):
                 {"Put": {"TableName": table, "Item": dead_letter_pointer_key(job_id, message_id) | summary}}
             )
         try:
-            self._client.transact_write_items(TransactItems=transaction)  # type: ignore[arg-type]
+            transact(self._client, transaction, self._backoff)
         except ClientError as exc:
-            reasons = exc.response.get("CancellationReasons") or []
-            if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
+            if cancellation_codes(exc)[:1] == [CONDITION_FAILED]:
                 return  # recorded before
             raise
 
@@ -158,8 +159,9 @@ class DeadLetterWrites(JobTable):
             job_id, self._stored_input(job_id, job_input), new_job.request_hash, self._expiry(now_ms)
         )
         try:
-            self._client.transact_write_items(
-                TransactItems=[
+            transact(
+                self._client,
+                [
                     {
                         "Put": {
                             "TableName": self.table_name,
@@ -175,13 +177,14 @@ class DeadLetterWrites(JobTable):
                             "ConditionExpression": "attribute_not_exists(pk)",
                         }
                     },
-                ]
+                ],
+                self._backoff,
             )
         except ClientError as exc:
-            reasons = exc.response.get("CancellationReasons") or []
-            if exc.response["Error"]["Code"] != "TransactionCanceledException" or not reasons:
+            # Only a refused condition is an answer: the job, or an input without its job, is there.
+            if CONDITION_FAILED not in cancellation_codes(exc):
                 raise
-            existing: Item | None = reasons[0].get("Item")  # type: ignore[assignment]
+            existing: Item | None = exc.response["CancellationReasons"][0].get("Item")  # type: ignore[assignment]
             if existing:
                 return job_from_item(existing)
             # An input item without its job (a submission that stopped half-way) is another request's.

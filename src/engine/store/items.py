@@ -39,8 +39,11 @@ _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
 
 
+JOB_PREFIX = "JOB#"
+
+
 def job_key(job_id: str, sk: str = JOB_SK) -> Item:
-    return {"pk": {"S": f"JOB#{job_id}"}, "sk": {"S": sk}}
+    return {"pk": {"S": f"{JOB_PREFIX}{job_id}"}, "sk": {"S": sk}}
 
 
 ATTEMPT_PREFIX = "ATTEMPT#"

@@ -12,22 +12,23 @@ from engine.core import Job, JobStatus, Lane
 from engine.core.days import utc_day
 from engine.store.expressions import index_query
 from engine.store.items import LIST_DAY_SHARDS, Item, list_day_partition
-from engine.store.reads import batch_get_jobs
+from engine.store.retries import BATCH_GET_KEYS, Backoff, batch_get_jobs
 from engine.store.table import default_client
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 BY_DAY_INDEX = "JobsByDay"
-# BatchGetItem reads at most 100 items a request; index pages are read in the same size.
-_BATCH = 100
+# Index pages are read in the size of a BatchGetItem.
+_BATCH = BATCH_GET_KEYS
 DAY_MS = 86_400_000
 
 
 class JobListing:
-    def __init__(self, table_name: str, client: DynamoDBClient | None = None) -> None:
+    def __init__(self, table_name: str, client: DynamoDBClient | None = None, backoff: Backoff | None = None) -> None:
         self.table_name = table_name
         self._client = client or default_client()
+        self._backoff = backoff or Backoff()
 
     def list_jobs(
         self,
@@ -49,7 +50,7 @@ class JobListing:
             batch = list(islice(keys, wanted))
             if not batch:
                 break
-            found = batch_get_jobs(self._client, self.table_name, batch)
+            found = batch_get_jobs(self._client, self.table_name, batch, False, self._backoff)
             jobs.extend(
                 job
                 for job in found

@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.core import AttemptRecord, DeadLetter, DeadLetterEntry, Job, JobHistory
 from engine.core.days import utc_days
+from engine.core.open_jobs import OpenJobsWalk
 from engine.store.items import (
     ATTEMPT_PREFIX,
     DEAD_LETTER_POINTER_PREFIX,
     INPUT_SK,
     JOB_HISTORY_END,
-    OPEN_SHARD,
-    OPEN_SHARDS,
-    Item,
     attempt_from_item,
     dead_letter_day_partition,
     dead_letter_entry_from_item,
@@ -24,16 +21,10 @@ from engine.store.items import (
     dead_letter_listing_range,
     job_from_item,
     job_key,
-    open_shard_key,
 )
+from engine.store.open_jobs import OpenJobsIndex
 from engine.store.table import JobTable
 
-if TYPE_CHECKING:
-    from mypy_boto3_dynamodb import DynamoDBClient
-
-OPEN_JOBS_INDEX = "OpenJobs"
-# BatchGetItem reads at most 100 items a request.
-BATCH_GET_LIMIT = 100
 # A dead-letter listing reads one partition a day; a longer range is refused (as a usage range is).
 MAX_DEAD_LETTER_DAYS = 400
 
@@ -143,53 +134,6 @@ class JobReads(JobTable):
             return dead_letter_from_item(item, body=self._payload_store().get(letter.body_key).decode())
         return letter
 
-    def open_jobs(self, limit: int) -> Iterator[Job]:
-        """Non-terminal jobs from the OpenJobs index: up to limit / shards per shard, oldest deadline first.
-
-        Read as they are used, and no more than that: a shard's keys page by page up to its share,
-        then its jobs 100 at a time with strongly consistent reads (the index lags the table, so a
-        job may have ended since it was indexed; the caller sees it as it is now).
-        """
-        per_shard = max(1, limit // OPEN_SHARDS)
-        left = limit
-        for shard in range(OPEN_SHARDS):
-            keys = self._open_keys(shard, min(per_shard, left))
-            for start in range(0, len(keys), BATCH_GET_LIMIT):
-                batch = keys[start : start + BATCH_GET_LIMIT]
-                for job in batch_get_jobs(self._client, self.table_name, batch, True):
-                    if job is not None and left > 0:
-                        left -= 1
-                        yield job
-            if left <= 0:
-                return
-
-    def _open_keys(self, shard: int, wanted: int) -> list[Item]:
-        keys: list[Item] = []
-        params: dict[str, Any] = {
-            "TableName": self.table_name,
-            "IndexName": OPEN_JOBS_INDEX,
-            "KeyConditionExpression": "#shard = :shard",
-            "ExpressionAttributeNames": {"#shard": OPEN_SHARD},
-            "ExpressionAttributeValues": {":shard": {"S": open_shard_key(shard)}},
-        }
-        while len(keys) < wanted:
-            page = self._client.query(**params, Limit=wanted - len(keys))
-            keys.extend({"pk": item["pk"], "sk": item["sk"]} for item in page.get("Items", []))
-            if "LastEvaluatedKey" not in page:
-                break
-            params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        return keys
-
-
-def batch_get_jobs(
-    client: DynamoDBClient, table_name: str, keys: list[Item], consistent: bool = False
-) -> list[Job | None]:
-    """The jobs of up to 100 `keys`, in their order (None where a job is gone)."""
-    found: dict[str, Job] = {}
-    request: dict[str, Any] = {table_name: {"Keys": keys, "ConsistentRead": consistent}}
-    while request:
-        response = client.batch_get_item(RequestItems=request)
-        for item in response.get("Responses", {}).get(table_name, []):
-            found[item["pk"]["S"]] = job_from_item(item)
-        request = dict(response.get("UnprocessedKeys") or {})
-    return [found.get(key["pk"]["S"]) for key in keys]
+    def open_jobs(self, limit: int) -> OpenJobsWalk:
+        """A pass over the OpenJobs index from where the last saved one stopped (engine.store.open_jobs)."""
+        return OpenJobsWalk(OpenJobsIndex(self._client, self.table_name, self._backoff), limit)

@@ -15,6 +15,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from engine.aws_errors import CONDITION_FAILED, cancellation_codes
 from engine.core import AttemptRecord, Job, JobErrorInfo, JobStatus, NewJob
 from engine.core.errors import ConditionRefusedError, ConfigurationError
 from engine.store.expressions import Expression
@@ -30,6 +31,7 @@ from engine.store.items import (
     open_shard,
 )
 from engine.store.payloads import INLINE_BYTES, PayloadStore, input_key
+from engine.store.retries import Backoff, transact
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -49,11 +51,14 @@ class JobTable:
         client: DynamoDBClient | None = None,
         retention_days: int = 90,
         payloads: PayloadStore | None = None,
+        backoff: Backoff | None = None,
     ) -> None:
         self.table_name = table_name
         self._client = client or default_client()
         self._retention_ms = retention_days * DAY_MS
         self._payloads = payloads
+        # How requests DynamoDB asks to be sent again are (engine.store.retries).
+        self._backoff = backoff or Backoff()
 
     # --- one request -------------------------------------------------------------------------
 
@@ -66,19 +71,19 @@ class JobTable:
         return job_from_item(item)
 
     def _transact(self, update: dict[str, Any], puts: list[Item]) -> None:
-        """The job's conditional update and unconditional puts in one TransactWriteItems."""
+        """The job's conditional update and unconditional puts in one TransactWriteItems.
+
+        Its condition refused: ConditionRefusedError. Cancelled by a conflict with another write (a
+        cancel request, a duplicate's claim) on every try: the cancellation, transient.
+        """
         items: list[dict[str, Any]] = [{"Update": update | {"ReturnValuesOnConditionCheckFailure": "ALL_OLD"}}]
         items.extend({"Put": {"TableName": self.table_name, "Item": item}} for item in puts)
         try:
-            self._client.transact_write_items(TransactItems=items)  # type: ignore[arg-type]
+            transact(self._client, items, self._backoff)
         except ClientError as exc:
-            if exc.response["Error"]["Code"] != "TransactionCanceledException":
+            if cancellation_codes(exc)[:1] != [CONDITION_FAILED]:
                 raise
-            reasons = exc.response.get("CancellationReasons") or []
-            first = reasons[0] if reasons else {}
-            if first.get("Code") != "ConditionalCheckFailed":
-                raise
-            old: Item | None = first.get("Item")  # type: ignore[assignment]
+            old: Item | None = exc.response["CancellationReasons"][0].get("Item")  # type: ignore[assignment]
             raise ConditionRefusedError("the job's condition failed", job_from_item(old) if old else None) from exc
 
     def _write(
