@@ -182,10 +182,10 @@ def jobs_table(views: Sequence[JobView], title: str | None = None) -> Table:
 # The columns of `aijobs usage`: (title, UsageRow attribute); the numbers are summed in a total row.
 USAGE_COLUMNS = (
     ("attempts", "attempts"),
-    ("input tokens", "input_tokens"),
+    ("input", "input_tokens"),
     ("cached", "cached_input_tokens"),
     ("cache write", "cache_write_input_tokens"),
-    ("output tokens", "output_tokens"),
+    ("output", "output_tokens"),
     ("reasoning", "reasoning_tokens"),
     ("cost", "cost_usd"),
     ("cache saved", "cache_savings_usd"),
@@ -195,23 +195,25 @@ UNPRICED_NOTE = "unpriced: attempts of a model with no price, whose cost is unkn
 
 
 def usage_table(rows: Sequence[UsageRow], title: str) -> Table:
-    """Rows by user, job type, model and lane; then each lane's total (when there are two), and the total."""
-    table = Table(title=title)
+    """Rows by user, job type, model and lane; then each lane's total (when there are two), and the total.
+    The unpriced column shows only when some attempt was unpriced."""
+    total = _sum(rows)
+    columns = [(title, name) for title, name in USAGE_COLUMNS if name != "unpriced_attempts" or total.unpriced_attempts]
+    table = Table(title=title, caption=UNPRICED_NOTE if total.unpriced_attempts else None)
     for column in ("user", "job type", "model", "lane"):
         table.add_column(column)
-    for column, _ in USAGE_COLUMNS:
+    for column, _ in columns:
         table.add_column(column, justify="right")
     for row in rows:
-        table.add_row(row.user_id or "-", row.job_type or "-", row.model or "-", row.lane or "-", *_usage_cells(row))
+        names = (row.user_id or "-", row.job_type or "-", row.model or "-", row.lane or "-")
+        table.add_row(*names, *_usage_cells(row, columns))
     table.add_section()
     lanes = sorted({row.lane for row in rows if row.lane})
     if len(lanes) > 1:
         for lane in lanes:
-            table.add_row("total", "", "", lane, *_usage_cells(_sum([row for row in rows if row.lane == lane])))
-    total = _sum(rows)
-    table.add_row("total", "", "", "", *_usage_cells(total))
-    if total.unpriced_attempts:
-        table.caption = UNPRICED_NOTE
+            lane_total = _sum([row for row in rows if row.lane == lane])
+            table.add_row("total", "", "", lane, *_usage_cells(lane_total, columns))
+    table.add_row("total", "", "", "", *_usage_cells(total, columns))
     return table
 
 
@@ -222,8 +224,8 @@ def _sum(rows: Sequence[UsageRow]) -> UsageRow:
     return total
 
 
-def _usage_cells(row: UsageRow) -> list[str]:
-    values = (getattr(row, name) for _, name in USAGE_COLUMNS)
+def _usage_cells(row: UsageRow, columns: Sequence[tuple[str, str]]) -> list[str]:
+    values = (getattr(row, name) for _, name in columns)
     return [f"${value:.6f}" if isinstance(value, Decimal) else str(value) for value in values]
 
 

@@ -630,6 +630,7 @@ ATTEMPT_FIELDS = [
     "cost_usd",
     "cache_savings_usd",
     "latency_ms",
+    "priced",
 ]
 DEAD_LETTER_FIELDS = ["message_id", "recorded_at", "job_id", "receive_count", "reason"]
 

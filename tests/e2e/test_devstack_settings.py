@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,8 @@ def test_the_local_provider_keeps_its_own_address_and_key_and_the_rest_is_passed
         aws_port=0,
         provider_port=0,
         quiet=True,
+        # moto keeps one account per process: a stack of its own.
+        stack_name=f"settings-{uuid.uuid4().hex[:6]}",
         function_environment={
             "AI_API_KEY": "sk-a-real-key-that-must-not-reach-the-local-provider",
             "AI_MODEL_PRIMARY": "my-model",

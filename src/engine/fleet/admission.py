@@ -42,6 +42,9 @@ UNCHECKED_RETRY_MS = 5_000
 # How far ahead background jobs take capacity: an interactive job arriving meanwhile waits behind at
 # most this much of their calls (or two of them, at a rate slower than two a second).
 BACKGROUND_HORIZON_MS = 1_000
+# Jobs waiting in their worker for capacity take it again this long before the first of them would
+# call: late, the bucket would fall idle and the time between be lost to everyone.
+TAKE_AHEAD_MS = 250
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +159,7 @@ class Admission:
                 now = self._now_ms()
                 horizon = HORIZON_MS if latest_call_ms is None else max(latest_call_ms - now, 0)
                 verdicts = self.admit([asks[index] for index in pending], horizon)
-                waiting: list[tuple[int, int]] = []
+                waiting: list[tuple[int, int, int]] = []  # (ask, when a take could include it, its call)
                 for index, verdict in zip(pending, verdicts, strict=True):
                     if (
                         isinstance(verdict, Hold)
@@ -165,12 +168,17 @@ class Admission:
                         and latest_call_ms is not None
                         and verdict.would_call_at_ms <= latest_call_ms
                     ):
-                        waiting.append((index, verdict.capacity_at_ms))
+                        waiting.append((index, verdict.capacity_at_ms, verdict.would_call_at_ms))
                     else:
                         on_verdict(index, verdict)
-                pending = [index for index, _ in waiting]
+                pending = [index for index, _, _ in waiting]
                 if pending:
-                    self._sleep(max(min(at for _, at in waiting) - self._now_ms(), 0) / 1000)
+                    # As late as lets the take include as many as the horizon holds, yet before the
+                    # first of them would call: a take a horizon's worth, not one per call.
+                    first_call = min(call for _, _, call in waiting)
+                    earliest = min(at for _, at, _ in waiting)
+                    wake = max([at for _, at, _ in waiting if at <= first_call - TAKE_AHEAD_MS], default=earliest)
+                    self._sleep(max(wake - self._now_ms(), 0) / 1000)
         except Exception as exc:
             log_unexpected("admission failed; the batch's jobs wait", exc)
             until = self._now_ms() + UNCHECKED_RETRY_MS
