@@ -21,7 +21,7 @@ from engine.store.items import (
     listing_keys,
     to_item,
 )
-from engine.store.payloads import INLINE_BYTES, dead_letter_body_key
+from engine.store.payloads import INLINE_BYTES, dead_letter_body_key, unrecorded_dead_letter_key
 from engine.store.table import JobTable, creation_attributes
 from engine.text import MAX_REASON_CHARS, bounded, one_line, valid_text
 
@@ -94,6 +94,12 @@ class DeadLetterWrites(JobTable):
             if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
                 return  # recorded before
             raise
+
+    def keep_unrecorded(self, message_id: str, document: bytes) -> str:
+        """Keep a dead letter the table could not take in the payload bucket; returns its key."""
+        key = unrecorded_dead_letter_key(message_id)
+        self._payload_store().put(key, document)
+        return key
 
     def create_failed_job(
         self,
