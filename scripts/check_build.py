@@ -1,8 +1,11 @@
-"""After `sam build`: each function holds the engine, its handlers and their pinned dependencies, nothing else.
+"""After `sam build`: each function holds the engine, its handlers, your own job types and their
+pinned dependencies, nothing else.
 
-Every top-level entry of a function's build folder must be `engine`, `handlers`, requirements.txt,
+Every top-level entry of a function's build folder must be `engine`, `handlers`, `jobtypes` (the
+package of your own job types, which the registry loads whenever it is there), requirements.txt,
 or belong to a distribution that src/requirements.txt pins (directly or as a dependency), as the
-build's own *.dist-info records say. Prints one line per function; exits 1 on anything else.
+build's own *.dist-info records say; `engine`, `handlers` and `jobtypes` must be there. Prints one
+line per function; exits 1 on anything else.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ import sys
 from pathlib import Path
 
 BUILD = Path(".aws-sam/build")
-PROJECT_ENTRIES = {"engine", "handlers", "requirements.txt"}
+PROJECT_PACKAGES = ("engine", "handlers", "jobtypes")
+PROJECT_ENTRIES = {*PROJECT_PACKAGES, "requirements.txt"}
 FORBIDDEN = {"aijobs", "tests", "bench", "moto", "yaml", "rich", "typer"}
 
 
@@ -36,8 +40,8 @@ def check(folder: Path) -> list[str]:
             problems.append(f"{entry} is shipped, and the function never imports it")
         elif entry not in PROJECT_ENTRIES and entry not in owners and not entry.startswith("__pycache__"):
             problems.append(f"{entry} belongs to no pinned distribution")
-    for required in ("engine", "handlers"):
-        if not (folder / required).is_dir():
+    for required in PROJECT_PACKAGES:
+        if not (folder / required / "__init__.py").is_file():
             problems.append(f"{required} is missing")
     return problems
 
@@ -52,7 +56,7 @@ def main() -> int:
         problems = check(folder)
         distributions = sorted(set(distribution_entries(folder).values()))
         status = "ok" if not problems else "; ".join(problems)
-        print(f"{folder.name}: engine, handlers and {len(distributions)} distributions ({status})")
+        print(f"{folder.name}: engine, handlers, jobtypes and {len(distributions)} distributions ({status})")
         failed = failed or bool(problems)
     return 1 if failed else 0
 

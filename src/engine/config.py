@@ -141,7 +141,7 @@ class Settings(BaseModel):
     def _tls_unless_local(cls, value: str) -> str:
         # The API key travels in a header: plain http only to this machine (a local model, sam local).
         parts = urlsplit(value)
-        if parts.scheme == "http" and not _is_local_host(parts.hostname or ""):
+        if parts.scheme == "http" and not is_local_host(parts.hostname or ""):
             raise ValueError(f"plain http sends the API key in clear; use https for {parts.hostname or 'that host'}")
         return value
 
@@ -170,7 +170,8 @@ class Settings(BaseModel):
         return value.strip().lower() in {"1", "true", "yes", "on"} if isinstance(value, str) else value
 
 
-def _is_local_host(host: str) -> bool:
+def is_local_host(host: str) -> bool:
+    """Whether `host` is this machine: where plain http, and an endpoint without a key, are fine."""
     if host == "localhost" or host.endswith(".localhost") or host == "host.docker.internal":
         return True
     try:

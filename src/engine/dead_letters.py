@@ -9,11 +9,15 @@ it names (`aijobs dead-letters`, `aijobs inspect`); then
 - a full job request whose job was never created is created `failed`, its input stored, so that
   `aijobs status` shows it and `aijobs retry` runs it;
 - a bad message that names a job id fails that job with the message's own error.
-A message that cannot be stored raises, so that it stays on its queue.
+A message that cannot be stored raises, so that it stays on its queue. On the dead-letter queue
+itself, a message the table cannot take for a reason that will not pass by itself (a refusal, not
+throttling or an outage) is kept whole in the payload bucket instead (`dead-letters/unrecorded/`)
+and acknowledged; it stays on the queue only when the bucket refuses it too.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,13 +32,29 @@ from engine.core.ports import DeadLetterStore
 from engine.definitions import JobRegistry
 from engine.intake import BadMessageError, JobRequest, parse_message, sha256_hex
 from engine.observability import log_unexpected, logger, metrics
+from engine.text import one_line, valid_text
+
+# Whether an exception may pass by itself (engine.aws_errors.is_transient in Lambda).
+TransientCheck = Callable[[Exception], bool]
+
+
+def _always_transient(_: Exception) -> bool:
+    return True
 
 
 class DeadLetterRecorder:
-    def __init__(self, store: DeadLetterStore, registry: JobRegistry, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: DeadLetterStore,
+        registry: JobRegistry,
+        clock: Callable[[], float] = time.time,
+        is_transient: TransientCheck = _always_transient,
+    ) -> None:
         self._store = store
         self._registry = registry
         self._clock = clock
+        # Without a way to tell, every failure is taken as one that may pass: the message stays.
+        self._is_transient = is_transient
 
     def handle(self, event: dict[str, Any], context: LambdaContext | None) -> dict[str, Any]:
         """A batch of the dead-letter queue; a record that could not be stored is reported and stays."""
@@ -45,9 +65,34 @@ class DeadLetterRecorder:
         """The record handler of the dead-letter queue's batch processor."""
         receive_count = int(record.attributes.approximate_receive_count or 0)
         attributes = dict(record.raw_event.get("attributes") or {})
-        outcome = self.record(record.message_id, record.body, attributes, receive_count)
+        try:
+            outcome = self.record(record.message_id, record.body, attributes, receive_count)
+        except Exception as exc:
+            return self._keep_unrecorded(record.message_id, record.body, attributes, receive_count, exc)
         metrics.add_metric(name="Jobs_dead_lettered", unit=MetricUnit.Count, value=1)
         return outcome
+
+    def _keep_unrecorded(
+        self, message_id: str, body: str, attributes: dict[str, str], receive_count: int, exc: Exception
+    ) -> str:
+        """A dead letter the table did not take: raised again (it stays on the queue) when the failure
+        may pass by itself, else kept in the payload bucket and acknowledged."""
+        metrics.add_metric(name="DeadLetters_unrecorded", unit=MetricUnit.Count, value=1)
+        log_unexpected("a dead letter could not be recorded", exc, message_id=message_id)
+        if self._is_transient(exc):
+            raise exc
+        document = {
+            "message_id": message_id,
+            "body": valid_text(body),
+            "attributes": attributes,
+            "receive_count": receive_count,
+            "reason": _arrival(receive_count),
+            "not_recorded_because": one_line(f"{type(exc).__name__}: {_error_code(exc)}"),
+            "kept_at": self._now_ms(),
+        }
+        key = self._store.keep_unrecorded(message_id, json.dumps(document, ensure_ascii=False).encode())
+        logger.warning("dead letter kept in the payload bucket", extra={"message_id": message_id, "key": key})
+        return "kept"
 
     def record(
         self,
@@ -59,7 +104,7 @@ class DeadLetterRecorder:
         code: ErrorCode = ErrorCode.DEAD_LETTERED,
     ) -> str:
         """Keep the message, then end the job it names with `code`; returns what became of the job."""
-        reason = reason or f"reached the dead-letter queue after {receive_count} receives"
+        reason = reason or _arrival(receive_count)
         request, bad = self._parse(body, message_id)
         job_id = _named_job(request, bad)
         now = self._keep(message_id, body, attributes, receive_count, reason, job_id)
@@ -160,6 +205,17 @@ class DeadLetterRecorder:
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
+
+
+def _arrival(receive_count: int) -> str:
+    return f"reached the dead-letter queue after {receive_count} receives"
+
+
+def _error_code(exc: Exception) -> str:
+    """What refused the write, without its message (which could quote the body): an AWS error code."""
+    response = getattr(exc, "response", None)
+    code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
+    return str(code) if code else "no error code"
 
 
 def _named_job(request: JobRequest | None, bad: BadMessageError | None) -> str | None:

@@ -126,7 +126,8 @@ def build_admission(settings: Settings, aws: Aws) -> Admission:
 
 
 def build_recorder(settings: Settings, session: boto3.Session | None = None) -> DeadLetterRecorder:
-    return DeadLetterRecorder(build_store(settings, Aws(settings, session)), JobRegistry.from_settings(settings))
+    store = build_store(settings, Aws(settings, session))
+    return DeadLetterRecorder(store, JobRegistry.from_settings(settings), is_transient=is_transient)
 
 
 def build_events(settings: Settings, session: boto3.Session | None = None) -> CompletionEvents:

@@ -50,7 +50,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def source_modules() -> set[str]:
-    """Every module of the three packages, as a path inside the wheel."""
+    """Every module of the four packages, as a path inside the wheel."""
     modules = {path.relative_to(ROOT / "src").as_posix() for path in (ROOT / "src").rglob("*.py")}
     modules |= {path.relative_to(ROOT).as_posix() for path in (ROOT / "aijobs").rglob("*.py")}
     return modules
@@ -60,7 +60,7 @@ def test_the_wheel_ships_every_module_the_command_and_the_template_but_no_tests(
     names = zipfile.ZipFile(wheel).namelist()
 
     tops = {name.split("/")[0] for name in names if not name.startswith("aijobs-")}
-    assert tops == {"aijobs", "engine", "handlers"}
+    assert tops == {"aijobs", "engine", "handlers", "jobtypes"}
     assert {name for name in names if name.endswith(".py")} == source_modules()
     template = zipfile.ZipFile(wheel).read("aijobs/template.yaml")
     assert template == (ROOT / "template.yaml").read_bytes()

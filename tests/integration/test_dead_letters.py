@@ -1,5 +1,7 @@
 """The dead-letter queue: every message is kept durably, its job ends `failed` (dead_lettered) unless
-it is finished or held, and a message that could not be kept stays on the queue."""
+it is finished or held; a message the table refuses for good is kept in the payload bucket and
+acknowledged, and one that could not be kept anywhere, or that the table may take later, stays on
+the queue."""
 
 from __future__ import annotations
 
@@ -7,12 +9,14 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import boto3
 import pytest
 from botocore.exceptions import ClientError
 
 import handlers.dead_letter
 from aijobs.client import AiJobsClient
 from aijobs.stack import StackResources
+from engine.aws_errors import is_transient
 from engine.core import ErrorCode, JobStatus, NewJob
 from engine.core.errors import ProviderUnavailableError
 from engine.dead_letters import DeadLetterRecorder
@@ -41,6 +45,13 @@ def handler(lambda_environment: None) -> Handler:
 @pytest.fixture
 def recorder(store: DynamoJobStore, registry: JobRegistry) -> DeadLetterRecorder:
     return DeadLetterRecorder(store, registry)
+
+
+@pytest.fixture
+def s3_keys(stack: StackResources) -> Callable[[], list[str]]:
+    """The keys in the payload bucket, as a function to call after the fact."""
+    s3 = boto3.client("s3")
+    return lambda: [found["Key"] for found in s3.list_objects_v2(Bucket=stack.payload_bucket).get("Contents", [])]
 
 
 def dead_letter(body: Any, message_id: str | None = None) -> dict[str, Any]:
@@ -166,19 +177,58 @@ def test_a_dead_lettered_finished_job_stays_as_it_was(
     assert table.job_item("dl-done") == before
 
 
-def test_a_message_that_cannot_be_recorded_stays_on_the_queue(
-    handler: Handler, monkeypatch: pytest.MonkeyPatch, table: TableReader
+def test_a_message_the_table_refuses_for_good_is_kept_in_the_payload_bucket_and_acknowledged(
+    handler: Handler, monkeypatch: pytest.MonkeyPatch, table: TableReader, payloads: Any
 ) -> None:
-    # Given a dead-letter function whose table does not exist
+    # Given a dead-letter function whose table does not exist (a refusal no retry will change)
     monkeypatch.setenv("JOBS_TABLE_NAME", "aijobs-no-such-table")
-    record = dead_letter("not json", message_id="dl-lost")
+    record = dead_letter(json_body({"job_id": "dl-lost-job"}), message_id="dl-lost")
 
     # When it handles a message
     response = handler(sqs_event(record))
 
-    # Then the message is reported as failed (so it is not deleted), and nothing was written
-    assert response == {"batchItemFailures": [{"itemIdentifier": "dl-lost"}]}
+    # Then the message is acknowledged, kept whole in the payload bucket with why it was not recorded
+    assert response == ACKNOWLEDGED
+    kept = json.loads(payloads.get("dead-letters/unrecorded/dl-lost.json"))
+    assert kept["message_id"] == "dl-lost"
+    assert kept["body"] == json_body({"job_id": "dl-lost-job"})
+    assert kept["attributes"] == record["attributes"]
+    assert (kept["receive_count"], kept["reason"]) == (RECEIVES, REASON)
+    assert kept["not_recorded_because"] == "ResourceNotFoundException: ResourceNotFoundException"
+    assert kept["kept_at"] > 0
     assert table.dead_letter("dl-lost") is None
+
+
+def test_a_message_neither_the_table_nor_the_bucket_takes_stays_on_the_queue(
+    handler: Handler, monkeypatch: pytest.MonkeyPatch, table: TableReader
+) -> None:
+    # Given a dead-letter function whose table and bucket do not exist
+    monkeypatch.setenv("JOBS_TABLE_NAME", "aijobs-no-such-table")
+    monkeypatch.setenv("JOBS_PAYLOAD_BUCKET", "aijobs-no-such-bucket")
+    record = dead_letter("not json", message_id="dl-nowhere")
+
+    # When it handles a message
+    response = handler(sqs_event(record))
+
+    # Then the message is reported as failed (so it is not deleted): the queue's retention is its end
+    assert response == {"batchItemFailures": [{"itemIdentifier": "dl-nowhere"}]}
+    assert table.dead_letter("dl-nowhere") is None
+
+
+def test_a_message_the_table_may_take_later_stays_on_the_queue_and_is_not_copied(
+    stack: StackResources, dynamodb: Any, registry: JobRegistry, payloads: Any, s3_keys: Callable[[], list[str]]
+) -> None:
+    # Given a recorder whose table answers as a throttled or unavailable one does
+    store = DynamoJobStore(stack.table_name, client=RefusingTransactions(dynamodb), payloads=payloads)  # type: ignore[arg-type]
+    recorder = DeadLetterRecorder(store, registry, is_transient=is_transient)
+    record = dead_letter("not json", message_id="dl-throttled")
+
+    # When it handles the message
+    response = recorder.handle(sqs_event(record), InvocationContext(function_name="aijobs-dead-letters"))
+
+    # Then it stays on the queue, to be recorded on a later receive; nothing went to the bucket
+    assert response == {"batchItemFailures": [{"itemIdentifier": "dl-throttled"}]}
+    assert s3_keys() == []
 
 
 class RefusingTransactions:

@@ -1,4 +1,5 @@
-"""build_gateway: the provider, tiers, prices and repairs a worker gets from its settings."""
+"""build_gateway: the provider, tiers, prices and repairs a worker gets from its settings, and the
+provider configurations it refuses, as a worker starting (and the settings check at deployment) does."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from aws_lambda_powertools.utilities import parameters
 from moto import mock_aws
 
 from engine.config import Settings
+from engine.core.errors import ConfigurationError
 from engine.gateway import ModelTiers, api_key_source, build_gateway
 from engine.gateway.bedrock import BedrockConverseProvider
 from engine.gateway.openai import OpenAICompatibleProvider
@@ -20,7 +22,7 @@ def settings(**values: object) -> Settings:
 
 
 def test_openai_is_the_default_provider_with_strict_structured_output() -> None:
-    gateway = build_gateway(settings(ai_model_primary="gpt-4o-mini", ai_model_fallback="gpt-4o"))
+    gateway = build_gateway(settings(ai_model_primary="gpt-4o-mini", ai_model_fallback="gpt-4o", ai_api_key="sk"))
 
     assert isinstance(gateway._provider, OpenAICompatibleProvider)
     assert gateway._provider._structured_output == "json_schema"
@@ -36,7 +38,7 @@ def test_bedrock_needs_no_key_or_base_url() -> None:
 
 
 def test_structured_output_and_repairs_come_from_the_settings() -> None:
-    gateway = build_gateway(settings(ai_structured_output="json_object", aijobs_repair_attempts=0))
+    gateway = build_gateway(settings(ai_structured_output="json_object", aijobs_repair_attempts=0, ai_api_key="sk"))
 
     assert isinstance(gateway._provider, OpenAICompatibleProvider)
     assert gateway._provider._structured_output == "json_object"
@@ -75,3 +77,55 @@ def test_a_refresh_reads_a_rotated_secret_that_the_cache_still_hides() -> None:
         assert source(refresh=True) == "sk-new"
         assert source() == "sk-new"
     parameters.clear_caches()
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"ai_api_key": "sk"},
+        {"ai_api_key_secret_arn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:k"},
+        {"ai_base_url": "http://127.0.0.1:8700/v1"},
+        {"ai_base_url": "http://localhost:4000/v1"},
+        {"ai_base_url": "https://host.docker.internal:8443/v1"},
+        {"ai_provider": "bedrock", "ai_model_primary": "us.anthropic.claude-3-5-haiku-20241022-v1:0"},
+        {
+            "ai_provider": "bedrock",
+            "ai_model_primary": "amazon.nova-lite-v1:0",
+            "ai_model_fallback": "amazon.nova-pro-v1:0",
+        },
+        {
+            "ai_provider": "bedrock",
+            "ai_model_primary": "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/a1",
+        },
+    ],
+)
+def test_a_provider_the_worker_can_call_is_taken(values: dict[str, str]) -> None:
+    build_gateway(settings(**values))
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({}, "AI_API_KEY_SECRET_ARN: the provider at api.openai.com needs an API key"),
+        (
+            {"ai_base_url": "https://llm.internal.example/v1"},
+            "AI_API_KEY_SECRET_ARN: the provider at llm.internal.example",
+        ),
+        ({"ai_provider": "bedrock"}, "AI_MODEL_PRIMARY: 'gpt-4o-mini' is not a Bedrock model id"),
+        ({"ai_provider": "bedrock", "ai_model_primary": "claude-3-5-haiku-latest"}, "AI_MODEL_PRIMARY: 'claude-3-5"),
+        (
+            {
+                "ai_provider": "bedrock",
+                "ai_model_primary": "amazon.nova-lite-v1:0",
+                "ai_model_fallback": "deepseek-chat",
+            },
+            "AI_MODEL_FALLBACK: 'deepseek-chat' is not a Bedrock model id",
+        ),
+    ],
+)
+def test_a_provider_that_would_fail_every_job_is_refused_with_one_line(values: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigurationError) as refused:
+        build_gateway(settings(**values))
+
+    assert str(refused.value).startswith(message)
+    assert "\n" not in str(refused.value)

@@ -17,7 +17,8 @@ from engine.core.memory import InMemoryJobStore
 from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
 from engine.intake import sha256_hex
-from tests.support.events import job_message, new_job_for
+from engine.observability import metrics
+from tests.support.events import InvocationContext, job_message, new_job_for, sqs_event, sqs_record
 from tests.support.providers import VALID_OUTPUTS
 
 T0 = 1_800_000_000_000  # epoch ms, a whole second
@@ -331,3 +332,72 @@ def test_an_unclaimed_request_given_up_on_is_created_failed_with_the_code_passed
     assert outcome == "failed"
     assert failed_with(job_of(store, "internal-2")) == (JobStatus.FAILED, ErrorCode.INTERNAL_ERROR, GIVEN_UP, False)
     assert store.get_input("internal-2") == message["input"]
+
+
+# --- dead letters the table does not take ---------------------------------------------------------
+
+
+class Refused(Exception):
+    """A write the table refuses; `transient` says whether it may pass by itself."""
+
+    def __init__(self, transient: bool) -> None:
+        super().__init__("refused")
+        self.transient = transient
+
+
+class RefusingStore(InMemoryJobStore):
+    """A store whose table refuses every dead letter."""
+
+    def __init__(self, transient: bool) -> None:
+        super().__init__()
+        self.transient = transient
+
+    def record_dead_letter(self, *_: Any, **__: Any) -> None:
+        raise Refused(self.transient)
+
+
+def handle_one(recorder: DeadLetterRecorder, message_id: str, body: str) -> dict[str, Any]:
+    record = sqs_record(body, message_id=message_id, receive_count=RECEIVES)
+    return recorder.handle(sqs_event(record), InvocationContext(function_name="aijobs-dead-letters"))
+
+
+def is_refused_transiently(exc: Exception) -> bool:
+    return isinstance(exc, Refused) and exc.transient
+
+
+@pytest.mark.parametrize("transient", [False, True])
+def test_a_dead_letter_the_table_refuses_is_counted_and_kept_in_the_bucket_unless_the_refusal_may_pass(
+    transient: bool,
+) -> None:
+    store = RefusingStore(transient)
+    recorder = DeadLetterRecorder(store, JobRegistry(), clock=lambda: T0 / 1000, is_transient=is_refused_transiently)
+    metrics.clear_metrics()
+
+    response = handle_one(recorder, "m-refused", body_of({"job_id": "refused-1"}))
+
+    # Either way the failure is counted, and nothing is recorded as dead-lettered
+    assert metrics.metric_set["DeadLetters_unrecorded"]["Value"] == [1.0]
+    assert "Jobs_dead_lettered" not in metrics.metric_set
+    metrics.clear_metrics()
+    if transient:
+        # A refusal that may pass: the message stays on the queue for a later receive, and is not copied
+        assert response == {"batchItemFailures": [{"itemIdentifier": "m-refused"}]}
+        assert store.unrecorded == {}
+        return
+    # A refusal for good: kept whole in the bucket, with why, and acknowledged
+    assert response == {"batchItemFailures": []}
+    kept = json.loads(store.unrecorded["dead-letters/unrecorded/m-refused.json"])
+    assert kept["body"] == body_of({"job_id": "refused-1"})
+    assert (kept["receive_count"], kept["reason"], kept["kept_at"]) == (RECEIVES, REASON, T0)
+    assert kept["not_recorded_because"] == "Refused: no error code"
+    assert store.get_job("refused-1") is None
+
+
+def test_without_a_way_to_tell_every_refusal_is_taken_as_one_that_may_pass() -> None:
+    store = RefusingStore(transient=False)
+
+    response = handle_one(DeadLetterRecorder(store, JobRegistry()), "m-unsure", "not json")
+
+    assert response == {"batchItemFailures": [{"itemIdentifier": "m-unsure"}]}
+    assert store.unrecorded == {}
+    metrics.clear_metrics()

@@ -1,4 +1,5 @@
-"""JobRegistry: built-ins, lookup, duplicates, and user modules named by AIJOBS_JOB_MODULES."""
+"""JobRegistry: built-ins, lookup, duplicates, your own job types (the jobtypes package) and user
+modules named by AIJOBS_JOB_MODULES."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from engine.config import Settings
 from engine.core import ErrorCode
 from engine.core.errors import ConfigurationError, UnknownJobTypeError
 from engine.definitions import BUILTIN_DEFINITIONS, JobDefinition, JobRegistry, Prompt
+from engine.definitions import registry as registry_module
+from jobtypes.extract_contact import EXTRACT_CONTACT
 
 
 class EchoInput(BaseModel):
@@ -156,3 +160,50 @@ def test_a_module_redefining_a_built_in_is_refused(module_dir: Path, monkeypatch
 
     with pytest.raises(ValueError, match="'summarize' is registered twice"):
         JobRegistry().load_modules(["aijobs_clash_jobs"])
+
+
+# --- your own job types: the jobtypes package ----------------------------------------------------
+
+SETTINGS = {"jobs_table_name": "jobs", "jobs_queue_url": "http://127.0.0.1:1/q", "jobs_payload_bucket": "payloads"}
+
+
+def settings(**values: object) -> Settings:
+    return Settings.model_validate(SETTINGS | values)
+
+
+def test_the_jobtypes_package_is_registered_with_no_setting() -> None:
+    registry = JobRegistry.from_settings(settings())
+
+    assert known_types(registry) == "answer_with_citations, classify, extract_contact, summarize"
+    assert registry.get("extract_contact") is EXTRACT_CONTACT
+
+
+def test_naming_the_jobtypes_package_as_well_registers_it_once(
+    module_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = "from tests.unit.test_registry import echo_definition\nJOB_DEFINITIONS = [echo_definition()]\n"
+    write_module(module_dir, "aijobs_more_jobs", source, monkeypatch)
+
+    registry = JobRegistry.from_settings(settings(aijobs_job_modules="jobtypes, aijobs_more_jobs"))
+
+    assert known_types(registry) == "answer_with_citations, classify, echo, extract_contact, summarize"
+
+
+def test_without_a_jobtypes_package_the_built_ins_and_the_named_modules_are_registered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(registry_module, "JOB_TYPES_PACKAGE", "aijobs_no_job_types_here")
+
+    assert known_types(JobRegistry.from_settings(settings())) == "answer_with_citations, classify, summarize"
+
+
+def test_a_jobtypes_package_without_job_definitions_is_a_configuration_error_naming_it(
+    module_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_module(module_dir, "aijobs_empty_types", "VALUE = 1\n", monkeypatch)
+    monkeypatch.setattr(registry_module, "JOB_TYPES_PACKAGE", "aijobs_empty_types")
+
+    with pytest.raises(ConfigurationError) as caught:
+        JobRegistry.from_settings(settings())
+
+    assert str(caught.value) == "jobtypes (your own job types): 'aijobs_empty_types' has no JOB_DEFINITIONS"

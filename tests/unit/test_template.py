@@ -17,6 +17,7 @@ import pytest
 from aijobs.stack import TemplateResolver, load_template
 from engine.definitions import MAX_INPUT_BYTES
 from engine.worker import FUNCTION_TIMEOUT_SECONDS, QUEUE_VISIBILITY_SECONDS
+from tests.support.template import function_role, role_policies, transformed_template
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 TEMPLATE = load_template()
@@ -32,13 +33,27 @@ def claims() -> dict[str, str]:
     return {match[1]: match[2] for match in re.finditer(r"^- \*\*(.+?)\.\*\* (.+)$", section, flags=re.MULTILINE)}
 
 
+class Resolver(TemplateResolver):
+    """The template resolved for a set of parameters, every resource named after its logical id; a log
+    group's ARN ends in `:*`, as CloudFormation's GetAtt gives it, and other attributes read `X.Attr`."""
+
+    def resolve(self, value: Any) -> Any:
+        if isinstance(value, dict) and set(value) == {"Fn::GetAtt"}:
+            resource, attribute = value["Fn::GetAtt"]
+            if attribute not in {"Arn", "QueueName", "StreamArn"}:
+                return f"{resource}.{attribute}"
+        return super().resolve(value)
+
+
 def resolver(**parameters: Any) -> TemplateResolver:
     """The template resolved for `parameters`, every resource named after its logical id."""
-    resolved = TemplateResolver(TEMPLATE, "aijobs", REGION, ACCOUNT, parameters)
-    for name, spec in RESOURCES.items():
+    resolved = Resolver(TEMPLATE, "aijobs", REGION, ACCOUNT, parameters)
+    for name, spec in transformed_template()["Resources"].items():
         service = spec["Type"].split("::")[1].lower()
         resolved.physical[name] = name
         resolved.arns[name] = f"arn:aws:{service}:{REGION}:{ACCOUNT}:{name}"
+        if spec["Type"] == "AWS::Logs::LogGroup":
+            resolved.arns[name] += ":*"
     return resolved
 
 
@@ -47,30 +62,43 @@ def properties(name: str, **parameters: Any) -> dict[str, Any]:
     return resolved
 
 
+def statements(function: str, **parameters: Any) -> list[dict[str, Any]]:
+    """Every statement of the role the function runs as once deployed (the SAM-transformed template)."""
+    documents = resolver(**parameters).resolve(role_policies(function_role(function)))
+    return [statement for document in documents for statement in document["Statement"]]
+
+
 def grants(function: str, **parameters: Any) -> dict[str, set[str]]:
-    """{resource: actions} the function's policies allow, resolved for `parameters`."""
+    """{resource: actions} the function's role allows, resolved for `parameters`."""
     allowed: dict[str, set[str]] = {}
-    for policy in properties(function, **parameters)["Policies"]:
-        for statement in policy["Statement"]:
-            assert statement["Effect"] == "Allow"
-            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-            resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
-            for resource in resources:
-                allowed.setdefault(resource, set()).update(actions)
+    for found in statements(function, **parameters):
+        assert found["Effect"] == "Allow"
+        actions = found["Action"] if isinstance(found["Action"], list) else [found["Action"]]
+        resources = found["Resource"] if isinstance(found["Resource"], list) else [found["Resource"]]
+        for resource in resources:
+            allowed.setdefault(resource, set()).update(actions)
     return allowed
 
 
 def statement(function: str, sid: str, **parameters: Any) -> dict[str, Any]:
-    for policy in properties(function, **parameters)["Policies"]:
-        for found in policy["Statement"]:
-            if found.get("Sid") == sid:
-                return dict(found)
+    for found in statements(function, **parameters):
+        if found.get("Sid") == sid:
+            return dict(found)
     raise AssertionError(f"{function} has no statement {sid}")
 
 
 TABLE = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:JobsTable"
 QUEUE = f"arn:aws:sqs:{REGION}:{ACCOUNT}:JobsQueue"
+DLQ = f"arn:aws:sqs:{REGION}:{ACCOUNT}:JobsDeadLetterQueue"
 OBJECTS = f"arn:aws:s3:{REGION}:{ACCOUNT}:PayloadBucket/*"
+TRACES = {"*": {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}}
+CONSUME = {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
+WRITE_LOGS = {"logs:CreateLogStream", "logs:PutLogEvents"}
+
+
+def own_logs(group: str) -> dict[str, set[str]]:
+    """A function's right to write its own log group (the group's ARN ends in `:*`: its streams)."""
+    return {f"arn:aws:logs:{REGION}:{ACCOUNT}:{group}:*": WRITE_LOGS}
 
 
 # --- the claims ---------------------------------------------------------------------------------
@@ -168,16 +196,18 @@ def dead_letter_queue(text: str) -> None:
 
 
 def worker_permissions(text: str) -> None:
-    # With no secret, no Bedrock and no key, the worker touches its table, queue and bucket only.
+    # With no secret, no Bedrock and no key, the worker touches its table, queue, bucket, log and traces only.
     assert grants("WorkerFunction") == {
         TABLE: {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
-        QUEUE: {"sqs:ChangeMessageVisibility"},
+        QUEUE: CONSUME | {"sqs:ChangeMessageVisibility"},
         OBJECTS: {"s3:GetObject", "s3:PutObject"},
+        **own_logs("WorkerLogGroup"),
+        **TRACES,
     }
     # The provider key: its one secret, and Decrypt through Secrets Manager for that secret only.
     with_secret = grants("WorkerFunction", AiApiKeySecretArn=SECRET_ARN)
     assert with_secret[SECRET_ARN] == {"secretsmanager:GetSecretValue"}
-    assert with_secret["*"] == {"kms:Decrypt"}
+    assert with_secret["*"] == {"kms:Decrypt"} | TRACES["*"]
     assert statement("WorkerFunction", "DecryptProviderApiKey", AiApiKeySecretArn=SECRET_ARN)["Condition"] == {
         "StringEquals": {
             "kms:ViaService": f"secretsmanager.{REGION}.amazonaws.com",
@@ -208,7 +238,16 @@ def worker_permissions(text: str) -> None:
         f"dynamodb.{REGION}.amazonaws.com",
         f"s3.{REGION}.amazonaws.com",
     }
-    for claim in ("`ChangeMessageVisibility` only", "configured model ids only", "`GetSecretValue`", "`KmsKeyArn`"):
+    for claim in (
+        "Its own role",
+        "`ReceiveMessage`, `DeleteMessage`, `GetQueueAttributes`",
+        "`ChangeMessageVisibility`, on the jobs queue only",
+        "configured model ids only",
+        "`GetSecretValue`",
+        "`KmsKeyArn`",
+        "its own log group",
+        "X-Ray",
+    ):
         assert claim in text
 
 
@@ -219,14 +258,18 @@ def via_services(function: str, sid: str) -> set[str]:
 
 def dead_letter_function_permissions(text: str) -> None:
     assert grants("DeadLetterFunction") == {
+        DLQ: CONSUME,
         TABLE: {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
         OBJECTS: {"s3:PutObject"},
+        **own_logs("DeadLetterLogGroup"),
+        **TRACES,
     }
     assert grants("DeadLetterFunction", KmsKeyArn=KEY_ARN)[KEY_ARN] == {"kms:Decrypt", "kms:GenerateDataKey"}
     assert via_services("DeadLetterFunction", "UseTableAndPayloadKey") == via_services(
         "WorkerFunction", "UseTableAndPayloadKey"
     )
-    assert "`PutObject`" in text
+    for claim in ("Its own role", "the dead-letter queue only", "`PutObject`", "its own log group"):
+        assert claim in text
 
 
 def reconciler_permissions(text: str) -> None:
@@ -234,12 +277,15 @@ def reconciler_permissions(text: str) -> None:
         f"{TABLE}/index/OpenJobs": {"dynamodb:Query"},
         TABLE: {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:UpdateItem"},
         QUEUE: {"sqs:SendMessage"},
+        **own_logs("ReconcilerLogGroup"),
+        **TRACES,
     }
     assert grants("ReconcilerFunction", KmsKeyArn=KEY_ARN)[KEY_ARN] == {"kms:Decrypt"}
     assert via_services("ReconcilerFunction", "UseTableKey") == {f"dynamodb.{REGION}.amazonaws.com"}
     (schedule,) = RESOURCES["ReconcilerFunction"]["Properties"]["Events"].values()
     assert schedule["Properties"]["ScheduleExpression"] == "rate(5 minutes)"
-    assert "every 5 minutes" in text
+    for claim in ("Its own role", "every 5 minutes", "its own log group"):
+        assert claim in text
 
 
 def table_stream(text: str) -> None:
@@ -277,12 +323,26 @@ def completion_events(text: str) -> None:
 def events_function_permissions(text: str) -> None:
     bus = "arn:aws:events:eu-west-1:123456789012:JobEventBus"
     failures = "arn:aws:sqs:eu-west-1:123456789012:EventFailuresQueue"
-    assert grants("EventsFunction") == {bus: {"events:PutEvents"}, failures: {"sqs:SendMessage"}}
+    stream = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:JobsTable.StreamArn"
+    assert grants("EventsFunction") == {
+        bus: {"events:PutEvents"},
+        failures: {"sqs:SendMessage"},
+        stream: {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"},
+        "*": {"dynamodb:ListStreams"} | TRACES["*"],
+        **own_logs("EventsLogGroup"),
+    }
     default_bus = f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/default"
     assert grants("EventsFunction", EventBusName="default")[default_bus] == {"events:PutEvents"}
     assert grants("EventsFunction", KmsKeyArn=KEY_ARN)[KEY_ARN] == {"kms:Decrypt"}
-    assert via_services("EventsFunction", "ReadTableStream") == {f"dynamodb.{REGION}.amazonaws.com"}
-    assert "`events:PutEvents` on that bus only" in text
+    assert via_services("EventsFunction", "DecryptTableStream") == {f"dynamodb.{REGION}.amazonaws.com"}
+    for claim in (
+        "Its own role",
+        "`events:PutEvents` on that bus only",
+        "`DescribeStream`, `GetRecords`, `GetShardIterator` on the table's stream only",
+        "`ListStreams`",
+        "its own log group",
+    ):
+        assert claim in text
 
 
 def webhook(text: str) -> None:
@@ -323,6 +383,7 @@ def alarms(text: str) -> None:
     assert names == {
         "DeadLetterAlarm",
         "DeadLetterBacklogAlarm",
+        "DeadLetterUnrecordedAlarm",
         "WorkerErrorsAlarm",
         "OldestMessageAlarm",
         "FailedJobRateAlarm",
@@ -333,20 +394,29 @@ def alarms(text: str) -> None:
     assert properties("EventFailuresAlarm")["Dimensions"] == [{"Name": "QueueName", "Value": "EventFailuresQueue"}]
     lag = properties("EventsLagAlarm")
     assert (lag["MetricName"], lag["Threshold"]) == ("IteratorAge", 600_000)  # 10 minutes, in ms
+    # The age of the oldest message counts only while messages are visible and none is received or
+    # deleted: messages the engine hides on purpose are not visible (tests/unit/test_alarm_math.py).
     oldest = properties("OldestMessageAlarm")
-    assert (oldest["MetricName"], oldest["Threshold"], oldest["Period"] * oldest["EvaluationPeriods"]) == (
-        "ApproximateAgeOfOldestMessage",
-        900,
-        300,
-    )
-    failed = properties("FailedJobRateAlarm")
-    assert {
-        metric["Id"]: metric.get("MetricStat", {}).get("Metric", {}).get("MetricName") for metric in failed["Metrics"]
-    } == {
-        "succeeded": "Jobs_succeeded",
-        "failed": "Jobs_failed",
-        "rate": None,
+    assert metric_names(oldest) == {
+        "age": "ApproximateAgeOfOldestMessage",
+        "visible": "ApproximateNumberOfMessagesVisible",
+        "received": "NumberOfMessagesReceived",
+        "deleted": "NumberOfMessagesDeleted",
+        "stuck": None,
     }
+    assert (oldest["Threshold"], oldest["EvaluationPeriods"], oldest["DatapointsToAlarm"]) == (900, 5, 5)
+    assert {metric["MetricStat"]["Period"] for metric in oldest["Metrics"] if "MetricStat" in metric} == {60}
+    # Dead letters held on their queue, visible or in flight, 15 minutes on end; and those not recorded.
+    backlog = properties("DeadLetterBacklogAlarm")
+    assert metric_names(backlog) == {
+        "visible": "ApproximateNumberOfMessagesVisible",
+        "inflight": "ApproximateNumberOfMessagesNotVisible",
+        "held": None,
+    }
+    assert (backlog["EvaluationPeriods"], backlog["DatapointsToAlarm"]) == (3, 3)
+    assert properties("DeadLetterUnrecordedAlarm")["MetricName"] == "DeadLetters_unrecorded"
+    failed = properties("FailedJobRateAlarm")
+    assert metric_names(failed) == {"succeeded": "Jobs_succeeded", "failed": "Jobs_failed", "rate": None}
     assert ">= 10" in failed["Metrics"][2]["Expression"]
     assert failed["Threshold"] == 0.2
     limited = properties("RateLimitedShareAlarm")
@@ -359,12 +429,21 @@ def alarms(text: str) -> None:
     assert (limited["Threshold"], limited["EvaluationPeriods"], limited["DatapointsToAlarm"]) == (0.2, 3, 3)
     for name in ("OldestMessageAlarmSeconds", "FailedJobRateThreshold", "RateLimitedShareThreshold"):
         assert f"`{name}`" in text
+    for claim in ("none is received or none deleted", "parked on purpose", "visible or in flight"):
+        assert claim in text
     for name in names:
         assert properties(name, AlarmTopicArn=f"arn:aws:sns:{REGION}:{ACCOUNT}:ops")["AlarmActions"] == [
             f"arn:aws:sns:{REGION}:{ACCOUNT}:ops"
         ]
         assert "AlarmActions" not in properties(name)
         assert f"`{name}`" in text
+
+
+def metric_names(alarm: dict[str, Any]) -> dict[str, str | None]:
+    """{id: metric name} of a metric-math alarm's metrics (None for an expression)."""
+    return {
+        metric["Id"]: metric.get("MetricStat", {}).get("Metric", {}).get("MetricName") for metric in alarm["Metrics"]
+    }
 
 
 def dashboard(text: str) -> None:
@@ -381,7 +460,7 @@ def dashboard(text: str) -> None:
         "Provider latency by model: p50, p95, p99 (s)",
         "Provider 429s and attempts (5 min)",
         "Tokens and cost per hour",
-        "Dead letters: queue depth, recorded",
+        "Dead letters: on the queue, recorded, not recorded",
         "Worker errors and throttles",
     ]
     searched = json.dumps(body)
@@ -410,6 +489,36 @@ def versions(text: str) -> None:
     assert "`SnapStart` (default `None`)" in text
 
 
+def settings_check(text: str) -> None:
+    check = RESOURCES["SettingsCheck"]
+    assert check["Type"] == "Custom::SettingsCheck"
+    assert check["Properties"]["ServiceToken"] == {"Fn::GetAtt": ["SettingsCheckFunction", "Arn"]}
+    assert check["Properties"]["ServiceTimeout"] == 120
+    function = RESOURCES["SettingsCheckFunction"]["Properties"]
+    assert function["Handler"] == "handlers.settings_check.lambda_handler"
+    assert function["CodeUri"] == RESOURCES["WorkerFunction"]["Properties"]["CodeUri"]  # the same engine
+    # Every published version waits for the check, and carries the fingerprint of the settings it checked.
+    for name in ("WorkerFunction", "DeadLetterFunction", "EventsFunction", "ReconcilerFunction"):
+        assert RESOURCES[name]["Properties"]["VersionDescription"] == {
+            "Fn::Sub": "settings ${SettingsCheck.Fingerprint}"
+        }
+    # tests/unit/test_template_settings.py: its Environment is every variable the functions get.
+    for claim in ("`SettingsCheck`", "engine's own", "one line", "Before any function's new version", "alias `live`"):
+        assert claim in text
+
+
+def parameter_rules(text: str) -> None:
+    # tests/unit/test_template_rules.py evaluates each rule on good and bad parameters.
+    assert set(TEMPLATE["Rules"]) == {"WebhookNeedsSecret", "OpenAiNeedsKey", "BedrockNeedsBedrockModels"}
+    for name in ("AiModelPrimary", "AiModelFallback"):
+        pattern = TEMPLATE["Parameters"][name]["AllowedPattern"]
+        assert re.fullmatch(pattern, "anthropic.claude-3-5-haiku-20241022-v1:0")
+        assert not re.fullmatch(pattern, f"arn:aws:bedrock:{REGION}::foundation-model/amazon.nova-lite-v1:0")
+        assert not re.fullmatch(pattern, "*")
+    for claim in ("`WebhookSecretArn`", "`AiApiKeySecretArn`", "`AiProvider=bedrock`", "an ARN", "`SettingsCheck`"):
+        assert claim in text
+
+
 CHECKS: dict[str, Callable[[str], None]] = {
     "Jobs table": jobs_table,
     "Backups": backups,
@@ -429,6 +538,8 @@ CHECKS: dict[str, Callable[[str], None]] = {
     "Dashboard": dashboard,
     "Logs": logs,
     "Versions": versions,
+    "Settings check": settings_check,
+    "Parameter rules": parameter_rules,
 }
 
 

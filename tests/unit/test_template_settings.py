@@ -1,26 +1,129 @@
-"""The template's parameters of shared limits and budgets reach the worker, and accept what the engine does."""
+"""The settings the deployed functions read: each has a template parameter or a fixed value, the
+parameters accept what the engine reads, and the settings check sees exactly what the functions get."""
 
 from __future__ import annotations
 
 import re
+import typing
+from pathlib import Path
+from typing import Any
 
 import pytest
+from annotated_types import Ge, Le
 
 from aijobs.stack import load_template
-from engine.config import load_settings
+from engine.config import Settings, load_settings
 from engine.core.errors import ConfigurationError
 
+ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = load_template()
+RESOURCES = TEMPLATE["Resources"]
 BASE = {"JOBS_TABLE_NAME": "aijobs-jobs", "JOBS_QUEUE_URL": "https://sqs/q", "JOBS_PAYLOAD_BUCKET": "aijobs-payloads"}
+FUNCTIONS = ("WorkerFunction", "DeadLetterFunction", "EventsFunction", "ReconcilerFunction")
+# Settings no deployed function is given, and why (docs/configuration.md says the same).
+NOT_DEPLOYED = {
+    "AWS_ENDPOINT_URL": "a local endpoint; in Lambda every client talks to AWS",
+    "AI_API_KEY": "the key as a plain variable, locally; Lambda reads AI_API_KEY_SECRET_ARN",
+    "AIJOBS_DEFAULT_LEASE_SECONDS": "the lease without a Lambda context; in Lambda the invocation's deadline",
+    "LAMBDA_TASK_ROOT": "set by Lambda itself",
+    "POWERTOOLS_TRACE_DISABLED": "tracing is on: the template's Tracing: Active",
+}
 
 
-def test_the_worker_gets_the_limits_and_the_default_budget_from_their_parameters() -> None:
-    variables = TEMPLATE["Resources"]["WorkerFunction"]["Properties"]["Environment"]["Variables"]
+def environment(function: str) -> dict[str, Any]:
+    """The variables a function gets: the template's Globals, then its own."""
+    common = TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]
+    own = RESOURCES[function]["Properties"].get("Environment", {}).get("Variables", {})
+    return dict(common) | dict(own)
 
-    assert variables["AIJOBS_PROVIDER_LIMITS"] == {"Ref": "ProviderLimits"}
-    assert variables["AIJOBS_DEFAULT_DAILY_BUDGET_USD"] == {"Ref": "DefaultDailyBudgetUsd"}
-    for name in ("ProviderLimits", "DefaultDailyBudgetUsd"):
-        assert TEMPLATE["Parameters"][name]["Default"] == ""  # off unless asked for
+
+def merged() -> dict[str, Any]:
+    variables: dict[str, Any] = {}
+    for function in FUNCTIONS:
+        for name, value in environment(function).items():
+            assert variables.setdefault(name, value) == value, f"{name} differs between functions"
+    return variables
+
+
+def parameter_of(variable: str) -> dict[str, Any]:
+    reference = merged()[variable]
+    assert set(reference) == {"Ref"}, f"{variable} is not a parameter's value"
+    return dict(TEMPLATE["Parameters"][reference["Ref"]])
+
+
+def test_the_settings_check_sees_exactly_the_environment_the_functions_get() -> None:
+    assert RESOURCES["SettingsCheck"]["Properties"]["Environment"] == merged()
+
+
+def test_every_setting_is_given_to_the_deployed_functions_or_said_not_to_be() -> None:
+    given = set(merged())
+    for field in Settings.model_fields:
+        variable = field.upper()
+        assert (variable in given) != (variable in NOT_DEPLOYED), variable
+    assert set(NOT_DEPLOYED) <= {field.upper() for field in Settings.model_fields}
+
+
+def test_the_functions_that_parse_messages_get_the_job_modules() -> None:
+    for function in ("WorkerFunction", "DeadLetterFunction"):
+        assert environment(function)["AIJOBS_JOB_MODULES"] == {"Ref": "JobModules"}
+
+
+@pytest.mark.parametrize(
+    ("variable", "parameter"),
+    [
+        ("AI_STRUCTURED_OUTPUT", "StructuredOutput"),
+        ("AIJOBS_REPAIR_ATTEMPTS", "RepairAttempts"),
+        ("AIJOBS_PRICES", "Prices"),
+        ("AIJOBS_JOB_MODULES", "JobModules"),
+        ("AIJOBS_PROVIDER_LIMITS", "ProviderLimits"),
+        ("AIJOBS_DEFAULT_DAILY_BUDGET_USD", "DefaultDailyBudgetUsd"),
+    ],
+)
+def test_the_worker_gets_each_setting_from_its_parameter(variable: str, parameter: str) -> None:
+    assert environment("WorkerFunction")[variable] == {"Ref": parameter}
+
+
+def test_the_parameters_default_to_the_engine_s_defaults() -> None:
+    defaults = load_settings(BASE)
+    for variable in ("AI_STRUCTURED_OUTPUT", "AIJOBS_REPAIR_ATTEMPTS", "AI_PROVIDER", "AIJOBS_RETENTION_DAYS"):
+        assert str(parameter_of(variable)["Default"]) == str(getattr(defaults, variable.lower()))
+    for variable in ("AIJOBS_PRICES", "AIJOBS_JOB_MODULES", "AIJOBS_PROVIDER_LIMITS", "AI_MODEL_FALLBACK"):
+        assert parameter_of(variable)["Default"] == ""  # none unless asked for
+        load_settings(BASE | {variable: ""})
+
+
+def test_the_structured_output_parameter_allows_exactly_the_engine_s_modes() -> None:
+    modes = typing.get_args(Settings.model_fields["ai_structured_output"].annotation)
+    assert parameter_of("AI_STRUCTURED_OUTPUT")["AllowedValues"] == list(modes)
+
+
+def test_the_repair_attempts_parameter_has_the_engine_s_bounds() -> None:
+    metadata = Settings.model_fields["aijobs_repair_attempts"].metadata
+    low = next(item.ge for item in metadata if isinstance(item, Ge))
+    high = next(item.le for item in metadata if isinstance(item, Le))
+    spec = parameter_of("AIJOBS_REPAIR_ATTEMPTS")
+    assert (spec["MinValue"], spec["MaxValue"]) == (low, high)
+
+
+@pytest.mark.parametrize(
+    ("value", "modules"),
+    [
+        ("", ()),
+        ("myapp.jobs", ("myapp.jobs",)),
+        ("myapp.jobs, other_jobs", ("myapp.jobs", "other_jobs")),
+        ("a,b,c", ("a", "b", "c")),
+        ("myapp/jobs", None),
+        ("1abc", None),
+        ("a,,b", None),
+    ],
+)
+def test_the_job_modules_parameter_accepts_module_lists_the_engine_splits_alike(
+    value: str, modules: tuple[str, ...] | None
+) -> None:
+    pattern = parameter_of("AIJOBS_JOB_MODULES")["AllowedPattern"]
+    assert bool(re.fullmatch(pattern, value)) == (modules is not None)
+    if modules is not None:
+        assert load_settings(BASE | {"AIJOBS_JOB_MODULES": value}).aijobs_job_modules == modules
 
 
 @pytest.mark.parametrize("value", ["", "unlimited", "5", "2.50", "0", "123456789.123456", "-1", "abc", "1e3", "5."])
@@ -37,3 +140,17 @@ def test_the_budget_parameter_accepts_exactly_what_the_worker_can_read(value: st
         assert readable
     else:
         assert value in {"1e3", "5."} or not readable
+
+
+def documented_parameters(text: str) -> set[str]:
+    return set(re.findall(r"`([A-Z][A-Za-z]+)`", text)) & set(TEMPLATE["Parameters"])
+
+
+def test_readme_and_the_configuration_doc_name_every_parameter() -> None:
+    readme = (ROOT / "README.md").read_text()
+    deploying = readme.split("## Deploying", 1)[1].split("\n### ", 1)[0]
+    assert documented_parameters(deploying) == set(TEMPLATE["Parameters"])
+    configuration = (ROOT / "docs" / "configuration.md").read_text()
+    table = configuration.split("## Template parameters", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("|")[1].strip().strip("`") for line in table.splitlines() if line.startswith("| `")}
+    assert rows == set(TEMPLATE["Parameters"])

@@ -62,6 +62,8 @@ class InMemoryJobStore:
         self._attempts: dict[str, dict[int, AttemptRecord]] = {}
         self._dead_letters: dict[str, DeadLetter] = {}
         self._open_jobs_positions: dict[int, OpenJobKey] = {}
+        # key -> document: dead letters the table could not take, as the payload bucket keeps them
+        self.unrecorded: dict[str, bytes] = {}
 
     # --- reads -------------------------------------------------------------------------------
 
@@ -223,6 +225,12 @@ class InMemoryJobStore:
                 recorded_at=now_ms,
                 job_id=job_id,
             )
+
+    def keep_unrecorded(self, message_id: str, document: bytes) -> str:
+        key = f"dead-letters/unrecorded/{message_id}.json"
+        with self._lock:
+            self.unrecorded[key] = document
+        return key
 
     def create_failed_job(
         self,

@@ -129,6 +129,11 @@ class DeadLetterStore(Protocol):
         """Record a job whose message could not run; None when recorded, else the job already there."""
         ...
 
+    def keep_unrecorded(self, message_id: str, document: bytes) -> str:
+        """Keep, in the payload bucket, a dead letter the table could not take (`document`: the message,
+        its attributes and why); returns its key. Keeping it again replaces it."""
+        ...
+
     def create_dead_lettered_job(
         self, job_id: str, new_job: NewJob, job_input: dict[str, Any], error: JobErrorInfo, now_ms: int
     ) -> Job | None:

@@ -7,9 +7,12 @@ configured provider only: a worker never loads the other one.
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
-from engine.config import Settings
+from engine.config import Settings, is_local_host
+from engine.core.errors import ConfigurationError
 from engine.gateway.gateway import CallPlan, Execution, ModelGateway, ModelTiers
 from engine.gateway.pricing import ModelPrice, PriceTable
 from engine.gateway.provider import ChatTurn, Completion, CompletionRequest, ModelProvider
@@ -30,11 +33,19 @@ __all__ = [
     "PriceTable",
     "api_key_source",
     "build_gateway",
+    "check_provider",
     "price_table",
 ]
 
 # Secrets Manager is read at most this often per warm worker.
 SECRET_MAX_AGE_SECONDS = 300
+# A Bedrock model id: <provider>.<model> (anthropic.claude-3-5-haiku-20241022-v1:0), behind a
+# cross-region inference profile's prefix (us., eu., apac., global., us-gov.) or not, or an ARN.
+# The provider part has no hyphen, so the ids of other APIs (gpt-4o-mini, gpt-4.1, claude-3-5-haiku,
+# deepseek-chat) do not pass for one.
+BEDROCK_MODEL_ID = re.compile(
+    r"^(arn:aws[a-z-]*:bedrock:\S+|([a-z]{2,6}(-gov)?\.)?[a-z][a-z0-9]*\.[A-Za-z0-9][\w.:-]*)$"
+)
 
 
 def api_key_source(settings: Settings) -> ApiKeySource:
@@ -66,7 +77,30 @@ def price_table(settings: Settings) -> PriceTable:
     return PriceTable.with_overrides(overrides)
 
 
+def check_provider(settings: Settings) -> None:
+    """Refuse, with one line naming the variable, a provider configuration that would fail every job."""
+    if settings.ai_provider == "bedrock":
+        for variable, model in (
+            ("AI_MODEL_PRIMARY", settings.ai_model_primary),
+            ("AI_MODEL_FALLBACK", settings.ai_model_fallback),
+        ):
+            if model is not None and not BEDROCK_MODEL_ID.match(model):
+                raise ConfigurationError(
+                    f"{variable}: {model!r} is not a Bedrock model id (<provider>.<model>, such as "
+                    "anthropic.claude-3-5-haiku-20241022-v1:0, or an inference profile's, such as "
+                    "us.amazon.nova-lite-v1:0)"
+                )
+        return
+    host = urlsplit(settings.ai_base_url).hostname or ""
+    if settings.ai_api_key is None and settings.ai_api_key_secret_arn is None and not is_local_host(host):
+        raise ConfigurationError(
+            f"AI_API_KEY_SECRET_ARN: the provider at {host} needs an API key (a Secrets Manager secret, the "
+            "template's AiApiKeySecretArn; AI_API_KEY locally); only an endpoint on this machine goes without one"
+        )
+
+
 def build_gateway(settings: Settings) -> ModelGateway:
+    check_provider(settings)
     provider: ModelProvider
     if settings.ai_provider == "bedrock":
         from engine.gateway.bedrock import BedrockConverseProvider

@@ -22,7 +22,7 @@ from engine.store.items import (
     listing_keys,
     to_item,
 )
-from engine.store.payloads import INLINE_BYTES, dead_letter_body_key
+from engine.store.payloads import INLINE_BYTES, dead_letter_body_key, unrecorded_dead_letter_key
 from engine.store.retries import transact
 from engine.store.table import JobTable, creation_attributes
 from engine.text import MAX_REASON_CHARS, bounded, one_line, valid_text
@@ -95,6 +95,12 @@ class DeadLetterWrites(JobTable):
             if cancellation_codes(exc)[:1] == [CONDITION_FAILED]:
                 return  # recorded before
             raise
+
+    def keep_unrecorded(self, message_id: str, document: bytes) -> str:
+        """Keep a dead letter the table could not take in the payload bucket; returns its key."""
+        key = unrecorded_dead_letter_key(message_id)
+        self._payload_store().put(key, document)
+        return key
 
     def create_failed_job(
         self,

@@ -37,9 +37,17 @@ def input_key(job_id: str) -> str:
 
 
 def dead_letter_body_key(message_id: str) -> str:
+    return f"dead-letters/{_message_part(message_id)}"
+
+
+def unrecorded_dead_letter_key(message_id: str) -> str:
+    """Where a dead letter the table could not take is kept whole (engine.dead_letters)."""
+    return f"dead-letters/unrecorded/{_message_part(message_id)}.json"
+
+
+def _message_part(message_id: str) -> str:
     # SQS message ids are UUIDs; anything else is named by its hash rather than trusted as a key.
-    part = message_id if _SAFE_KEY_PART.match(message_id) else hashlib.sha256(message_id.encode()).hexdigest()
-    return f"dead-letters/{part}"
+    return message_id if _SAFE_KEY_PART.match(message_id) else hashlib.sha256(message_id.encode()).hexdigest()
 
 
 def default_s3_client() -> S3Client:
