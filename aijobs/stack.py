@@ -58,6 +58,15 @@ def function_timeout(template: dict[str, Any], function: str) -> float:
     return float(properties.get("Timeout", globals_.get("Timeout", 3)))
 
 
+def batching_window(template: dict[str, Any], function: str, queue: str) -> float:
+    """The MaximumBatchingWindowInSeconds of a function's SQS event source on the queue resource `queue`."""
+    for event in template["Resources"][function]["Properties"].get("Events", {}).values():
+        properties = event.get("Properties", {})
+        if event.get("Type") == "SQS" and properties.get("Queue") == {"Fn::GetAtt": [queue, "Arn"]}:
+            return float(properties.get("MaximumBatchingWindowInSeconds", 0))
+    raise KeyError(f"template: {function} has no SQS event source on {queue}")
+
+
 @dataclass(frozen=True, slots=True)
 class StackResources:
     table_name: str

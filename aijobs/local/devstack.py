@@ -30,7 +30,14 @@ from aijobs.local.aws import LocalAws
 from aijobs.local.poller import EventSourceMapping
 from aijobs.local.provider import LocalProvider
 from aijobs.local.streams import TableStream
-from aijobs.stack import DEFAULT_TEMPLATE, StackResources, create_stack_resources, function_timeout, load_template
+from aijobs.stack import (
+    DEFAULT_TEMPLATE,
+    StackResources,
+    batching_window,
+    create_stack_resources,
+    function_timeout,
+    load_template,
+)
 from engine.config import Settings, load_settings
 from engine.definitions import JobRegistry
 from engine.gateway import build_gateway
@@ -181,20 +188,21 @@ class DevStack:
             emit_metrics=not self.options.quiet,
         )
         lanes = [
-            (resources.queue_url, self.options.concurrency),
-            (resources.background_queue_url, self.options.background_concurrency),
+            (resources.queue_url, "JobsQueue", self.options.concurrency),
+            (resources.background_queue_url, "BackgroundJobsQueue", self.options.background_concurrency),
         ]
         self._mappings = [
             EventSourceMapping(
                 queue_url,
                 worker_function,
+                batching_window_seconds=batching_window(template, "WorkerFunction", queue),
                 function_timeout_seconds=function_timeout(template, "WorkerFunction"),
                 concurrency=concurrency,
                 function_name="aijobs-worker",
                 wait_seconds=LOCAL_WAIT_SECONDS,
                 sqs_client=sqs,
             ).start()
-            for queue_url, concurrency in lanes
+            for queue_url, queue, concurrency in lanes
         ]
         self._mappings.append(
             EventSourceMapping(

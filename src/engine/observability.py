@@ -18,8 +18,8 @@ SERVICE_TOTALS = ("Attempts", "Retries_provider_rate_limited")
 
 
 class JobMetrics:
-    """Metrics by job type (and model, where one answered), summed over an invocation and written as
-    one EMF document per (job type, model) when it ends: not one per job.
+    """Metrics by job type (and model, where one answered), or by lane, summed over an invocation and
+    written as one EMF document per (job type, model), and per lane, when it ends: not one per job.
 
     Names follow the OpenTelemetry GenAI conventions where CloudWatch allows: an EMF document holds
     one value per dimension, so token types are suffixes (`gen_ai.client.token.usage.input`) rather
@@ -28,10 +28,17 @@ class JobMetrics:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._sums: dict[tuple[str, str], dict[str, tuple[MetricUnit, list[float]]]] = {}
+        # Keyed by dimensions: ((name, value), ...); a value "" is no dimension.
+        self._sums: dict[tuple[tuple[str, str], ...], dict[str, tuple[MetricUnit, list[float]]]] = {}
 
     def add(self, job_type: str | None, model: str | None, name: str, value: float, unit: MetricUnit) -> None:
-        key = (job_type or "unknown", model or "")
+        self._add((("job_type", job_type or "unknown"), ("model", model or "")), name, value, unit)
+
+    def add_by_lane(self, lane: str, name: str, value: float, unit: MetricUnit) -> None:
+        """A metric whose one dimension is the lane (interactive, background): what each lane waits."""
+        self._add((("lane", lane),), name, value, unit)
+
+    def _add(self, key: tuple[tuple[str, str], ...], name: str, value: float, unit: MetricUnit) -> None:
         with self._lock:
             values = self._sums.setdefault(key, {}).setdefault(name, (unit, []))[1]
             if unit is MetricUnit.Seconds:
@@ -50,11 +57,11 @@ class JobMetrics:
             total = sum(sum(named[name][1]) for named in sums.values() if name in named)
             if total:
                 metrics.add_metric(name=name, unit=MetricUnit.Count, value=total)
-        for (job_type, model), named in sums.items():
+        for dimensions, named in sums.items():
             document = EphemeralMetrics(namespace=NAMESPACE, service="aijobs")
-            document.add_dimension(name="job_type", value=job_type)
-            if model:
-                document.add_dimension(name="model", value=model)
+            for dimension, named_value in dimensions:
+                if named_value:
+                    document.add_dimension(name=dimension, value=named_value)
             for name, (unit, values) in named.items():
                 for value in values:
                     document.add_metric(name=name, unit=unit, value=value)
@@ -64,11 +71,12 @@ class JobMetrics:
         with self._lock:
             self._sums = {}
 
-    def snapshot(self) -> dict[tuple[str, str], dict[str, list[float]]]:
-        """What is summed so far: {(job type, model): {name: values}}."""
+    def snapshot(self) -> dict[tuple[str, ...], dict[str, list[float]]]:
+        """What is summed so far: {(job type, model) or (lane,): {name: values}}."""
         with self._lock:
             return {
-                key: {name: list(values) for name, (_, values) in named.items()} for key, named in self._sums.items()
+                tuple(value for _, value in key): {name: list(values) for name, (_, values) in named.items()}
+                for key, named in self._sums.items()
             }
 
 

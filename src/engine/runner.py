@@ -66,7 +66,7 @@ from engine.retry import (
     reach_floor_seconds,
     retry_delay_seconds,
 )
-from engine.telemetry import count_ended, count_outcome, count_retry
+from engine.telemetry import count_ended, count_latency, count_outcome, count_retry
 
 # Time kept back from the provider call for the finishing write.
 FINISH_MARGIN_MS = 5_000
@@ -428,6 +428,8 @@ class JobRunner:
     def _log_outcome(self, job: Job, outcome: Outcome, attempt: AttemptRecord | None) -> None:
         error = outcome.error if isinstance(outcome, Failed | Released) else None
         count_outcome(job.job_type, outcome, attempt)
+        if isinstance(outcome, Succeeded):
+            count_latency(job.lane, max(self._now_ms() - job.created_at, 0) / 1000)
         logger.info(
             "job attempt finished",
             extra={

@@ -1,12 +1,13 @@
 """What the runner counts per job type and model (engine.observability.job_metrics): outcomes,
-attempts, retries by reason, provider latency, tokens by kind and cost. docs/operations.md lists
+attempts, retries by reason, provider latency, tokens by kind and cost; and per lane, how long jobs
+took from creation to answer. docs/operations.md lists
 each metric and the dashboard and alarms built on them."""
 
 from __future__ import annotations
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from engine.core import AttemptRecord, JobStatus
+from engine.core import AttemptRecord, JobStatus, Lane
 from engine.core.outcomes import Outcome, Released, target_status
 from engine.observability import job_metrics
 
@@ -44,6 +45,11 @@ def count_outcome(job_type: str | None, outcome: Outcome, attempt: AttemptRecord
     for name, field in TOKEN_METRICS.items():
         job_metrics.add(job_type, model, name, getattr(attempt, field), MetricUnit.Count)
     job_metrics.add(job_type, model, "CostUsd", float(attempt.cost_usd), MetricUnit.NoUnit)
+
+
+def count_latency(lane: Lane, seconds: float) -> None:
+    """How long a job took from its creation to its answer, by lane: what someone waited for it."""
+    job_metrics.add_by_lane(lane.value, "JobLatency", seconds, MetricUnit.Seconds)
 
 
 def count_ended(job_type: str | None, status: JobStatus) -> None:

@@ -190,7 +190,8 @@ def test_background_jobs_leave_the_last_part_of_a_users_cap_to_interactive_ones(
     assert isinstance(waiting, Hold)
     assert waiting.code is ErrorCode.BUDGET_EXCEEDED
     assert waiting.reason == (
-        "waiting: user acme has spent or reserved its daily budget of $1.00, less the $0.1 kept for its interactive jobs"
+        "waiting: user acme has spent or reserved its daily budget of $1.00,"
+        " less the $0.1 kept for its interactive jobs"
     )
     # And the interactive ones still have the $0.20 left
     assert [isinstance(verdict, Pass) for verdict in interactive] == [True] * 3

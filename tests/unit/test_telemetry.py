@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from engine.core import AttemptOutcome, AttemptRecord, ErrorCode, JobErrorInfo
+from engine.core import AttemptOutcome, AttemptRecord, ErrorCode, JobErrorInfo, Lane
 from engine.core.outcomes import Failed, Released, Succeeded
 from engine.observability import job_metrics, metrics
-from engine.telemetry import count_outcome, count_retry
+from engine.telemetry import count_latency, count_outcome, count_retry
 
 
 def attempt(job_type: str, model: str, latency_ms: int, cost: str) -> AttemptRecord:
@@ -74,3 +74,17 @@ def test_nothing_is_written_when_nothing_ran(capsys: pytest.CaptureFixture[str])
     job_metrics.clear()
     job_metrics.flush()
     assert documents(capsys.readouterr().out) == []
+
+
+def test_the_time_to_answer_is_one_document_per_lane(capsys: pytest.CaptureFixture[str]) -> None:
+    job_metrics.clear()
+    count_latency(Lane.INTERACTIVE, 1.5)
+    count_latency(Lane.INTERACTIVE, 2.5)
+    count_latency(Lane.BACKGROUND, 600.0)
+
+    job_metrics.flush()
+
+    by_lane = {doc["lane"]: doc for doc in documents(capsys.readouterr().out)}
+    assert by_lane["interactive"]["JobLatency"] == [1.5, 2.5]  # each value kept, for percentiles
+    assert by_lane["background"]["JobLatency"] == [600.0]
+    assert "job_type" not in by_lane["background"]

@@ -89,6 +89,7 @@ def statement(function: str, sid: str, **parameters: Any) -> dict[str, Any]:
 
 TABLE = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:JobsTable"
 QUEUE = f"arn:aws:sqs:{REGION}:{ACCOUNT}:JobsQueue"
+BACKGROUND_QUEUE = f"arn:aws:sqs:{REGION}:{ACCOUNT}:BackgroundJobsQueue"
 DLQ = f"arn:aws:sqs:{REGION}:{ACCOUNT}:JobsDeadLetterQueue"
 OBJECTS = f"arn:aws:s3:{REGION}:{ACCOUNT}:PayloadBucket/*"
 TRACES = {"*": {"xray:PutTraceSegments", "xray:PutTelemetryRecords"}}
@@ -175,6 +176,33 @@ def jobs_queue(text: str) -> None:
     assert TEMPLATE["Parameters"]["MaxReceiveCount"]["Default"] == 100
     for claim in ("up to 1 MiB", "1800 s", "6 x the worker's 300 s", "14 days", "default 100"):
         assert claim in text
+    source = worker_event_source("JobsQueue")
+    assert (source["MaximumBatchingWindowInSeconds"], source["ScalingConfig"]) == (0, {"MaximumConcurrency": 10})
+    assert "`MaximumConcurrency` (default 10) and no batching window" in text
+
+
+def worker_event_source(queue: str) -> dict[str, Any]:
+    """The properties of the worker's SQS event source on `queue`."""
+    (source,) = (
+        event["Properties"]
+        for event in properties("WorkerFunction")["Events"].values()
+        if event["Properties"]["Queue"] == f"arn:aws:sqs:{REGION}:{ACCOUNT}:{queue}"
+    )
+    return source
+
+
+def background_jobs_queue(text: str) -> None:
+    queue, background = properties("JobsQueue"), properties("BackgroundJobsQueue")
+    assert {name: value for name, value in background.items() if name != "QueueName"} == {
+        name: value for name, value in queue.items() if name != "QueueName"
+    }
+    assert background["QueueName"] == "aijobs-background-jobs"
+    source = worker_event_source("BackgroundJobsQueue")
+    assert source["BatchSize"] == worker_event_source("JobsQueue")["BatchSize"] == 10
+    assert (source["MaximumBatchingWindowInSeconds"], source["ScalingConfig"]) == (5, {"MaximumConcurrency": 5})
+    assert TEMPLATE["Parameters"]["BackgroundMaximumConcurrency"]["Default"] == 5
+    for claim in ("the same dead-letter queue", "`BackgroundMaximumConcurrency` (default 5)", "batching window of 5 s"):
+        assert claim in text
 
 
 def dead_letter_queue(text: str) -> None:
@@ -200,6 +228,7 @@ def worker_permissions(text: str) -> None:
     assert grants("WorkerFunction") == {
         TABLE: {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
         QUEUE: CONSUME | {"sqs:ChangeMessageVisibility"},
+        BACKGROUND_QUEUE: CONSUME | {"sqs:ChangeMessageVisibility"},
         OBJECTS: {"s3:GetObject", "s3:PutObject"},
         **own_logs("WorkerLogGroup"),
         **TRACES,
@@ -241,7 +270,7 @@ def worker_permissions(text: str) -> None:
     for claim in (
         "Its own role",
         "`ReceiveMessage`, `DeleteMessage`, `GetQueueAttributes`",
-        "`ChangeMessageVisibility`, on the jobs queue only",
+        "`ChangeMessageVisibility`, on the two jobs queues only",
         "configured model ids only",
         "`GetSecretValue`",
         "`KmsKeyArn`",
@@ -277,6 +306,7 @@ def reconciler_permissions(text: str) -> None:
         f"{TABLE}/index/OpenJobs": {"dynamodb:Query"},
         TABLE: {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:UpdateItem"},
         QUEUE: {"sqs:SendMessage"},
+        BACKGROUND_QUEUE: {"sqs:SendMessage"},
         **own_logs("ReconcilerLogGroup"),
         **TRACES,
     }
@@ -386,6 +416,7 @@ def alarms(text: str) -> None:
         "DeadLetterUnrecordedAlarm",
         "WorkerErrorsAlarm",
         "OldestMessageAlarm",
+        "BackgroundOldestMessageAlarm",
         "FailedJobRateAlarm",
         "RateLimitedShareAlarm",
         "EventFailuresAlarm",
@@ -406,6 +437,17 @@ def alarms(text: str) -> None:
     }
     assert (oldest["Threshold"], oldest["EvaluationPeriods"], oldest["DatapointsToAlarm"]) == (900, 5, 5)
     assert {metric["MetricStat"]["Period"] for metric in oldest["Metrics"] if "MetricStat" in metric} == {60}
+    # The background queue's: the same measure, an hour's age, 15 minutes on end (a backlog waits its turn).
+    background = properties("BackgroundOldestMessageAlarm")
+    assert metric_names(background) == metric_names(oldest)
+    assert background["Metrics"][-1]["Expression"] == oldest["Metrics"][-1]["Expression"]
+    assert {
+        dimension["Value"]
+        for metric in background["Metrics"]
+        if "MetricStat" in metric
+        for dimension in metric["MetricStat"]["Metric"]["Dimensions"]
+    } == {"BackgroundJobsQueue"}
+    assert (background["Threshold"], background["EvaluationPeriods"], background["DatapointsToAlarm"]) == (3600, 15, 15)
     # Dead letters held on their queue, visible or in flight, 15 minutes on end; and those not recorded.
     backlog = properties("DeadLetterBacklogAlarm")
     assert metric_names(backlog) == {
@@ -448,13 +490,13 @@ def metric_names(alarm: dict[str, Any]) -> dict[str, str | None]:
 
 def dashboard(text: str) -> None:
     body_template, names = RESOURCES["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
-    values = {"AWS::Region": REGION, "JobsQueueName": "q", "DeadLetterQueueName": "d"}
+    values = {"AWS::Region": REGION, "JobsQueueName": "q", "BackgroundQueueName": "b", "DeadLetterQueueName": "d"}
     values |= {"WorkerFunction": "worker", "EventsFunction": "events"}
-    assert set(names) == {"JobsQueueName", "DeadLetterQueueName"}
+    assert set(names) == {"JobsQueueName", "BackgroundQueueName", "DeadLetterQueueName"}
     body = json.loads(re.sub(r"\$\{([^}]+)\}", lambda match: values[match.group(1)], body_template))
     titles = [widget["properties"]["title"] for widget in body["widgets"]]
     assert titles == [
-        "Jobs queue: depth and age of the oldest message",
+        "Jobs queues by lane: depth and age of the oldest message",
         "Jobs by outcome (5 min)",
         "Jobs by type and outcome (5 min)",
         "Provider latency by model: p50, p95, p99 (s)",
@@ -462,12 +504,16 @@ def dashboard(text: str) -> None:
         "Tokens and cost per hour",
         "Dead letters: on the queue, recorded, not recorded",
         "Worker errors and throttles",
+        "Time to answer by lane: p50, p95 (s)",
     ]
     searched = json.dumps(body)
     for metric in ("gen_ai.client.operation.duration", "gen_ai.client.token.usage.input", "CostUsd", "Jobs_failed"):
         assert metric in searched
     assert "p50, p95, p99" in titles[3]
     assert "p50/p95/p99" in text
+    # The time to answer by lane is the JobLatency the runner counts (engine.telemetry.count_latency).
+    assert '"JobLatency", "lane", "interactive"' in body_template
+    assert "time to answer by lane" in text
     assert "`<stack>-jobs` in CloudWatch" in text
 
 
@@ -526,6 +572,7 @@ CHECKS: dict[str, Callable[[str], None]] = {
     "Retention": retention,
     "Payload bucket": payload_bucket,
     "Jobs queue": jobs_queue,
+    "Background jobs queue": background_jobs_queue,
     "Dead-letter queue": dead_letter_queue,
     "Worker permissions": worker_permissions,
     "Dead-letter function permissions": dead_letter_function_permissions,

@@ -116,7 +116,10 @@ def test_the_models_bedrock_refuses_are_those_the_engine_prices_that_are_not_bed
 def functions_environment(**parameters: str) -> dict[str, str]:
     """What the settings check is sent for these parameters: every variable the functions get."""
     environment = resolver(**parameters).resolve(TEMPLATE["Resources"]["SettingsCheck"]["Properties"]["Environment"])
-    named = {"JOBS_QUEUE_URL": "https://sqs.eu-west-1.amazonaws.com/123456789012/aijobs-jobs"}
+    named = {
+        "JOBS_QUEUE_URL": "https://sqs.eu-west-1.amazonaws.com/123456789012/aijobs-jobs",
+        "JOBS_BACKGROUND_QUEUE_URL": "https://sqs.eu-west-1.amazonaws.com/123456789012/aijobs-background-jobs",
+    }
     return {name: str(item) for name, item in environment.items()} | named | {"JOBS_PAYLOAD_BUCKET": "aijobs-payloads"}
 
 

@@ -12,6 +12,7 @@ STACK = {
     "JOBS_TABLE_NAME": "jobs",
     "JOBS_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/jobs",
     "JOBS_PAYLOAD_BUCKET": "payloads",
+    "AI_API_KEY": "sk-test",
 }
 
 
