@@ -21,6 +21,10 @@ STACK_OUTPUTS = {
     "JobsQueueUrl": "JOBS_QUEUE_URL",
     "PayloadBucketName": "JOBS_PAYLOAD_BUCKET",
 }
+# Outputs a stack deployed from an older template may lack: the variable stays unset then.
+OPTIONAL_STACK_OUTPUTS = {
+    "BackgroundJobsQueueUrl": "JOBS_BACKGROUND_QUEUE_URL",
+}
 # template.yaml's parameter -> the variable the functions get from it, which the client reads too.
 STACK_PARAMETERS = {
     "RetentionDays": "AIJOBS_RETENTION_DAYS",
@@ -70,6 +74,7 @@ def stack_environment(name: str, session: boto3.Session | None = None) -> dict[s
         )
     parameters = {parameter["ParameterKey"]: parameter["ParameterValue"] for parameter in stack.get("Parameters", [])}
     environment = {variable: outputs[key] for key, variable in STACK_OUTPUTS.items()}
+    environment.update({variable: outputs[key] for key, variable in OPTIONAL_STACK_OUTPUTS.items() if key in outputs})
     environment.update({variable: parameters[key] for key, variable in STACK_PARAMETERS.items() if key in parameters})
     return environment
 

@@ -9,7 +9,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from aijobs.deployed import STACK_OUTPUTS, STACK_PARAMETERS, stack_environment
+from aijobs.deployed import OPTIONAL_STACK_OUTPUTS, STACK_OUTPUTS, STACK_PARAMETERS, stack_environment
 from aijobs.stack import load_template
 from engine.core.errors import ConfigurationError
 
@@ -25,7 +25,7 @@ def function_environments() -> list[dict[str, Any]]:
     return environments
 
 
-@pytest.mark.parametrize(("output", "variable"), STACK_OUTPUTS.items())
+@pytest.mark.parametrize(("output", "variable"), [*STACK_OUTPUTS.items(), *OPTIONAL_STACK_OUTPUTS.items()])
 def test_each_output_read_is_in_the_template_with_the_value_the_functions_get(output: str, variable: str) -> None:
     # A renamed output, or one that no longer names what the functions use, breaks here, not for a user.
     assert output in TEMPLATE["Outputs"]
