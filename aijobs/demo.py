@@ -372,6 +372,11 @@ def summary(
                 f"{lane} latency",
                 f"p50 {statistics.median(latencies):.2f}s, p95 {p95:.2f}s over {len(latencies)} jobs (submit to end)",
             )
+    during = [
+        f"{ended_after[job.job_id]:.2f}s" for job in jobs if "-meanwhile-" in job.job_id and job.job_id in ended_after
+    ]
+    if during:
+        table.add_row("during the backfill", f"interactive jobs answered in {', '.join(during)} (submit to end)")
     return table
 
 
