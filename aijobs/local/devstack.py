@@ -27,7 +27,7 @@ import boto3
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from aijobs.local.aws import LocalAws
-from aijobs.local.poller import EventSourceMapping
+from aijobs.local.poller import EventSourceMapping, MappingStats
 from aijobs.local.provider import LocalProvider
 from aijobs.local.streams import TableStream
 from aijobs.stack import (
@@ -214,6 +214,11 @@ class DevStack:
                 sqs_client=sqs,
             ).start()
         )
+
+    def mapping_stats(self, queue_url: str) -> MappingStats:
+        """What the event source mapping of a queue did so far (batches, records delivered, ...)."""
+        (mapping,) = (mapping for mapping in self._mappings if mapping.queue_url == queue_url)
+        return mapping.stats
 
     def stop(self) -> None:
         for mapping in self._mappings:

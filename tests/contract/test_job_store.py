@@ -25,6 +25,7 @@ from engine.core import (
     JobErrorInfo,
     JobHistory,
     JobStatus,
+    Lane,
     NewJob,
     Outcome,
     Released,
@@ -184,6 +185,23 @@ def test_a_claim_of_an_absent_job_without_a_new_job_raises_not_found_and_creates
     # Then it is not found, and still absent
     assert missing.value.job_id == "ghost"
     assert job_store.get_job("ghost") is None
+
+
+def test_jobs_are_read_many_at_a_time_and_absent_ones_left_out(job_store: JobStore) -> None:
+    # Given 120 jobs (more than one BatchGetItem reads), one of them a background one
+    ids = [f"many-{n:03d}" for n in range(120)]
+    for job_id in ids:
+        job_store.claim_job(job_id, "worker-a", LEASE_MS, NOW, new_job())
+    background = replace(new_job(), lane=Lane.BACKGROUND)
+    job_store.claim_job("many-bg", "worker-a", LEASE_MS, NOW, background)
+
+    # When they are read with an absent one and a repeated one among them
+    jobs = job_store.get_jobs([*ids, "ghost", ids[0], "many-bg"])
+
+    # Then each existing job is there once, as a single read gives it
+    assert set(jobs) == {*ids, "many-bg"}
+    assert jobs[ids[7]] == job_store.get_job(ids[7])
+    assert jobs["many-bg"].lane is Lane.BACKGROUND
 
 
 def test_a_submitted_job_is_claimed_by_reference_keeping_its_input(job_store: JobStore) -> None:

@@ -71,6 +71,10 @@ class InMemoryJobStore:
         with self._lock:
             return self._jobs.get(job_id)
 
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
+        with self._lock:
+            return {job_id: self._jobs[job_id] for job_id in job_ids if job_id in self._jobs}
+
     def get_input(self, job_id: str) -> dict[str, Any] | None:
         with self._lock:
             stored = self._inputs.get(job_id)

@@ -9,6 +9,7 @@ conditions each write is fenced on.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from engine.core.job import (
@@ -30,6 +31,10 @@ class JobReader(Protocol):
 
     def get_job(self, job_id: str) -> Job | None:
         """The job as it is now (a strongly consistent read), or None."""
+        ...
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
+        """The jobs of `job_ids` that exist, as they are now (strongly consistent, 100 a request)."""
         ...
 
     def get_input(self, job_id: str) -> dict[str, Any] | None:

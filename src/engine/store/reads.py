@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from engine.core import AttemptRecord, DeadLetter, DeadLetterEntry, Job, JobHistory
@@ -23,6 +24,7 @@ from engine.store.items import (
     job_key,
 )
 from engine.store.open_jobs import OpenJobsIndex
+from engine.store.retries import BATCH_GET_KEYS, batch_get_jobs
 from engine.store.table import JobTable
 
 # A dead-letter listing reads one partition a day; a longer range is refused (as a usage range is).
@@ -34,6 +36,17 @@ class JobReads(JobTable):
         response = self._client.get_item(TableName=self.table_name, Key=job_key(job_id), ConsistentRead=True)
         item = response.get("Item")
         return job_from_item(item) if item else None
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]:
+        jobs: dict[str, Job] = {}
+        for start in range(0, len(job_ids), BATCH_GET_KEYS):
+            keys = [job_key(job_id) for job_id in dict.fromkeys(job_ids[start : start + BATCH_GET_KEYS])]
+            jobs |= {
+                job.job_id: job
+                for job in batch_get_jobs(self._client, self.table_name, keys, True, self._backoff)
+                if job is not None
+            }
+        return jobs
 
     def get_input(self, job_id: str) -> dict[str, Any] | None:
         response = self._client.get_item(TableName=self.table_name, Key=job_key(job_id, INPUT_SK), ConsistentRead=True)
