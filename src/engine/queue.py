@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -11,6 +12,15 @@ from engine.retry import MAX_DELAY_SECONDS
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDepth:
+    """A queue's messages, as SQS approximates them: waiting, in flight (received, not deleted), delayed."""
+
+    waiting: int
+    in_flight: int
+    delayed: int
 
 
 class JobQueue:
@@ -35,3 +45,19 @@ class JobQueue:
         else:
             response = self._client.send_message(QueueUrl=self.queue_url, MessageBody=text, MessageGroupId=group_id)
         return str(response["MessageId"])
+
+    def depth(self) -> QueueDepth:
+        """How many messages wait, are in flight and are delayed: one GetQueueAttributes."""
+        attributes = self._client.get_queue_attributes(
+            QueueUrl=self.queue_url,
+            AttributeNames=[
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesNotVisible",
+                "ApproximateNumberOfMessagesDelayed",
+            ],
+        )["Attributes"]
+        return QueueDepth(
+            waiting=int(attributes.get("ApproximateNumberOfMessages", 0)),
+            in_flight=int(attributes.get("ApproximateNumberOfMessagesNotVisible", 0)),
+            delayed=int(attributes.get("ApproximateNumberOfMessagesDelayed", 0)),
+        )

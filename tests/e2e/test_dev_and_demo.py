@@ -9,6 +9,7 @@ import http.server
 import json
 import os
 import queue
+import re
 import shlex
 import signal
 import subprocess
@@ -19,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+import httpx
 import pytest
 
 from aijobs.demo import sample_jobs
@@ -114,10 +116,10 @@ def read_lines(stream: IO[str], lines: queue.Queue[str | None]) -> None:
     lines.put(None)
 
 
-def test_dev_prints_its_environment_then_ready_and_runs_jobs(tmp_path: Path) -> None:
+def test_dev_prints_its_environment_then_ready_and_runs_jobs_its_dashboard_shows(tmp_path: Path) -> None:
     errors = (tmp_path / "dev.err").open("w")
     dev = subprocess.Popen(
-        [*AIJOBS, "dev", "--port", "0", "--provider-port", "0"],
+        [*AIJOBS, "dev", "--port", "0", "--provider-port", "0", "--ui", "--ui-port", "0"],
         stdout=subprocess.PIPE,
         stderr=errors,
         env=clean_environment(),
@@ -129,6 +131,7 @@ def test_dev_prints_its_environment_then_ready_and_runs_jobs(tmp_path: Path) -> 
         # Drained to the end, so the stack's logs never fill the pipe.
         threading.Thread(target=read_lines, args=(dev.stdout, lines), daemon=True).start()
         exported: dict[str, str] = {}
+        dashboard = ""
         deadline = time.monotonic() + READY_SECONDS
         while True:
             try:
@@ -138,6 +141,9 @@ def test_dev_prints_its_environment_then_ready_and_runs_jobs(tmp_path: Path) -> 
             assert line is not None, f"`aijobs dev` ended before `ready`: {(tmp_path / 'dev.err').read_text()}"
             if line == "ready":
                 break
+            if line.startswith("ui "):
+                dashboard = line.removeprefix("ui ")
+                continue
             words = shlex.split(line)
             assert len(words) == 2, line
             assert words[0] == "export", line
@@ -179,6 +185,15 @@ def test_dev_prints_its_environment_then_ready_and_runs_jobs(tmp_path: Path) -> 
         assert view["output"]["label"] in {"billing", "account", "spam"}
         assert view["usage"]["input_tokens"] > 0
 
+        # The dashboard it serves shows the job, as the stack has it
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/", dashboard), dashboard
+        listed = httpx.get(f"{dashboard}jobs", timeout=30)
+        assert listed.status_code == 200
+        assert "dev-e2e-1" in listed.text
+        assert "embedded stack" in listed.text
+        shown = httpx.get(f"{dashboard}jobs/dev-e2e-1", timeout=30)
+        assert '<span class="status succeeded">succeeded</span>' in shown.text
+
         # Its completion event reaches a webhook that `aijobs events --webhook` POSTs to
         posted = post_events_to_a_webhook(clean_environment() | exported)
         assert [(event["detail-type"], event["detail"]["job_id"]) for event in posted] == [
@@ -206,3 +221,4 @@ def test_demo_ends_every_job_as_meant(demo_run: tuple[subprocess.Popen[str], Pat
     assert returncode == 0, text[-3000:]
     assert f"{DEMO_JOBS} of {DEMO_JOBS}" in text
     assert "summary" in text
+    assert "`aijobs dev --ui`" in text  # how to look at jobs like these in a browser

@@ -33,6 +33,11 @@ class JobRegistry:
             known = ", ".join(sorted(self._definitions))
             raise UnknownJobTypeError(f"no job type {name!r} is registered (known: {known})") from None
 
+    @property
+    def names(self) -> list[str]:
+        """The registered job types' names, sorted."""
+        return sorted(self._definitions)
+
     @classmethod
     def from_settings(cls, settings: Settings) -> JobRegistry:
         """The built-in job types plus those of AIJOBS_JOB_MODULES."""
