@@ -87,7 +87,7 @@ class Dashboard:
             except JobNotFoundError:
                 return self.render(request, "jobs.html", 404, query=query, page=None, missing=query.job_id)
             return RedirectResponse(present.job_url(found.job_id), 303)
-        page = self.client.list_page(query.filter, query.since_seconds, query.until_ms, query.limit, query.cursor)
+        page = self.client.list_page(query.where, query.since_seconds, query.until_ms, query.limit, query.cursor)
         lanes_shown = any(getattr(view, "lane", None) for view in page.jobs)
         return self.render(request, "jobs.html", query=query, page=page, missing=None, lanes_shown=lanes_shown)
 

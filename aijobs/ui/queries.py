@@ -8,7 +8,7 @@ a form sends for "any") means unset.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -55,10 +55,7 @@ def job_id(value: str) -> str:
 class JobsQuery:
     """The jobs page's query string."""
 
-    status: JobStatus | None = None
-    user: str | None = None
-    job_type: str | None = None
-    lane: str | None = None
+    where: JobFilter = field(default_factory=JobFilter)
     since: str = DEFAULT_WINDOW
     until: datetime | None = None
     limit: int = MAX_PAGE_SIZE
@@ -78,20 +75,18 @@ class JobsQuery:
             raise ValueError(f"limit: {limit[:20]!r} is not a number from 1 to {MAX_PAGE_SIZE}")
         wanted_id = params.get("job_id", "").strip()
         return cls(
-            status=JobStatus(status) if status else None,
-            user=user(params),
-            job_type=_checked(params, "type", _JOB_TYPE, "a job type name"),
-            lane=lane,
+            where=JobFilter(
+                user_id=user(params),
+                status=JobStatus(status) if status else None,
+                job_type=_checked(params, "type", _JOB_TYPE, "a job type name"),
+                lane=lane,
+            ),
             since=window(params, DEFAULT_WINDOW),
             until=_instant(params.get("until") or None),
             limit=int(limit),
             cursor=params.get("cursor") or None,
             job_id=job_id(wanted_id) if wanted_id else None,
         )
-
-    @property
-    def filter(self) -> JobFilter:
-        return JobFilter(user_id=self.user, status=self.status, job_type=self.job_type, lane=self.lane)
 
     @property
     def since_seconds(self) -> int:
@@ -104,10 +99,10 @@ class JobsQuery:
     def params(self) -> dict[str, str]:
         """The query string's values that differ from the defaults, as the URL carries them."""
         values: dict[str, Any] = {
-            "status": self.status.value if self.status else None,
-            "user": self.user,
-            "type": self.job_type,
-            "lane": self.lane,
+            "status": self.where.status.value if self.where.status else None,
+            "user": self.where.user_id,
+            "type": self.where.job_type,
+            "lane": self.where.lane,
             "since": None if self.since == DEFAULT_WINDOW else self.since,
             "until": self.until.strftime("%Y-%m-%dT%H:%M") if self.until else None,
             "limit": None if self.limit == MAX_PAGE_SIZE else str(self.limit),

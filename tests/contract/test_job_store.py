@@ -1028,25 +1028,6 @@ def test_a_dead_letter_that_names_a_job_is_listed_by_day_and_in_the_jobs_history
     assert job_store.job_history("job-2") == JobHistory(attempts=[], dead_letters=[])
 
 
-def test_a_jobs_details_are_the_job_its_history_and_its_input_as_stored(job_store: JobStore) -> None:
-    # Given a submitted job that ran one attempt, and a dead letter naming it
-    job_store.create_job("job-1", new_job(), JOB_INPUT, NOW)
-    job = job_store.claim_job("job-1", "worker-a", LEASE_MS, NOW + 1_000, None)
-    record = attempt_of(job, NOW + 2_000, AttemptOutcome.RETRYABLE, error_code=ErrorCode.PROVIDER_TIMEOUT)
-    job_store.finish_job(job, Released(TIMEOUT), NOW + 2_000, record)
-    job_store.record_dead_letter("message-1", '{"job_id": "job-1"}', {}, 100, "given up", NOW + 3_000, "job-1")
-
-    # When its details are read
-    details = job_store.job_details("job-1")
-
-    # Then they hold the job as it is, its history, and its input as the JSON it was stored as
-    assert details is not None
-    assert details.job == current(job_store)
-    assert details.history == job_store.job_history("job-1")
-    assert details.input_json is not None
-    assert json.loads(details.input_json) == JOB_INPUT
-
-
 def test_the_details_of_a_job_without_a_stored_input_or_of_no_job(job_store: JobStore) -> None:
     # Given a job created by a full message's claim (its input not stored)
     claim(job_store)
@@ -1117,12 +1098,18 @@ def test_a_jobs_history_is_its_attempts_and_dead_letters_oldest_first(job_store:
     succeeded = attempt_of(second, NOW + 6_000)
     job_store.finish_job(second, Succeeded(OUTPUT, "hash"), NOW + 6_000, succeeded)
 
-    # When its history is read
+    # When its history is read, and its details
     history = job_store.job_history("job-1")
+    details = job_store.job_details("job-1")
 
     # Then it holds both attempts and both dead letters, each oldest first, and not the input
     assert history.attempts == [retried, succeeded]
     assert [entry.message_id for entry in history.dead_letters] == ["message-1", "message-2"]
+    # and its details the job as it is, the same history, and the input as the JSON it was stored as
+    assert details is not None
+    assert (details.job, details.history) == (current(job_store), history)
+    assert details.input_json is not None
+    assert json.loads(details.input_json) == JOB_INPUT
 
 
 # --- reads ----------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,7 @@ def jobs(settings: Settings) -> Jobs:
     message = f"m-{tag}"
     DeadLetterRecorder(store, JobRegistry()).record(message, json.dumps({"job_id": dead_lettered}), {}, 100)
     queued = submit("queued")
+    client.set_budget(user, Decimal(1))
     return Jobs(
         client, requests, store, run, user, succeeded, flaky, hostile, long, queued, failed, dead_lettered, message
     )

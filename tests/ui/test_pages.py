@@ -138,6 +138,9 @@ def test_usage_shows_cost_by_day_and_by_user_type_and_model(
     expect(page.locator("caption", has_text="By model").locator("xpath=..")).to_contain_text("gpt-4o-mini")
     expect(page.locator("caption", has_text="By job type").locator("xpath=..")).to_contain_text("summarize")
     expect(page.locator("caption", has_text="By user").locator("xpath=..")).to_contain_text(jobs.user)
+    budget = page.locator("table.budgets tr", has_text=jobs.user)
+    expect(budget).to_contain_text("$1.00")  # the cap set for the user, all of it left (no capped call)
+    assert budget.locator("meter").get_attribute("max") == "1"
     page.screenshot(path=screenshots / "usage.png", full_page=True)
 
 

@@ -62,7 +62,7 @@ def test_a_jobs_query_reads_its_filters_and_writes_them_back() -> None:
         {"status": "failed", "user": "alice", "type": "classify", "since": "7d", "until": "2026-12-02T10:00"}
     )
 
-    assert query.filter == JobFilter(user_id="alice", status=JobStatus.FAILED, job_type="classify")
+    assert query.where == JobFilter(user_id="alice", status=JobStatus.FAILED, job_type="classify")
     assert query.since_seconds == 7 * 86_400
     assert query.until_ms == 1_796_205_600_000
     assert JobsQuery.parse(query.params()) == query
