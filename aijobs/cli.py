@@ -538,14 +538,16 @@ def ui(
     """The web dashboard: jobs, attempts, cost and dead letters. Prints its address; serves until Ctrl-C."""
     server = dashboard_server()
     jobs = client()
-    board = server(jobs, host=host, port=port, allow_actions=allow_actions)
-    print(board.url, flush=True)
     target = jobs.target.name if jobs.target else "the stack"
     mode = "cancel, retry and redrive on" if allow_actions else "read-only"
-    err.print(f"the dashboard of {target} ({mode}); Ctrl-C stops", highlight=False, markup=False)
-    if host not in {"127.0.0.1", "localhost", "::1"}:
-        err.print(f"warning: listening on {host}: whoever reaches it reads every job", highlight=False, markup=False)
-    board.serve()
+    with server(jobs, host=host, port=port, allow_actions=allow_actions) as board:
+        print(board.url, flush=True)
+        err.print(f"the dashboard of {target} ({mode}); Ctrl-C stops", highlight=False, markup=False)
+        if host not in {"127.0.0.1", "localhost", "::1"}:
+            err.print(
+                f"warning: listening on {host}: whoever reaches it reads every job", highlight=False, markup=False
+            )
+        _wait_for_interrupt()
 
 
 def dashboard_server() -> type[DashboardServer]:
@@ -553,7 +555,8 @@ def dashboard_server() -> type[DashboardServer]:
     try:
         from aijobs.ui.server import DashboardServer
     except ImportError as exc:
-        err.print(f"error: the dashboard needs {exc.name or 'its extra'}: pip install 'aijobs[ui]'", highlight=False)
+        missing = (exc.name or "its extra").split(".")[0]
+        err.print(f"error: the dashboard needs {missing}: pip install 'aijobs[ui]'", highlight=False, markup=False)
         raise typer.Exit(1) from exc
     return DashboardServer
 

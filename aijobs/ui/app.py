@@ -46,7 +46,9 @@ Page = Callable[[Request], Response]
 
 
 class Dashboard:
-    def __init__(self, client: AiJobsClient, *, allow_actions: bool = False, refresh_seconds: float = REFRESH_SECONDS):
+    def __init__(
+        self, client: AiJobsClient, *, allow_actions: bool = False, refresh_seconds: float = REFRESH_SECONDS
+    ) -> None:
         self.client = client
         self.allow_actions = allow_actions
         self.refresh_seconds = refresh_seconds

@@ -1,5 +1,5 @@
-"""The dashboard served by uvicorn on a socket bound first, so that port 0 (any free port) has an address
-to print before the first request: in the foreground (`aijobs ui`) or on a thread (`aijobs dev --ui`, tests)."""
+"""The dashboard served by uvicorn on a thread of its own, on a socket bound first, so that port 0 (any
+free port) has an address to print before the first request. Signals are left to the caller."""
 
 from __future__ import annotations
 
@@ -53,10 +53,6 @@ class DashboardServer:
     def url(self) -> str:
         host = "127.0.0.1" if _wildcard(self.host) else self.host
         return f"http://{f'[{host}]' if ':' in host else host}:{self.port}/"
-
-    def serve(self) -> None:
-        """Serve in this thread until interrupted (Ctrl-C, SIGTERM)."""
-        self._server.run(sockets=[self._socket])
 
     def start(self) -> DashboardServer:
         """Serve on a thread of its own; returns once it accepts connections."""
