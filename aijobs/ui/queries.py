@@ -96,6 +96,13 @@ class JobsQuery:
     def until_ms(self) -> int | None:
         return None if self.until is None else int(self.until.timestamp() * 1000)
 
+    @property
+    def window_text(self) -> str:
+        """The time window in words: "the last 24h", or "the 1h before 2026-12-02 10:00 UTC"."""
+        if self.until is None:
+            return f"the last {self.since}"
+        return f"the {self.since} before {self.until.strftime('%Y-%m-%d %H:%M')} UTC"
+
     def params(self) -> dict[str, str]:
         """The query string's values that differ from the defaults, as the URL carries them."""
         values: dict[str, Any] = {

@@ -201,10 +201,16 @@ def page(browser: Browser) -> Iterator[Page]:
         context.close()
 
 
+# Where the tests save what the pages looked like, for a person to look at (printed after the run).
+SCREENSHOTS = Path(os.environ.get("AIJOBS_UI_SCREENSHOTS") or Path(tempfile.gettempdir()) / "aijobs-ui-screenshots")
+
+
 @pytest.fixture(scope="session")
 def screenshots() -> Path:
-    """Where the tests save what the pages looked like (printed, for a person to look at)."""
-    folder = Path(os.environ.get("AIJOBS_UI_SCREENSHOTS") or tempfile.mkdtemp(prefix="aijobs-ui-"))
-    folder.mkdir(parents=True, exist_ok=True)
-    print(f"\ndashboard screenshots: {folder}")
-    return folder
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    return SCREENSHOTS
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if SCREENSHOTS.is_dir() and any(SCREENSHOTS.glob("*.png")):
+        terminalreporter.write_line(f"dashboard screenshots: {SCREENSHOTS}")
