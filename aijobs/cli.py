@@ -7,11 +7,11 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from decimal import Decimal, InvalidOperation
 from functools import wraps
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -37,6 +37,9 @@ from engine.core.errors import AiJobsError, ConfigurationError, MissingSettingsE
 from engine.models import JobView
 from engine.worker import FUNCTION_TIMEOUT_SECONDS
 
+if TYPE_CHECKING:
+    from aijobs.ui.server import DashboardServer
+
 app = typer.Typer(help="Run AI jobs reliably on SQS, Lambda and DynamoDB.", no_args_is_help=True, add_completion=False)
 # Piped output is not cut to 80 columns: tables stay readable in logs and CI.
 out = Console(width=None if sys.stdout.isatty() else 160)
@@ -54,6 +57,8 @@ StackOption = Annotated[
 F = TypeVar("F", bound=Callable[..., Any])
 _DURATION = re.compile(r"^(\d+)([smhdw])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+# The dashboard's port unless asked (aijobs.ui.server.DEFAULT_PORT; the `ui` extra may be missing).
+DASHBOARD_PORT = 8765
 
 
 def one_line_errors(command: F) -> F:
@@ -532,6 +537,13 @@ def dev(
             help="Daily cap (USD) of users without their own; 'unlimited': own caps only.",
         ),
     ] = "",
+    with_ui: Annotated[bool, typer.Option("--ui", help="Serve the web dashboard too, in process.")] = False,
+    ui_port: Annotated[
+        int, typer.Option("--ui-port", min=0, max=65535, help="The dashboard's port (0: any free one).")
+    ] = DASHBOARD_PORT,
+    ui_allow_actions: Annotated[
+        bool, typer.Option("--ui-allow-actions", help="Let the dashboard cancel, retry and redrive.")
+    ] = False,
 ) -> None:
     """The embedded stack: local AWS endpoint, local provider (unless AI_BASE_URL is set) and the worker.
 
@@ -559,21 +571,68 @@ def dev(
         provider_tpm=tpm,
         provider_reasoning_tokens=reasoning_tokens,
     )
-    with DevStack(options) as stack:
+    with DevStack(options) as stack, ExitStack() as serving:
         for name, value in sorted(stack.environment.items()):
             print(f"export {name}={shlex.quote(value)}")
+        if with_ui:
+            jobs = AiJobsClient.from_settings(stack.settings, stack.session)
+            board = dashboard_server()(jobs, port=ui_port, allow_actions=ui_allow_actions)
+            serving.enter_context(board)
+            print(f"ui {board.url}")
+        else:
+            err.print("the dashboard: `aijobs ui` in a shell with these exports, or `aijobs dev --ui`", highlight=False)
         print("ready", flush=True)
         _wait_for_interrupt()
 
 
 @app.command()
 @one_line_errors
+def ui(
+    host: Annotated[
+        str, typer.Option("--host", help="The address to listen on; 127.0.0.1 keeps it to this machine.")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="The port (0: any free one).")] = DASHBOARD_PORT,
+    allow_actions: Annotated[
+        bool,
+        typer.Option("--allow-actions", help="Add cancel, retry and redrive (POSTs from the dashboard's own pages)."),
+    ] = False,
+    stack: StackOption = None,
+) -> None:
+    """The web dashboard: jobs, attempts, cost and dead letters. Prints its address; serves until Ctrl-C."""
+    server = dashboard_server()
+    jobs = client(stack)
+    target = jobs.target.name if jobs.target else "the stack"
+    mode = "cancel, retry and redrive on" if allow_actions else "read-only"
+    with server(jobs, host=host, port=port, allow_actions=allow_actions) as board:
+        print(board.url, flush=True)
+        err.print(f"the dashboard of {target} ({mode}); Ctrl-C stops", highlight=False, markup=False)
+        if host not in {"127.0.0.1", "localhost", "::1"}:
+            err.print(
+                f"warning: listening on {host}: whoever reaches it reads every job", highlight=False, markup=False
+            )
+        _wait_for_interrupt()
+
+
+def dashboard_server() -> type[DashboardServer]:
+    """The dashboard's server class, or one line saying how to install what it needs."""
+    try:
+        from aijobs.ui.server import DashboardServer
+    except ImportError as exc:
+        missing = (exc.name or "its extra").split(".")[0]
+        err.print(f"error: the dashboard needs {missing}: pip install 'aijobs[ui]'", highlight=False, markup=False)
+        raise typer.Exit(1) from exc
+    return DashboardServer
+
+
+@app.command()
 def demo() -> None:
     """The embedded stack plus sample jobs of every type (some made to fail), live until all end."""
     with local_extra("demo"):
         from aijobs.demo import run_demo
 
-    if not run_demo(out):
+    succeeded = run_demo(out)
+    out.print("To look at jobs like these in a browser: `aijobs dev --ui`, then open the address it prints.")
+    if not succeeded:
         err.print("error: some jobs did not end as they were meant to", highlight=False)
         raise typer.Exit(1)
 

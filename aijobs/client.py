@@ -19,6 +19,7 @@ import boto3
 from pydantic import TypeAdapter, ValidationError
 
 from aijobs.deployed import load_stack_settings
+from aijobs.target import StackTarget
 from engine.config import Settings, load_settings
 from engine.core import JobStatus, Lane
 from engine.core.errors import (
@@ -32,10 +33,11 @@ from engine.core.ports import AdminStore
 from engine.definitions import JobRegistry
 from engine.fleet.budgets import BudgetDay
 from engine.intake import BadMessageError, parse_message
-from engine.models import DeadLetterView, JobInspection, JobView, UserId
-from engine.queue import JobQueue, JobQueues
-from engine.store import JobListing, UsageLedger, UsageRow
+from engine.models import DeadLetterView, JobDetailsView, JobInspection, JobView, UserId, iso_timestamp
+from engine.queue import JobQueue, JobQueues, QueueDepth
+from engine.store import JobListing, UsageLedger, UsageReport, UsageRow
 from engine.store.budgets import BudgetTable
+from engine.store.listing import JobFilter, ListingCursor
 from engine.wiring import Aws, build_queues, build_store
 
 # The most a daily budget may be (as AIJOBS_DEFAULT_DAILY_BUDGET_USD).
@@ -70,6 +72,32 @@ class RedriveResult:
         return self.outcome in {RedriveOutcome.REQUEUED, RedriveOutcome.SKIPPED}
 
 
+@dataclass(frozen=True, slots=True)
+class JobViewPage:
+    """A page of a job listing (engine.store.listing.JobPage) as views; `next_cursor` None at the end."""
+
+    jobs: list[JobView]
+    read: int
+    newest_at: str | None
+    oldest_at: str | None
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """The queues' depths by name, the dead-letter queue's (when known), and the dead letters recorded
+    in the last day (counted up to DEAD_LETTERS_COUNTED)."""
+
+    queues: dict[str, QueueDepth]
+    dead_letter_queue: QueueDepth | None
+    dead_letters_today: int
+
+
+# The health strip counts the last day's dead letters up to this many ("100+").
+DEAD_LETTERS_COUNTED = 100
+DAY_SECONDS = 86_400
+
+
 class AiJobsClient:
     def __init__(
         self,
@@ -82,9 +110,14 @@ class AiJobsClient:
         budgets: BudgetTable | None = None,
         default_budget_usd: Decimal | None = None,
         clock: Callable[[], float] = time.time,
+        dead_letter_queue: JobQueue | None = None,
+        target: StackTarget | None = None,
     ) -> None:
         self._store = store
+        # Each lane's queue: jobs are sent to their own lane's, and the health strip shows each.
         self._queues = JobQueues.of(queue)
+        self._dead_letter_queue = dead_letter_queue
+        self.target = target
         self._registry = registry
         self._listing = listing
         self._ledger = ledger
@@ -98,7 +131,7 @@ class AiJobsClient:
         """The client of the stack the settings name (the environment's when none are given)."""
         settings = settings or load_settings()
         aws = Aws(settings, session)
-        dynamodb = aws.client("dynamodb")
+        dynamodb, sqs = aws.client("dynamodb"), aws.client("sqs")
         return cls(
             build_store(settings, aws),
             build_queues(settings, aws),
@@ -107,6 +140,8 @@ class AiJobsClient:
             ledger=UsageLedger(settings.jobs_table_name, dynamodb),
             budgets=BudgetTable(settings.jobs_table_name, dynamodb, settings.aijobs_retention_days),
             default_budget_usd=settings.default_daily_budget_usd,
+            dead_letter_queue=JobQueue(settings.jobs_dlq_url, sqs) if settings.jobs_dlq_url else None,
+            target=StackTarget.from_settings(settings, region=sqs.meta.region_name),
         )
 
     @classmethod
@@ -153,6 +188,10 @@ class AiJobsClient:
             self._queues[job.lane].send({"job_id": job.job_id}, group_id=job.user_id)
         return SubmitResult(job.job_id, created, job.status)
 
+    def job_types(self) -> list[str]:
+        """The job types this client submits and validates, by name."""
+        return self._registry.names
+
     def get(self, job_id: str) -> JobView:
         job = self._store.get_job(job_id)
         if job is None:
@@ -175,6 +214,13 @@ class AiJobsClient:
         if job is None:
             raise JobNotFoundError(job_id)
         return JobInspection.of(job, self._store.job_history(job_id), self._now_ms())
+
+    def details(self, job_id: str) -> JobDetailsView:
+        """The job, its attempts, the dead letters that name it, its lease and its input: one read."""
+        details = self._store.job_details(job_id)
+        if details is None:
+            raise JobNotFoundError(job_id)
+        return JobDetailsView.of_details(details, self._now_ms())
 
     def dead_letters(self, since_seconds: int, limit: int | None = 50) -> list[DeadLetterView]:
         """Dead letters of the last `since_seconds`, newest first."""
@@ -219,6 +265,39 @@ class AiJobsClient:
         jobs = self._listing.list_jobs(user_id=user_id, status=status, lane=lane, limit=limit, now_ms=self._now_ms())
         return [JobView.from_job(job) for job in jobs]
 
+    def list_page(
+        self,
+        where: JobFilter,
+        since_seconds: int,
+        until_ms: int | None = None,
+        size: int = 100,
+        cursor: str | None = None,
+    ) -> JobViewPage:
+        """A page of the jobs created in the `since_seconds` before `until_ms` (now when None), newest
+        first, from `cursor` (a page's `next_cursor`) on. ValueError for a bad cursor or range."""
+        until = self._now_ms() if until_ms is None else until_ms
+        start = ListingCursor.from_token(cursor) if cursor else None
+        page = self._listing.page(where, until - since_seconds * 1000, until, size, start)
+        return JobViewPage(
+            jobs=[JobView.from_job(job) for job in page.jobs],
+            read=page.read,
+            newest_at=iso_timestamp(page.newest_ms),
+            oldest_at=iso_timestamp(page.oldest_ms),
+            next_cursor=page.next.token() if page.next else None,
+        )
+
+    def health(self) -> Health:
+        """Each queue's depth (one GetQueueAttributes each) and the last day's dead letters (a Query a day)."""
+        dead_letter_queue = self._dead_letter_queue.depth() if self._dead_letter_queue else None
+        today = len(self.dead_letters(DAY_SECONDS, DEAD_LETTERS_COUNTED))
+        depths = {lane.value: queue.depth() for lane, queue in self._queues.own()}
+        return Health(depths, dead_letter_queue, today)
+
+    def usage_report(self, since_seconds: int, user_id: str | None = None) -> UsageReport:
+        """`usage`, and the same attempts by UTC day, in one pass."""
+        now = self._now_ms()
+        return self._ledger.report(now - since_seconds * 1000, now, user_id=user_id)
+
     def usage(self, since_seconds: int, user_id: str | None = None) -> list[UsageRow]:
         """Tokens and cost of the attempts of the last `since_seconds`, by user, job type and model."""
         now = self._now_ms()
@@ -250,7 +329,7 @@ class AiJobsClient:
         for row in self._ledger.summarize(midnight, now):
             if row.user_id is not None:
                 caps.setdefault(row.user_id, self._default_budget)
-        return [budgets.day(user, cap, now) for user, cap in sorted(caps.items()) if cap is not None]
+        return budgets.days({user: cap for user, cap in sorted(caps.items()) if cap is not None}, now)
 
     def _budget_table(self) -> BudgetTable:
         if self._budgets is None:

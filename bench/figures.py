@@ -23,13 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-from moto import mock_aws
 from rich.console import Console
 
 from aijobs.client import AiJobsClient
 from aijobs.local.devstack import LOCAL_CREDENTIALS
 from aijobs.local.lambda_events import InvocationContext, sqs_event, sqs_record
-from aijobs.local.moto_patches import fit_moto
 from aijobs.local.provider import LocalProvider
 from aijobs.stack import StackResources, create_stack_resources
 from bench.capacity import Index, WriteMeter, item_size, units
@@ -37,6 +35,8 @@ from bench.events import events_figures
 from bench.fleet import fleet_figures
 from bench.report import Figure, quiet_engine, render
 from bench.shapes import message
+from bench.stacks import moto_stack
+from bench.ui import ui_figures
 from engine.core import Delivery
 from engine.core.errors import ProviderRejectedError, ProviderUnavailableError
 from engine.dead_letters import DeadLetterRecorder
@@ -86,15 +86,6 @@ class InstantProvider:
             raise self.fail_with
         answer = {"label": "billing", "confidence": 0.9}
         return Completion(json.dumps(answer), request.model, 120, 12, latency_ms=0)
-
-
-@contextmanager
-def moto_stack() -> Iterator[StackResources]:
-    os.environ.update(CREDENTIALS)
-    os.environ.pop("AWS_ENDPOINT_URL", None)
-    fit_moto()
-    with mock_aws():
-        yield create_stack_resources(f"bench-{uuid.uuid4().hex[:6]}")
 
 
 def runner_on(store: DynamoJobStore, provider: Any) -> JobRunner:
@@ -332,6 +323,8 @@ def peak_mb():
 sys.path.insert(0, "src"); sys.path.insert(0, ".")
 from aijobs.local.lambda_events import InvocationContext, sqs_event, sqs_record
 from bench.shapes import message
+from bench.stacks import moto_stack
+from bench.ui import ui_figures
 from handlers.worker import lambda_handler
 size = int(sys.argv[1])
 event = sqs_event(*(sqs_record(message(f"p{size}-{n}-{time.time_ns()}")) for n in range(size)))
@@ -580,6 +573,7 @@ def measure(console: Console) -> list[Figure]:
     )
     figures += fleet_figures(console)
     figures += events_figures(console)
+    figures += ui_figures(console)
     return figures
 
 

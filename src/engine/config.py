@@ -65,6 +65,8 @@ class Settings(BaseModel):
     jobs_payload_bucket: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")]
     # boto3's own override: one local endpoint for every AWS service (the embedded stack).
     aws_endpoint_url: HttpUrl | None = None
+    # The dead-letter queue, read by the client only: its depth, on the dashboard's health strip.
+    jobs_dlq_url: HttpUrl | None = None
 
     ai_provider: Literal["openai", "bedrock"] = "openai"
     ai_base_url: HttpUrl = "https://api.openai.com/v1"
@@ -118,12 +120,18 @@ class Settings(BaseModel):
         return budget if isinstance(budget, Decimal) else None
 
     @property
+    def local_endpoint(self) -> bool:
+        """Whether AWS is this machine (the embedded stack): AWS_ENDPOINT_URL names a local host."""
+        return self.aws_endpoint_url is not None and is_local_host(urlsplit(self.aws_endpoint_url).hostname or "")
+
+    @property
     def tracing_enabled(self) -> bool:
         return bool(self.lambda_task_root) and not self.powertools_trace_disabled
 
     @field_validator(
         "aws_endpoint_url",
         "jobs_background_queue_url",
+        "jobs_dlq_url",
         "ai_api_key_secret_arn",
         "ai_model_fallback",
         "ai_api_key",

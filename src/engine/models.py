@@ -11,7 +11,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from engine.core import AttemptOutcome, AttemptRecord, DeadLetterEntry, ErrorCode, Job, JobHistory, JobStatus, Lane
+from engine.core import (
+    AttemptOutcome,
+    AttemptRecord,
+    DeadLetterEntry,
+    ErrorCode,
+    Job,
+    JobDetails,
+    JobHistory,
+    JobStatus,
+    Lane,
+)
 
 JobId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
 UserId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@-]+$")]
@@ -224,3 +234,14 @@ class JobInspection(BaseModel):
             dead_letters=[DeadLetterView.from_entry(entry) for entry in history.dead_letters],
             lease=lease,
         )
+
+
+class JobDetailsView(JobInspection):
+    """A job's inspection and its stored input, as JSON text (None when it has none stored)."""
+
+    input_json: str | None
+
+    @classmethod
+    def of_details(cls, details: JobDetails, now_ms: int) -> JobDetailsView:
+        inspection = JobInspection.of(details.job, details.history, now_ms)
+        return cls(**dict(inspection), input_json=details.input_json)

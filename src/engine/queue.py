@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -17,6 +18,15 @@ from engine.retry import MAX_DELAY_SECONDS
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDepth:
+    """A queue's messages, as SQS approximates them: waiting, in flight (received, not deleted), delayed."""
+
+    waiting: int
+    in_flight: int
+    delayed: int
 
 
 class JobQueue:
@@ -42,6 +52,22 @@ class JobQueue:
             response = self._client.send_message(QueueUrl=self.queue_url, MessageBody=text, MessageGroupId=group_id)
         return str(response["MessageId"])
 
+    def depth(self) -> QueueDepth:
+        """How many messages wait, are in flight and are delayed: one GetQueueAttributes."""
+        attributes = self._client.get_queue_attributes(
+            QueueUrl=self.queue_url,
+            AttributeNames=[
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesNotVisible",
+                "ApproximateNumberOfMessagesDelayed",
+            ],
+        )["Attributes"]
+        return QueueDepth(
+            waiting=int(attributes.get("ApproximateNumberOfMessages", 0)),
+            in_flight=int(attributes.get("ApproximateNumberOfMessagesNotVisible", 0)),
+            delayed=int(attributes.get("ApproximateNumberOfMessagesDelayed", 0)),
+        )
+
 
 class JobQueues:
     """The queue of each lane; a lane without one of its own uses the interactive lane's."""
@@ -57,6 +83,10 @@ class JobQueues:
 
     def __getitem__(self, lane: Lane) -> JobQueue:
         return self._queues.get(lane, self._interactive)
+
+    def own(self) -> list[tuple[Lane, JobQueue]]:
+        """Each lane that has a queue of its own, with it."""
+        return list(self._queues.items())
 
     def lane_of(self, event_source_arn: str | None) -> Lane:
         """The lane of the queue a record came from (its ARN ends with the queue's name, as its URL does)."""

@@ -7,6 +7,7 @@ that lies. Everything here goes through the Protocols' public methods only.
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from decimal import Decimal
 from typing import Any
@@ -1045,6 +1046,17 @@ def test_a_dead_letter_that_names_a_job_is_listed_by_day_and_in_the_jobs_history
     assert job_store.job_history("job-2") == JobHistory(attempts=[], dead_letters=[])
 
 
+def test_the_details_of_a_job_without_a_stored_input_or_of_no_job(job_store: JobStore) -> None:
+    # Given a job created by a full message's claim (its input not stored)
+    claim(job_store)
+
+    # Then its details hold no input, and an absent job has none
+    details = job_store.job_details("job-1")
+    assert details is not None
+    assert (details.job, details.history, details.input_json) == (current(job_store), JobHistory([], []), None)
+    assert job_store.job_details("job-2") is None
+
+
 def test_a_dead_letter_that_names_no_job_is_listed_only(job_store: JobStore) -> None:
     # When a body that names no job is kept as a dead letter
     job_store.record_dead_letter("message-1", "not json", {}, 1, "not JSON", NOW)
@@ -1104,12 +1116,18 @@ def test_a_jobs_history_is_its_attempts_and_dead_letters_oldest_first(job_store:
     succeeded = attempt_of(second, NOW + 6_000)
     job_store.finish_job(second, Succeeded(OUTPUT, "hash"), NOW + 6_000, succeeded)
 
-    # When its history is read
+    # When its history is read, and its details
     history = job_store.job_history("job-1")
+    details = job_store.job_details("job-1")
 
     # Then it holds both attempts and both dead letters, each oldest first, and not the input
     assert history.attempts == [retried, succeeded]
     assert [entry.message_id for entry in history.dead_letters] == ["message-1", "message-2"]
+    # and its details the job as it is, the same history, and the input as the JSON it was stored as
+    assert details is not None
+    assert (details.job, details.history) == (current(job_store), history)
+    assert details.input_json is not None
+    assert json.loads(details.input_json) == JOB_INPUT
 
 
 # --- reads ----------------------------------------------------------------------------------------

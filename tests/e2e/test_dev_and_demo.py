@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import subprocess
 import threading
 import time
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from aijobs.demo import sample_jobs
@@ -88,8 +90,10 @@ def _demo_in_background(demo_run: tuple[subprocess.Popen[str], Path, float]) -> 
     """Start the demo with the module's first test, so that it runs alongside the others."""
 
 
-def test_dev_prints_its_environment_then_ready_and_runs_jobs(tmp_path: Path) -> None:
-    with DevProcess(["--port", "0", "--provider-port", "0"], clean_environment(), tmp_path) as dev:
+def test_dev_prints_its_environment_then_ready_and_runs_jobs_its_dashboard_shows(tmp_path: Path) -> None:
+    with DevProcess(
+        ["--port", "0", "--provider-port", "0", "--ui", "--ui-port", "0"], clean_environment(), tmp_path
+    ) as dev:
         exported = dev.exported
         assert exported.keys() >= EXPORTED
         assert exported["AWS_ENDPOINT_URL"].startswith("http://127.0.0.1:")
@@ -107,6 +111,16 @@ def test_dev_prints_its_environment_then_ready_and_runs_jobs(tmp_path: Path) -> 
         assert view["status"] == "succeeded"
         assert view["output"]["label"] in {"billing", "account", "spam"}
         assert view["usage"]["input_tokens"] > 0
+
+        # The dashboard it serves shows the job, as the stack has it
+        dashboard = dev.ui_url
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/", dashboard), dashboard
+        listed = httpx.get(f"{dashboard}jobs", timeout=30)
+        assert listed.status_code == 200
+        assert "dev-e2e-1" in listed.text
+        assert "embedded stack" in listed.text
+        shown = httpx.get(f"{dashboard}jobs/dev-e2e-1", timeout=30)
+        assert '<span class="status succeeded">succeeded</span>' in shown.text
 
         # Its completion event reaches a webhook that `aijobs events --webhook` POSTs to
         posted = post_events_to_a_webhook(clean_environment() | exported)
@@ -130,3 +144,4 @@ def test_demo_ends_every_job_as_meant(demo_run: tuple[subprocess.Popen[str], Pat
     assert returncode == 0, text[-3000:]
     assert f"{DEMO_JOBS} of {DEMO_JOBS}" in text
     assert "summary" in text
+    assert "`aijobs dev --ui`" in text  # how to look at jobs like these in a browser

@@ -64,6 +64,9 @@ def test_the_wheel_ships_every_module_the_command_and_the_template_but_no_tests(
     assert {name for name in names if name.endswith(".py")} == source_modules()
     template = zipfile.ZipFile(wheel).read("aijobs/template.yaml")
     assert template == (ROOT / "template.yaml").read_bytes()
+    # and the dashboard's templates and static files
+    dashboard = {path.relative_to(ROOT).as_posix() for path in (ROOT / "aijobs" / "ui").glob("*/*.*")}
+    assert {"aijobs/ui/templates/base.html", "aijobs/ui/static/refresh.js"} <= dashboard <= set(names)
 
 
 def test_the_demo_runs_from_the_installed_wheel_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:

@@ -38,13 +38,15 @@ def _read_lines(stream: IO[str], lines: queue.Queue[str | None]) -> None:
 
 
 class DevProcess:
-    """`aijobs dev ARGS` with `environment`; `exported` holds the `export NAME=VALUE` lines it printed."""
+    """`aijobs dev ARGS` with `environment`; `exported` holds the `export NAME=VALUE` lines it printed,
+    `ui_url` the dashboard's address (`ui URL`, with `--ui`)."""
 
     def __init__(self, args: list[str], environment: dict[str, str], log_dir: Path) -> None:
         self._args = args
         self._environment = environment
         self._log = log_dir / "dev.err"
         self.exported: dict[str, str] = {}
+        self.ui_url = ""
         self._process: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> DevProcess:
@@ -83,6 +85,9 @@ class DevProcess:
                 raise AssertionError(f"`aijobs dev` ended before `ready`: {self.log}")
             if line == "ready":
                 return
+            if line.startswith("ui "):
+                self.ui_url = line.removeprefix("ui ")
+                continue
             words = shlex.split(line)
             assert len(words) == 2, line
             assert words[0] == "export", line

@@ -27,7 +27,10 @@ PINS = {
     if line.strip() and not line.startswith("#")
 }
 RANGES = {Requirement(spec).name.lower(): Requirement(spec) for spec in PYPROJECT["project"]["dependencies"]}
-LOCAL_EXTRA = {Requirement(spec).name.lower() for spec in PYPROJECT["project"]["optional-dependencies"]["local"]}
+EXTRAS = PYPROJECT["project"]["optional-dependencies"]
+LOCAL_EXTRA = {Requirement(spec).name.lower() for spec in EXTRAS["local"]}
+# The dashboard's (aijobs/ui), which nothing else of the package imports.
+UI_EXTRA = {Requirement(spec).name.lower() for spec in EXTRAS["ui"]}
 # Only the command needs these; the functions never import them.
 COMMAND_ONLY = {"rich", "typer"}
 # The managed Python runtime's own SnapStart hook library, imported only when present.
@@ -101,11 +104,18 @@ def test_the_functions_import_nothing_but_their_pins(folder: str) -> None:
         assert distribution_of(module) & allowed, f"{path.relative_to(ROOT)} imports {module}, which is not pinned"
 
 
-def test_the_client_and_the_command_need_the_local_extra_only_for_the_embedded_stack() -> None:
-    local = installed_closure(LOCAL_EXTRA) - installed_closure(set(RANGES))
+def test_the_client_and_the_command_need_an_extra_only_for_the_embedded_stack_and_the_dashboard() -> None:
+    core = installed_closure(set(RANGES))
+    local = installed_closure(LOCAL_EXTRA) - core
+    ui = installed_closure(UI_EXTRA) - core
     embedded_stack = {ROOT / "aijobs" / "stack.py", ROOT / "aijobs" / "demo.py"}
     for path, module in third_party_imports(ROOT / "aijobs"):
-        if distribution_of(module) & local:
+        found, where = distribution_of(module), path.relative_to(ROOT)
+        if path.parent.name == "ui":
+            assert found & (core | ui), f"{where} imports {module}, which neither the package nor `ui` lists"
+            continue
+        assert not found & (ui - local), f"{where} imports {module} from the ui extra"
+        if found & local:
             assert path in embedded_stack or path.parent.name == "local", (
-                f"{path.relative_to(ROOT)} imports {module} from the local extra"
+                f"{where} imports {module} from the local extra"
             )

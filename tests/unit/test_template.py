@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 
 from aijobs.stack import TemplateResolver, load_template
+from aijobs.target import StackTarget
+from engine.config import load_settings
 from engine.definitions import MAX_INPUT_BYTES
 from engine.worker import FUNCTION_TIMEOUT_SECONDS, QUEUE_VISIBILITY_SECONDS
 from tests.support.template import function_role, role_policies, transformed_template
@@ -597,3 +599,23 @@ def test_every_claim_of_readme_has_a_check_and_every_check_a_claim() -> None:
 @pytest.mark.parametrize("label", sorted(CHECKS))
 def test_the_claim_holds_in_the_template(label: str) -> None:
     CHECKS[label](claims()[label])
+
+
+def test_the_web_dashboard_finds_the_stack_and_its_cloudwatch_dashboard_from_the_queue_url() -> None:
+    # docs/ui.md: a deployed jobs queue is `<stack>-jobs`, and so is the stack's CloudWatch dashboard
+    resolved = resolver()
+    queue_name = properties("JobsQueue")["QueueName"]
+    resolved.physical["Dashboard"] = resolved.resolve(RESOURCES["Dashboard"]["Properties"]["DashboardName"])
+    output = resolved.resolve(TEMPLATE["Outputs"]["DashboardUrl"]["Value"])
+    settings = load_settings(
+        {
+            "JOBS_TABLE_NAME": "aijobs-JobsTable-1X2Y3Z",
+            "JOBS_QUEUE_URL": f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/{queue_name}",
+            "JOBS_PAYLOAD_BUCKET": "aijobs-payloads",
+        }
+    )
+
+    target = StackTarget.from_settings(settings)
+
+    assert queue_name == "aijobs-jobs"
+    assert (target.name, target.embedded, target.dashboard_url) == ("aijobs", False, output)

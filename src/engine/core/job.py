@@ -218,6 +218,15 @@ class JobHistory:
     dead_letters: list[DeadLetterEntry]
 
 
+@dataclass(frozen=True, slots=True)
+class JobDetails:
+    """Everything a job's partition holds: the job, its history, and its stored input (JSON text, or None)."""
+
+    job: Job
+    history: JobHistory
+    input_json: str | None
+
+
 def claimable(job: Job, now_ms: int) -> bool:
     """The claim's condition on a job that exists: waiting (or abandoned), and with budget and time left."""
     waiting = job.status is JobStatus.QUEUED or (

@@ -33,6 +33,7 @@ from engine.core.job import (
     DeadLetter,
     DeadLetterEntry,
     Job,
+    JobDetails,
     JobErrorInfo,
     JobHistory,
     JobStatus,
@@ -92,6 +93,13 @@ class InMemoryJobStore:
             letters = [letter for letter in self._dead_letters.values() if letter.job_id == job_id]
         letters.sort(key=lambda letter: (letter.recorded_at, letter.message_id))
         return JobHistory(self.attempts(job_id), [_entry(letter) for letter in letters])
+
+    def job_details(self, job_id: str) -> JobDetails | None:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            stored = self._inputs.get(job_id)
+            history = self.job_history(job_id)
+        return None if job is None else JobDetails(job, history, stored[0] if stored else None)
 
     def dead_letter(self, message_id: str) -> DeadLetter | None:
         with self._lock:

@@ -17,6 +17,7 @@ from engine.core.job import (
     DeadLetter,
     DeadLetterEntry,
     Job,
+    JobDetails,
     JobErrorInfo,
     JobHistory,
     JobStatus,
@@ -47,6 +48,10 @@ class JobReader(Protocol):
 
     def job_history(self, job_id: str) -> JobHistory:
         """The job's attempt records and the dead letters that name it, oldest first (one read)."""
+        ...
+
+    def job_details(self, job_id: str) -> JobDetails | None:
+        """The job, its history and its stored input, in one read of everything it holds; None when absent."""
         ...
 
     def dead_letter(self, message_id: str) -> DeadLetter | None:
@@ -203,6 +208,8 @@ class AdminStore(Protocol):
     def get_job(self, job_id: str) -> Job | None: ...
 
     def job_history(self, job_id: str) -> JobHistory: ...
+
+    def job_details(self, job_id: str) -> JobDetails | None: ...
 
     def dead_letter(self, message_id: str) -> DeadLetter | None: ...
 

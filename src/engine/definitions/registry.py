@@ -38,6 +38,11 @@ class JobRegistry:
             known = ", ".join(sorted(self._definitions))
             raise UnknownJobTypeError(f"no job type {name!r} is registered (known: {known})") from None
 
+    @property
+    def names(self) -> list[str]:
+        """The registered job types' names, sorted."""
+        return sorted(self._definitions)
+
     @classmethod
     def from_settings(cls, settings: Settings) -> JobRegistry:
         """The built-in job types, those of the `jobtypes` package when there is one, and those of

@@ -10,7 +10,7 @@ from engine.store.dead_letter_writes import DeadLetterWrites
 from engine.store.listing import JobListing
 from engine.store.payloads import PayloadStore
 from engine.store.reads import JobReads
-from engine.store.usage import UsageLedger, UsageRow
+from engine.store.usage import UsageLedger, UsageReport, UsageRow
 from engine.store.worker_writes import WorkerWrites
 
 
@@ -18,4 +18,4 @@ class DynamoJobStore(WorkerWrites, DeadLetterWrites, AdminWrites, JobReads):
     """The jobs table, in every role: what is deployed."""
 
 
-__all__ = ["DynamoJobStore", "JobListing", "PayloadStore", "UsageLedger", "UsageRow"]
+__all__ = ["DynamoJobStore", "JobListing", "PayloadStore", "UsageLedger", "UsageReport", "UsageRow"]

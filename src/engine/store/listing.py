@@ -1,17 +1,32 @@
-"""Job listings, newest first, from the JobsByDay index and BatchGetItem."""
+"""Job listings, newest first, a page at a time: the JobsByDay index, then the page's jobs with BatchGetItem.
+
+A day's entries are spread over LIST_DAY_SHARDS keys (docs/scale.md), so a page queries every
+shard of its day side by side, each with the page's size as its limit, merges them by creation
+time and takes the newest. Its cursor keeps, for each shard, the last entry taken: the next page
+starts exactly there, with no state kept anywhere but in the cursor. A page that empties its day
+goes on to the day before, until it is full or the time range is read.
+
+The index projects `user_id` (it never changes), so a user filter drops entries before their jobs
+are read; status, job type and lane are read on the jobs themselves, which the page fetches
+anyway. Either way a page goes through `size` entries of the index: a filter narrows what it
+shows, not what it reads.
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import heapq
-from collections.abc import Iterator
+import json
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from engine.core import Job, JobStatus, Lane
-from engine.core.days import utc_day
+from engine.core.days import utc_days
 from engine.store.expressions import index_query
-from engine.store.items import LIST_DAY_SHARDS, Item, list_day_partition
+from engine.store.items import JOB_SK, LIST_DAY_SHARDS, job_key, list_day_partition
 from engine.store.retries import BATCH_GET_KEYS, Backoff, batch_get_jobs
 from engine.store.table import default_client
 
@@ -19,9 +34,84 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
 BY_DAY_INDEX = "JobsByDay"
-# Index pages are read in the size of a BatchGetItem.
-_BATCH = BATCH_GET_KEYS
+# A page's jobs are read with one BatchGetItem, which takes at most 100 keys.
+MAX_PAGE_SIZE = BATCH_GET_KEYS
+# A listing reads one round of queries a day; a longer range is refused (as a usage range is).
+MAX_LISTING_DAYS = 400
 DAY_MS = 86_400_000
+# As engine.models.JobId allows.
+MAX_JOB_ID_CHARS = 128
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Which jobs a listing shows; None matches any."""
+
+    user_id: str | None = None
+    status: JobStatus | None = None
+    job_type: str | None = None
+    lane: Lane | None = None
+
+    @property
+    def narrows(self) -> bool:
+        return self != JobFilter()
+
+    def matches(self, job: Job) -> bool:
+        return (
+            (self.user_id is None or job.user_id == self.user_id)
+            and (self.status is None or job.status is self.status)
+            and (self.job_type is None or job.job_type == self.job_type)
+            and (self.lane is None or job.lane is self.lane)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ListingCursor:
+    """Where a listing's next page starts: a UTC day, and in each of its shards the last entry taken
+    (creation time, job id); a shard absent from `after` starts at the top of the range."""
+
+    day: str
+    after: dict[int, tuple[int, str]]
+
+    def token(self) -> str:
+        """The cursor as an opaque URL-safe string."""
+        data = {"d": self.day, "a": {str(shard): list(entry) for shard, entry in sorted(self.after.items())}}
+        return base64.urlsafe_b64encode(json.dumps(data, separators=(",", ":")).encode()).decode().rstrip("=")
+
+    @classmethod
+    def from_token(cls, token: str) -> ListingCursor:
+        """The cursor `token` stands for; ValueError for anything `token()` did not make."""
+        try:
+            data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+            day, after = data["d"], data["a"]
+            cursor = cls(day, {int(shard): (int(created), str(job_id)) for shard, (created, job_id) in after.items()})
+        except (binascii.Error, UnicodeDecodeError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise ValueError("not a listing cursor") from exc
+        shards_known = set(cursor.after) <= set(range(LIST_DAY_SHARDS))
+        ids_bounded = all(len(job_id) <= MAX_JOB_ID_CHARS for _, job_id in cursor.after.values())
+        if not isinstance(day, str) or not shards_known or not ids_bounded:
+            raise ValueError("not a listing cursor")
+        return cursor
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """A page of a listing: its jobs that match the filter, newest first, and where the next page starts."""
+
+    jobs: list[Job]
+    # Index entries the page went through, and the creation times of the first and last of them.
+    read: int
+    newest_ms: int | None
+    oldest_ms: int | None
+    next: ListingCursor | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    created_at: int
+    job_id: str
+    user_id: str | None
+    shard: int
 
 
 class JobListing:
@@ -29,6 +119,53 @@ class JobListing:
         self.table_name = table_name
         self._client = client or default_client()
         self._backoff = backoff or Backoff()
+
+    def page(
+        self,
+        where: JobFilter,
+        since_ms: int,
+        until_ms: int,
+        size: int = MAX_PAGE_SIZE,
+        cursor: ListingCursor | None = None,
+    ) -> JobPage:
+        """The next `size` jobs created in [since, until], newest first, from `cursor` on (the top without one).
+
+        Per day read: one Query per shard, side by side; then one BatchGetItem of the page's jobs.
+        """
+        if not 1 <= size <= MAX_PAGE_SIZE:
+            raise ValueError(f"a page holds 1 to {MAX_PAGE_SIZE} jobs, not {size}")
+        if until_ms < since_ms:
+            raise ValueError("the listing's range ends before it starts")
+        days = utc_days(since_ms, until_ms)[::-1]
+        if len(days) > MAX_LISTING_DAYS:
+            raise ValueError(f"a listing spans at most {MAX_LISTING_DAYS} days; this one spans {len(days)}")
+        after: dict[int, tuple[int, str]] = {}
+        if cursor is not None:
+            if cursor.day not in days:
+                raise ValueError("the cursor is outside the listing's time range")
+            days, after = days[days.index(cursor.day) :], cursor.after
+        entries: list[_Entry] = []
+        following: ListingCursor | None = None
+        with ThreadPoolExecutor(max_workers=LIST_DAY_SHARDS, thread_name_prefix="aijobs-list") as pool:
+            for number, day in enumerate(days):
+                taken, positions, more = self._take(pool, day, since_ms, until_ms, after, size - len(entries))
+                entries.extend(taken)
+                after = {}
+                if more:
+                    following = ListingCursor(day, positions)
+                    break
+                if len(entries) == size:
+                    following = ListingCursor(days[number + 1], {}) if number + 1 < len(days) else None
+                    break
+        wanted = [job_key(entry.job_id) for entry in entries if where.user_id in (None, entry.user_id)]
+        jobs = batch_get_jobs(self._client, self.table_name, wanted, False, self._backoff) if wanted else []
+        return JobPage(
+            jobs=[job for job in jobs if job is not None and where.matches(job)],
+            read=len(entries),
+            newest_ms=entries[0].created_at if entries else None,
+            oldest_ms=entries[-1].created_at if entries else None,
+            next=following,
+        )
 
     def list_jobs(
         self,
@@ -40,63 +177,82 @@ class JobListing:
         days: int = 30,
         now_ms: int,
     ) -> list[Job]:
-        """Up to `limit` jobs created in the last `days` days, newest first; one user's, or everyone's;
+        """Up to `limit` jobs created in the last `days` UTC days, newest first; one user's, or everyone's;
         of one status, or one lane."""
+        where = JobFilter(user_id=user_id, status=status, lane=lane)
+        since_ms = now_ms - now_ms % DAY_MS - (days - 1) * DAY_MS
         jobs: list[Job] = []
-        keys = self._keys(now_ms, days, user_id)
+        cursor: ListingCursor | None = None
         while len(jobs) < limit:
-            # Unfiltered, read just what is missing; filtered, full batches until enough match.
-            wanted = _BATCH if status or lane else min(_BATCH, limit - len(jobs))
-            batch = list(islice(keys, wanted))
-            if not batch:
+            # Unfiltered, read just what is missing; filtered, full pages until enough match.
+            size = MAX_PAGE_SIZE if where.narrows else min(MAX_PAGE_SIZE, limit - len(jobs))
+            page = self.page(where, since_ms, now_ms, size, cursor)
+            jobs.extend(page.jobs)
+            if page.next is None:
                 break
-            found = batch_get_jobs(self._client, self.table_name, batch, False, self._backoff)
-            jobs.extend(
-                job
-                for job in found
-                if job is not None and (status is None or job.status is status) and (lane is None or job.lane is lane)
-            )
+            cursor = page.next
         return jobs[:limit]
 
-    def _keys(self, now_ms: int, days: int, user_id: str | None) -> Iterator[Item]:
-        """Job keys, newest first: each day's shards merged by creation time.
+    def _take(
+        self,
+        pool: ThreadPoolExecutor,
+        day: str,
+        since_ms: int,
+        until_ms: int,
+        after: dict[int, tuple[int, str]],
+        wanted: int,
+    ) -> tuple[list[_Entry], dict[int, tuple[int, str]], bool]:
+        """The newest `wanted` entries of a day past `after`, the shards' positions after them, and
+        whether the day holds more."""
+        shards = list(
+            pool.map(
+                lambda shard: self._read_shard(day, shard, since_ms, until_ms, after.get(shard), wanted),
+                range(LIST_DAY_SHARDS),
+            )
+        )
+        merged = heapq.merge(*(read for read, _ in shards), key=lambda entry: entry.created_at, reverse=True)
+        taken = list(islice(merged, wanted))
+        positions = dict(after)
+        used = dict.fromkeys(range(LIST_DAY_SHARDS), 0)
+        for entry in taken:
+            positions[entry.shard] = (entry.created_at, entry.job_id)
+            used[entry.shard] += 1
+        more = any(not ended or used[shard] < len(read) for shard, (read, ended) in enumerate(shards))
+        return taken, positions, more
 
-        A day's shards are read side by side (their first pages at once), so a listing waits for
-        about one query a day, not one per shard.
-        """
-        with ThreadPoolExecutor(max_workers=LIST_DAY_SHARDS, thread_name_prefix="aijobs-list") as pool:
-            for offset in range(days):
-                day = utc_day(now_ms - offset * DAY_MS)
-                partitions = [list_day_partition(day, shard) for shard in range(LIST_DAY_SHARDS)]
-                first_pages = list(pool.map(lambda partition: self._page(partition, user_id, None), partitions))
-                shards = [
-                    self._shard(partition, user_id, page)
-                    for partition, page in zip(partitions, first_pages, strict=True)
-                ]
-                for _, item in heapq.merge(*shards, key=lambda entry: entry[0], reverse=True):
-                    yield item
-
-    def _shard(self, partition: str, user_id: str | None, page: dict[str, Any]) -> Iterator[tuple[int, Item]]:
-        """A shard's keys, newest first, from its first page on (the next pages as they are needed)."""
-        while True:
-            for item in page.get("Items", []):
-                yield int(item["created_at"]["N"]), {"pk": item["pk"], "sk": item["sk"]}
-            if "LastEvaluatedKey" not in page:
-                return
-            page = self._page(partition, user_id, page["LastEvaluatedKey"])
-
-    def _page(self, partition: str, user_id: str | None, start: dict[str, Any] | None) -> dict[str, Any]:
+    def _read_shard(
+        self, day: str, shard: int, since_ms: int, until_ms: int, start: tuple[int, str] | None, wanted: int
+    ) -> tuple[list[_Entry], bool]:
+        """Up to `wanted` entries of one shard of a day, newest first, after `start`; and whether it ended."""
+        partition = list_day_partition(day, shard)
         params = index_query(
             self.table_name,
             BY_DAY_INDEX,
-            "#day = :day",
-            {"#day": "list_day"},
-            {":day": {"S": partition}},
-            user_id,
+            "#day = :day AND #at BETWEEN :since AND :until",
+            {"#day": "list_day", "#at": "created_at"},
+            {":day": {"S": partition}, ":since": {"N": str(since_ms)}, ":until": {"N": str(until_ms)}},
             ScanIndexForward=False,
-            Limit=_BATCH,
         )
         if start is not None:
-            params["ExclusiveStartKey"] = start
-        page: dict[str, Any] = self._client.query(**params)  # type: ignore[assignment]
-        return page
+            created_at, job_id = start
+            params["ExclusiveStartKey"] = job_key(job_id, JOB_SK) | {
+                "list_day": {"S": partition},
+                "created_at": {"N": str(created_at)},
+            }
+        entries: list[_Entry] = []
+        while True:
+            page: dict[str, Any] = self._client.query(**params, Limit=wanted - len(entries))  # type: ignore[assignment]
+            entries.extend(
+                _Entry(int(item["created_at"]["N"]), item["pk"]["S"].removeprefix("JOB#"), _user(item), shard)
+                for item in page.get("Items", [])
+            )
+            if "LastEvaluatedKey" not in page:
+                return entries, True
+            if len(entries) >= wanted:
+                return entries, False
+            params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def _user(item: dict[str, Any]) -> str | None:
+    user = item.get("user_id")
+    return str(user["S"]) if user else None

@@ -6,7 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from engine.core import AttemptRecord, DeadLetter, DeadLetterEntry, Job, JobHistory
+from engine.core import AttemptRecord, DeadLetter, DeadLetterEntry, Job, JobDetails, JobHistory
 from engine.core.days import utc_days
 from engine.core.open_jobs import OpenJobsWalk
 from engine.store.items import (
@@ -14,6 +14,8 @@ from engine.store.items import (
     DEAD_LETTER_POINTER_PREFIX,
     INPUT_SK,
     JOB_HISTORY_END,
+    JOB_SK,
+    Item,
     attempt_from_item,
     dead_letter_day_partition,
     dead_letter_entry_from_item,
@@ -61,14 +63,8 @@ class JobReads(JobTable):
 
     def attempts(self, job_id: str) -> list[AttemptRecord]:
         """The job's attempt records, oldest first: one Query of its partition."""
-        pages = self._client.get_paginator("query").paginate(
-            TableName=self.table_name,
-            KeyConditionExpression="#pk = :pk AND begins_with(#sk, :prefix)",
-            ExpressionAttributeNames={"#pk": "pk", "#sk": "sk"},
-            ExpressionAttributeValues={":pk": job_key(job_id)["pk"], ":prefix": {"S": ATTEMPT_PREFIX}},
-            ConsistentRead=True,
-        )
-        return [attempt_from_item(item) for page in pages for item in page.get("Items", [])]
+        items = self._partition(job_id, "#pk = :pk AND begins_with(#sk, :prefix)", {":prefix": {"S": ATTEMPT_PREFIX}})
+        return [attempt_from_item(item) for item in items]
 
     def job_history(self, job_id: str) -> JobHistory:
         """The job's attempt records and the dead letters that name it, oldest first.
@@ -76,27 +72,43 @@ class JobReads(JobTable):
         One Query of its partition (strongly consistent) between ATTEMPT# and the last DEADLETTER#:
         the attempts and the pointers, never the input.
         """
+        return _history(
+            self._partition(
+                job_id,
+                "#pk = :pk AND #sk BETWEEN :first AND :last",
+                {":first": {"S": ATTEMPT_PREFIX}, ":last": {"S": JOB_HISTORY_END}},
+            )
+        )
+
+    def job_details(self, job_id: str) -> JobDetails | None:
+        """The job, its history and its input: one Query of its whole partition (strongly consistent).
+
+        An input kept in the payload bucket (past 256 KiB) is read from there too.
+        """
+        items = self._partition(job_id, "#pk = :pk", {})
+        by_sk = {item["sk"]["S"]: item for item in items}
+        if JOB_SK not in by_sk:
+            return None
+        stored = by_sk.get(INPUT_SK)
+        input_json = None
+        if stored is not None:
+            input_json = (
+                self._payload_store().get(stored["input_key"]["S"]).decode()
+                if "input_key" in stored
+                else stored["input"]["S"]
+            )
+        return JobDetails(job_from_item(by_sk[JOB_SK]), _history(items), input_json)
+
+    def _partition(self, job_id: str, key_condition: str, values: dict[str, Any]) -> list[Item]:
+        """The items of a job's partition the key condition selects, in sort-key order: one Query, paged."""
         pages = self._client.get_paginator("query").paginate(
             TableName=self.table_name,
-            KeyConditionExpression="#pk = :pk AND #sk BETWEEN :first AND :last",
-            ExpressionAttributeNames={"#pk": "pk", "#sk": "sk"},
-            ExpressionAttributeValues={
-                ":pk": job_key(job_id)["pk"],
-                ":first": {"S": ATTEMPT_PREFIX},
-                ":last": {"S": JOB_HISTORY_END},
-            },
+            KeyConditionExpression=key_condition,
+            ExpressionAttributeNames={"#pk": "pk", "#sk": "sk"} if "#sk" in key_condition else {"#pk": "pk"},
+            ExpressionAttributeValues={":pk": job_key(job_id)["pk"], **values},
             ConsistentRead=True,
         )
-        items = [item for page in pages for item in page.get("Items", [])]
-        attempts = [attempt_from_item(item) for item in items if item["sk"]["S"].startswith(ATTEMPT_PREFIX)]
-        # Pointers sort by message id; a history reads by time.
-        letters = [
-            dead_letter_entry_from_item(item)
-            for item in items
-            if item["sk"]["S"].startswith(DEAD_LETTER_POINTER_PREFIX)
-        ]
-        letters.sort(key=lambda entry: (entry.recorded_at, entry.message_id))
-        return JobHistory(attempts, letters)
+        return [item for page in pages for item in page.get("Items", [])]
 
     def dead_letters(self, since_ms: int, until_ms: int, limit: int | None = None) -> list[DeadLetterEntry]:
         """Dead letters recorded in [since, until], newest first, at most `limit`.
@@ -150,3 +162,14 @@ class JobReads(JobTable):
     def open_jobs(self, limit: int) -> OpenJobsWalk:
         """A pass over the OpenJobs index from where the last saved one stopped (engine.store.open_jobs)."""
         return OpenJobsWalk(OpenJobsIndex(self._client, self.table_name, self._backoff), limit)
+
+
+def _history(items: list[Item]) -> JobHistory:
+    """A job's history from the items of its partition: attempts in order, dead letters by time."""
+    attempts = [attempt_from_item(item) for item in items if item["sk"]["S"].startswith(ATTEMPT_PREFIX)]
+    # Pointers sort by message id; a history reads by time.
+    letters = [
+        dead_letter_entry_from_item(item) for item in items if item["sk"]["S"].startswith(DEAD_LETTER_POINTER_PREFIX)
+    ]
+    letters.sort(key=lambda entry: (entry.recorded_at, entry.message_id))
+    return JobHistory(attempts, letters)

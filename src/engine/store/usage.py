@@ -50,9 +50,26 @@ class UsageRow:
             **{name: getattr(self, name) + Decimal(record.get(name, 0)) for name in _AMOUNTS},
         )
 
+    def merged(self, other: UsageRow) -> UsageRow:
+        """This row's sums and `other`'s added up, under this row's user, job type and model."""
+        return replace(
+            self,
+            attempts=self.attempts + other.attempts,
+            **{name: getattr(self, name) + getattr(other, name) for name in (*_COUNTS, *_AMOUNTS)},
+        )
+
 
 _COUNTS = ("input_tokens", "output_tokens", "cached_input_tokens", "cache_write_input_tokens", "reasoning_tokens")
 _AMOUNTS = ("cost_usd", "cache_savings_usd")
+
+
+@dataclass(frozen=True, slots=True)
+class UsageReport:
+    """Usage over a range: by (user, job type, model), costliest first, and by UTC day, every day of the
+    range oldest first (a day with no attempts holds a row of zeros)."""
+
+    rows: list[UsageRow]
+    days: list[tuple[str, UsageRow]]
 
 
 class UsageLedger:
@@ -62,24 +79,31 @@ class UsageLedger:
 
     def summarize(self, since_ms: int, until_ms: int, user_id: str | None = None) -> list[UsageRow]:
         """Attempts finished in [since, until], summed by (user, job type, model, lane); costliest first."""
+        return self.report(since_ms, until_ms, user_id).rows
+
+    def report(self, since_ms: int, until_ms: int, user_id: str | None = None) -> UsageReport:
+        """Attempts finished in [since, until], summed by (user, job type, model, lane) and by day: one pass."""
         if until_ms < since_ms:
             raise ValueError("the usage range ends before it starts")
         totals: dict[tuple[str | None, str | None, str | None, str | None], UsageRow] = {}
-        for record in self._records(since_ms, until_ms, user_id):
-            key = (
-                record.get("user_id"),
-                record.get("job_type"),
-                record.get("model"),
-                record.get("lane", "interactive"),
-            )
-            totals[key] = (totals.get(key) or UsageRow(*key)).plus(record)
-        rows = list(totals.values())
-        return sorted(rows, key=lambda row: (-row.cost_usd, -row.input_tokens, str(row.user_id), str(row.job_type)))
+        days = _days(since_ms, until_ms)
+        by_day = {day: UsageRow(None, None, None) for day in days}
+        for day in days:
+            for record in self._records(day, since_ms, until_ms, user_id):
+                # Attempts recorded before lanes were interactive ones.
+                lane = record.get("lane", "interactive")
+                key = (record.get("user_id"), record.get("job_type"), record.get("model"), lane)
+                totals[key] = (totals.get(key) or UsageRow(*key)).plus(record)
+                by_day[day] = by_day[day].plus(record)
+        rows = sorted(
+            totals.values(),
+            key=lambda row: (-row.cost_usd, -row.input_tokens, str(row.user_id), str(row.job_type)),
+        )
+        return UsageReport(rows, list(by_day.items()))
 
-    def _records(self, since_ms: int, until_ms: int, user_id: str | None) -> Iterator[dict[str, Any]]:
-        for day in _days(since_ms, until_ms):
-            for shard in range(USAGE_DAY_SHARDS):
-                yield from self._query(usage_day_partition(day, shard), since_ms, until_ms, user_id)
+    def _records(self, day: str, since_ms: int, until_ms: int, user_id: str | None) -> Iterator[dict[str, Any]]:
+        for shard in range(USAGE_DAY_SHARDS):
+            yield from self._query(usage_day_partition(day, shard), since_ms, until_ms, user_id)
 
     def _query(self, partition: str, since_ms: int, until_ms: int, user_id: str | None) -> Iterator[dict[str, Any]]:
         params = index_query(

@@ -1,0 +1,8 @@
+"""The web dashboard of `aijobs ui` (docs/ui.md): pages over the client the CLI uses, on 127.0.0.1.
+
+- app.py: the pages and actions (Starlette, Jinja2 templates with autoescape)
+- guard.py: the Host and same-origin checks and the security headers of every answer
+- queries.py: what a page's query string asks for
+- present.py: how numbers, times, texts and the chart are written
+- server.py: uvicorn on a socket bound first (port 0 works)
+"""

@@ -1,0 +1,247 @@
+"""The dashboard's pages: server-rendered HTML over the client the CLI uses, one read of the table per page.
+
+Routes (docs/ui.md): `/jobs` (filters in the query string, a job-id lookup, cursor pages),
+`/jobs/{id}` and its `input.json` / `output.json`, `/dead-letters`, `/usage`, and with
+`allow_actions` the POSTs `/jobs/{id}/cancel`, `/jobs/{id}/retry` and
+`/dead-letters/{message_id}/redrive`. Every page carries the health strip, which its script fills
+from `/health`: a page's own time is its own read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from aijobs.client import AiJobsClient, Health, RedriveOutcome
+from aijobs.ui import present
+from aijobs.ui.guard import LOOPBACK_NAMES, Guard
+from aijobs.ui.queries import LANES, WINDOWS, JobsQuery, user, window
+from engine.core import JobStatus
+from engine.core.errors import AiJobsError, JobNotFoundError
+
+# Seconds between refreshes of a visible page.
+REFRESH_SECONDS = 5
+DEAD_LETTERS_SHOWN = 100
+# What a page says after an action (`?done=...`).
+NOTICES = {
+    "cancel-cancelled": "Cancelled.",
+    "cancel-ended": "The job had already ended: nothing to cancel.",
+    "cancel-asked": "Cancel asked: the running job ends cancelled at its next fence.",
+    "retried": "Queued again, with a fresh attempt budget and deadline.",
+    "redriven": "The dead letter's job is queued again.",
+}
+_STATIC = {"app.css": "text/css; charset=utf-8", "refresh.js": "text/javascript; charset=utf-8"}
+Page = Callable[[Request], Response]
+
+
+class Dashboard:
+    def __init__(
+        self, client: AiJobsClient, *, allow_actions: bool = False, refresh_seconds: float = REFRESH_SECONDS
+    ) -> None:
+        self.client = client
+        self.allow_actions = allow_actions
+        self.refresh_seconds = refresh_seconds
+        self.templates = Environment(
+            loader=PackageLoader("aijobs.ui", "templates"),
+            autoescape=select_autoescape(default=True, default_for_string=True),
+            undefined=StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.templates.globals.update(
+            money=present.money,
+            count=present.count,
+            duration=present.duration,
+            when=present.when,
+            took=present.took,
+            lane_of=lambda view: present.carried(view, "lane"),
+            via_of=lambda attempt: present.carried(attempt, "via"),
+            batch_of=lambda attempt: present.carried(attempt, "batch_id"),
+            now_utc=lambda: datetime.now(UTC).strftime("%H:%M:%S"),
+            notices=NOTICES,
+            job_types=client.job_types(),
+            job_url=present.job_url,
+            dead_letter_url=present.dead_letter_url,
+            lanes=LANES,
+            windows=list(WINDOWS),
+            statuses=list(JobStatus),
+        )
+        self._static = {name: (resources.files("aijobs.ui") / "static" / name).read_bytes() for name in _STATIC}
+
+    # --- pages -------------------------------------------------------------------------------
+
+    def jobs(self, request: Request) -> Response:
+        query = JobsQuery.parse(request.query_params)
+        if query.job_id is not None:
+            try:
+                found = self.client.get(query.job_id)  # one GetItem
+            except JobNotFoundError:
+                return self.render(request, "jobs.html", 404, query=query, page=None, missing=query.job_id)
+            return RedirectResponse(present.job_url(found.job_id), 303)
+        page = self.client.list_page(query.where, query.since_seconds, query.until_ms, query.limit, query.cursor)
+        lanes_shown = any(getattr(view, "lane", None) for view in page.jobs)
+        return self.render(request, "jobs.html", query=query, page=page, missing=None, lanes_shown=lanes_shown)
+
+    def job(self, request: Request) -> Response:
+        details = self.client.details(request.path_params["job_id"])
+        output = None if details.job.output is None else present.clip(present.pretty_json(details.job.output))
+        job_input = None if details.input_json is None else present.clip(present.pretty_json(details.input_json))
+        return self.render(
+            request,
+            "job.html",
+            details=details,
+            view=details.job,
+            output=output,
+            job_input=job_input,
+            lane=getattr(details.job, "lane", None),
+            notice=request.query_params.get("done"),
+        )
+
+    def download(self, request: Request, part: str) -> Response:
+        """The whole input or output of a job, as a JSON file to save (never shown as a page)."""
+        job_id = request.path_params["job_id"]
+        details = self.client.details(job_id)
+        output = details.job.output
+        text = details.input_json if part == "input" else None if output is None else json.dumps(output)
+        if text is None:
+            return self.render(request, "error.html", 404, message=f"job {job_id} has no stored {part}")
+        filename = "".join(char if char.isalnum() or char in "-_." else "_" for char in f"{job_id}-{part}.json")
+        return Response(
+            text.encode(),
+            media_type="application/json",
+            headers={"content-disposition": f'attachment; filename="{filename}"'},
+        )
+
+    def dead_letters(self, request: Request) -> Response:
+        since = window(request.query_params, "7d", ("24h", "7d", "30d"))
+        letters = self.client.dead_letters(WINDOWS[since], DEAD_LETTERS_SHOWN)
+        return self.render(request, "dead_letters.html", since=since, letters=letters, shown=DEAD_LETTERS_SHOWN)
+
+    def usage(self, request: Request) -> Response:
+        since = window(request.query_params, "7d", ("24h", "7d", "30d", "90d"))
+        who = user(request.query_params)
+        report = self.client.usage_report(WINDOWS[since], who)
+        return self.render(
+            request,
+            "usage.html",
+            since=since,
+            who=who,
+            report=report,
+            total=present.total(row for _, row in report.days),
+            bars=present.day_chart(report.days),
+            highest=max((row.cost_usd for _, row in report.days), default=0),
+            chart=(present.CHART_WIDTH, present.CHART_HEIGHT),
+            by_user=present.totals_by(report.rows, "user_id"),
+            by_type=present.totals_by(report.rows, "job_type"),
+            by_model=present.totals_by(report.rows, "model"),
+            budgets=self.client.budgets() if who is None else [day for day in [self.client.budget(who)] if day],
+        )
+
+    # --- actions (POST, same origin only: see guard.py) --------------------------------------
+
+    def cancel(self, request: Request) -> Response:
+        view = self.client.cancel(self._acting(request))
+        done = "cancelled" if view.status is JobStatus.CANCELLED else "ended" if view.status.is_terminal else "asked"
+        return RedirectResponse(present.job_url(view.job_id, f"?done=cancel-{done}"), 303)
+
+    def retry(self, request: Request) -> Response:
+        view = self.client.retry(self._acting(request))
+        return RedirectResponse(present.job_url(view.job_id, "?done=retried"), 303)
+
+    def redrive(self, request: Request) -> Response:
+        (result,) = self.client.redrive([self._acting(request, "message_id")])
+        if result.outcome is RedriveOutcome.REQUEUED and result.job_id:
+            return RedirectResponse(present.job_url(result.job_id, "?done=redriven"), 303)
+        return self.render(request, "error.html", 409, message=f"redrive of {result.message_id}: {result.detail}")
+
+    def _acting(self, request: Request, name: str = "job_id") -> str:
+        if not self.allow_actions:
+            raise PermissionError("this dashboard is read-only: start it with `aijobs ui --allow-actions`")
+        value: str = request.path_params[name]
+        return value
+
+    # --- the parts of every page -------------------------------------------------------------
+
+    def render(self, request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+        page = self.templates.get_template(template).render(
+            path=request.url.path,
+            stack=self.client.target,
+            allow_actions=self.allow_actions,
+            refresh_ms=int(self.refresh_seconds * 1000),
+            **context,
+        )
+        return HTMLResponse(page, status)
+
+    def health(self, request: Request) -> Response:
+        """The health strip alone (every page fetches it): queue depths and the last day's dead letters,
+        or that the stack does not answer."""
+        try:
+            health: Health | None = self.client.health()
+        except (ClientError, BotoCoreError):
+            health = None
+        page = self.templates.get_template("health.html").render(health=health, stack=self.client.target)
+        return HTMLResponse(page)
+
+    def static(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in _STATIC:
+            return Response("not found\n", 404, media_type="text/plain")
+        return Response(self._static[name], media_type=_STATIC[name], headers={"cache-control": "max-age=300"})
+
+    def answering(self, page: Page) -> Page:
+        """A page whose refusals are pages too: 404 for a missing job, 400 for a bad address, 403 for an
+        action on a read-only dashboard, 409 for one the job's state refuses, 502 when AWS fails."""
+
+        def answer(request: Request) -> Response:
+            try:
+                return page(request)
+            except JobNotFoundError as exc:
+                return self.render(request, "error.html", 404, message=str(exc))
+            except ValueError as exc:
+                return self.render(request, "error.html", 400, message=str(exc))
+            except PermissionError as exc:
+                return self.render(request, "error.html", 403, message=str(exc))
+            except AiJobsError as exc:
+                return self.render(request, "error.html", 409, message=str(exc))
+            except (ClientError, BotoCoreError) as exc:
+                return self.render(request, "error.html", 502, message=f"the stack did not answer: {exc}")
+
+        return answer
+
+
+def create_app(
+    client: AiJobsClient,
+    *,
+    allow_actions: bool = False,
+    hosts: frozenset[str] = LOOPBACK_NAMES,
+    refresh_seconds: float = REFRESH_SECONDS,
+) -> Starlette:
+    """The dashboard as an ASGI app, answering to `hosts` (their names in the Host header) only."""
+    board = Dashboard(client, allow_actions=allow_actions, refresh_seconds=refresh_seconds)
+    pages: list[tuple[str, Page, list[str]]] = [
+        ("/", lambda request: RedirectResponse("/jobs", 303), ["GET"]),
+        ("/jobs", board.jobs, ["GET"]),
+        ("/jobs/{job_id}", board.job, ["GET"]),
+        ("/jobs/{job_id}/input.json", lambda request: board.download(request, "input"), ["GET"]),
+        ("/jobs/{job_id}/output.json", lambda request: board.download(request, "output"), ["GET"]),
+        ("/jobs/{job_id}/cancel", board.cancel, ["POST"]),
+        ("/jobs/{job_id}/retry", board.retry, ["POST"]),
+        ("/dead-letters", board.dead_letters, ["GET"]),
+        ("/dead-letters/{message_id}/redrive", board.redrive, ["POST"]),
+        ("/usage", board.usage, ["GET"]),
+        ("/health", board.health, ["GET"]),
+        ("/static/{name}", board.static, ["GET"]),
+    ]
+    routes = [Route(path, board.answering(page), methods=methods) for path, page, methods in pages]
+    return Starlette(routes=routes, middleware=[Middleware(Guard, hosts=hosts)])

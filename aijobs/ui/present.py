@@ -1,0 +1,149 @@
+"""How the pages write numbers, times, texts and charts: plain functions the templates call.
+
+Nothing here makes markup: every value goes into a template as text or a number, and Jinja
+escapes it (the chart is numbers for SVG attributes, its labels text).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+from urllib.parse import quote
+
+from engine.models import JobView
+from engine.store import UsageRow
+
+# Inputs and outputs longer than this are shown cut, with a link to the whole as a download.
+CLIP_CHARS = 10_000
+CHART_WIDTH, CHART_HEIGHT = 720, 180
+# Room under the bars for the day labels, and above them for the scale.
+_LABELS, _SCALE = 20, 18
+
+
+def money(value: float | Decimal) -> str:
+    amount = Decimal(str(value))
+    return f"${amount:,.2f}" if amount >= 1 else f"${amount:.6f}"
+
+
+def count(value: int) -> str:
+    return f"{value:,}"
+
+
+def duration(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    if ms < 1_000:
+        return f"{ms} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    minutes, seconds = divmod(ms // 1000, 60)
+    return f"{minutes} min {seconds} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
+
+
+def when(iso: str | None) -> str:
+    """`2026-12-02T10:00:03Z` as `2026-12-02 10:00:03` (the pages say UTC once)."""
+    return iso.replace("T", " ").removesuffix("Z") if iso else "-"
+
+
+def took(view: JobView) -> str:
+    """How long a job took from its creation to its end ("-" while it runs)."""
+    if view.created_at is None or view.finished_at is None:
+        return "-"
+    created, finished = (datetime.fromisoformat(at) for at in (view.created_at, view.finished_at))
+    return duration(int((finished - created).total_seconds() * 1000))
+
+
+def carried(record: object, name: str) -> Any:
+    """A field a view carries once the engine records it (a job's `lane`, an attempt's `via` and
+    `batch_id`), or None until then."""
+    return getattr(record, name, None)
+
+
+def job_url(job_id: str, suffix: str = "") -> str:
+    return f"/jobs/{quote(job_id, safe='')}{suffix}"
+
+
+def dead_letter_url(message_id: str, action: str) -> str:
+    return f"/dead-letters/{quote(message_id, safe='')}/{action}"
+
+
+@dataclass(frozen=True, slots=True)
+class Clipped:
+    """A text as a page shows it: at most CLIP_CHARS of it, and how long the whole is."""
+
+    shown: str
+    total_chars: int
+
+    @property
+    def cut(self) -> bool:
+        return self.total_chars > len(self.shown)
+
+
+def clip(text: str, limit: int = CLIP_CHARS) -> Clipped:
+    return Clipped(text[:limit], len(text))
+
+
+def pretty_json(value: Any) -> str:
+    """A JSON value, or JSON text, indented for reading; text that is not JSON as it is."""
+    if isinstance(value, str):
+        text = value
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return text
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def total(rows: Iterable[UsageRow]) -> UsageRow:
+    """Usage rows summed into one."""
+    summed = UsageRow(None, None, None)
+    for row in rows:
+        summed = summed.merged(row)
+    return summed
+
+
+def totals_by(rows: Iterable[UsageRow], field: str) -> list[tuple[str, UsageRow]]:
+    """Usage rows summed by one of user_id, job_type or model; costliest first."""
+    grouped: dict[str, UsageRow] = {}
+    for row in rows:
+        key = getattr(row, field) or "-"
+        grouped[key] = grouped[key].merged(row) if key in grouped else row
+    return sorted(grouped.items(), key=lambda pair: (-pair[1].cost_usd, pair[0]))
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    x: float
+    y: float
+    width: float
+    height: float
+    label: str
+    title: str
+
+
+def day_chart(days: list[tuple[str, UsageRow]]) -> list[Bar]:
+    """Cost by day as bars in a CHART_WIDTH x CHART_HEIGHT box, oldest first; a label every few days."""
+    if not days:
+        return []
+    highest = max((row.cost_usd for _, row in days), default=Decimal(0)) or Decimal(1)
+    slot = CHART_WIDTH / len(days)
+    every = max(1, len(days) // 10)
+    bars = []
+    for number, (day, row) in enumerate(days):
+        height = float(row.cost_usd / highest) * (CHART_HEIGHT - _LABELS - _SCALE)
+        bars.append(
+            Bar(
+                x=round(number * slot + slot * 0.1, 2),
+                y=round(CHART_HEIGHT - _LABELS - height, 2),
+                width=round(slot * 0.8, 2),
+                height=round(height, 2),
+                label=day[5:] if number % every == 0 else "",
+                title=f"{day}: {money(row.cost_usd)}, {row.attempts} attempts, "
+                f"{row.input_tokens + row.output_tokens} tokens",
+            )
+        )
+    return bars

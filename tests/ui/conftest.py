@@ -1,0 +1,216 @@
+"""The dashboard as a person (and an attacker) uses it: a moto server on 127.0.0.1 with the template's
+resources, jobs made by the engine's own runner (a scripted provider), the dashboard on port 0, and
+a real Chromium driven by Playwright.
+
+Chromium: the system's (/usr/bin/chromium, Debian's `chromium` package: .ci/run installs it), else
+Playwright's own; the tests are skipped, saying why, only when there is neither.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Error, Page, sync_playwright
+
+from aijobs.client import AiJobsClient
+from aijobs.local.aws import LocalAws
+from aijobs.local.devstack import local_session
+from aijobs.stack import create_stack_resources
+from aijobs.ui.server import DashboardServer
+from engine.aws_errors import is_transient
+from engine.config import Settings, load_settings
+from engine.core import Delivery
+from engine.core.errors import ProviderRejectedError, ProviderUnavailableError
+from engine.dead_letters import DeadLetterRecorder
+from engine.definitions import JobRegistry
+from engine.gateway import ModelGateway, ModelTiers
+from engine.runner import JobRunner
+from engine.store import DynamoJobStore
+from engine.wiring import Aws, build_store
+from tests.support.providers import FakeProvider, valid_answer
+
+SYSTEM_CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+# LLM output meant to run in the page: it must show as text and run nothing.
+HOSTILE = '<script>window.__pwned = "script"; alert(1)</script><img src=x onerror="window.__pwned = \'img\'; alert(2)">'
+# Longer than a page shows (present.CLIP_CHARS), within what summarize accepts (1.2 x max_words words).
+LONG_SUMMARY = " ".join(f"sentence-{n:05d}" for n in range(1_100))
+LONG_INPUT = {"text": "".join(f"paragraph {n:05d} of a long input. " for n in range(1_500)), "max_words": 1_000}
+SUMMARIZE_INPUT = {"text": "SQS stores messages redundantly and delivers them at least once.", "max_words": 30}
+CLASSIFY_INPUT = {"text": "Win a free cruise now!", "labels": ["spam", "ham"]}
+
+
+@dataclass
+class Jobs:
+    """The jobs the module's stack holds, by role, and what a test needs to make more."""
+
+    client: AiJobsClient
+    # The AWS requests the client sent, by "<service> <Operation>".
+    requests: Counter[str]
+    store: DynamoJobStore
+    run: Any
+    user: str
+    succeeded: str
+    flaky: str
+    hostile: str
+    long: str
+    queued: str
+    failed: str
+    dead_lettered: str
+    dead_letter_message: str
+
+    @property
+    def all(self) -> list[str]:
+        """Every job, in the order they were made."""
+        return [self.succeeded, self.flaky, self.hostile, self.long, self.failed, self.dead_lettered, self.queued]
+
+
+class ScriptedRuns:
+    """Runs a job once through the engine's runner, the provider answering as told."""
+
+    def __init__(self, store: DynamoJobStore) -> None:
+        self.provider = FakeProvider()
+        registry = JobRegistry()
+        gateway = ModelGateway(self.provider, ModelTiers("gpt-4o-mini"))
+        recorder = DeadLetterRecorder(store, registry)
+        self.runner = JobRunner(store, gateway, registry, recorder, rng=random.Random(7), is_transient=is_transient)
+
+    def __call__(self, job_id: str, answer: Any = valid_answer) -> None:
+        self.provider.script = answer if callable(answer) else lambda _request: answer
+        self.runner.process(Delivery(uuid.uuid4().hex, json.dumps({"job_id": job_id})))
+
+
+@pytest.fixture(scope="module")
+def settings() -> Iterator[Settings]:
+    """A moto server on 127.0.0.1 (port 0) with a fresh stack from template.yaml: the embedded stack's AWS."""
+    with LocalAws() as aws:
+        resources = create_stack_resources(
+            f"ui-{uuid.uuid4().hex[:8]}", session=local_session(), endpoint_url=aws.endpoint_url
+        )
+        yield load_settings({"AWS_ENDPOINT_URL": aws.endpoint_url} | resources.environment())
+
+
+@pytest.fixture(scope="module")
+def jobs(settings: Settings) -> Jobs:
+    """A job of every kind a page shows, made the way the engine makes them (about 40 requests)."""
+    session = local_session()
+    requests: Counter[str] = Counter()
+    session.events.register(
+        "before-call.*.*", lambda event_name, **_: requests.update([" ".join(event_name.split(".")[1:3])])
+    )
+    client = AiJobsClient.from_settings(settings, session)
+    store = build_store(settings, Aws(settings, local_session()))
+    run = ScriptedRuns(store)
+    tag = uuid.uuid4().hex[:6]
+    user = f"ui-{tag}"
+
+    def submit(name: str, job_type: str = "summarize", job_input: dict[str, Any] | None = None) -> str:
+        job_input = job_input or (SUMMARIZE_INPUT if job_type == "summarize" else CLASSIFY_INPUT)
+        return client.submit(job_type, user, job_input, job_id=f"{name}-{tag}").job_id
+
+    succeeded = submit("ok", "classify")
+    run(succeeded)
+    flaky = submit("flaky")
+    run(flaky, ProviderUnavailableError("the provider answered 503"))
+    run(flaky, {"summary": "Delivered at least once."})
+    hostile = submit("hostile", job_input={"text": f"Untrusted input {HOSTILE}", "max_words": 30})
+    run(hostile, {"summary": HOSTILE})
+    long = submit("long", job_input=LONG_INPUT)
+    run(long, {"summary": LONG_SUMMARY})
+    failed = submit("failed", "classify")
+    run(failed, ProviderRejectedError("the provider refused the request (HTTP 400)", 400))
+    dead_lettered = submit("dead")
+    message = f"m-{tag}"
+    DeadLetterRecorder(store, JobRegistry()).record(message, json.dumps({"job_id": dead_lettered}), {}, 100)
+    queued = submit("queued")
+    client.set_budget(user, Decimal(1))
+    return Jobs(
+        client, requests, store, run, user, succeeded, flaky, hostile, long, queued, failed, dead_lettered, message
+    )
+
+
+@pytest.fixture(scope="module")
+def dashboard(jobs: Jobs) -> Iterator[DashboardServer]:
+    """The read-only dashboard, as `aijobs ui --port 0` serves it."""
+    with DashboardServer(jobs.client, port=0) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def acting_dashboard(jobs: Jobs) -> Iterator[DashboardServer]:
+    """The dashboard with cancel, retry and redrive, as `aijobs ui --allow-actions --port 0` serves it."""
+    with DashboardServer(jobs.client, port=0, allow_actions=True) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        if SYSTEM_CHROMIUM.exists():
+            chromium = playwright.chromium.launch(executable_path=str(SYSTEM_CHROMIUM), args=CHROMIUM_ARGS)
+        else:
+            try:
+                chromium = playwright.chromium.launch(args=CHROMIUM_ARGS)
+            except Error as exc:
+                pytest.skip(
+                    f"no Chromium: neither {SYSTEM_CHROMIUM} (apt-get install chromium) nor Playwright's own "
+                    f"(playwright install chromium): {str(exc).splitlines()[0]}"
+                )
+        yield chromium
+        chromium.close()
+
+
+class Watched:
+    """A page, with what it reported: dialogs it opened, console messages, and its page errors."""
+
+    def __init__(self, page: Page) -> None:
+        self.page = page
+        self.dialogs: list[str] = []
+        self.console: list[str] = []
+        self.errors: list[str] = []
+        page.on("dialog", lambda dialog: (self.dialogs.append(dialog.message), dialog.dismiss()))
+        page.on("console", lambda message: self.console.append(message.text))
+        page.on("pageerror", lambda error: self.errors.append(str(error)))
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+# Where the tests save what the pages looked like, for a person to look at (printed after the run).
+SCREENSHOTS = Path(os.environ.get("AIJOBS_UI_SCREENSHOTS") or Path(tempfile.gettempdir()) / "aijobs-ui-screenshots")
+
+
+@pytest.fixture(scope="session")
+def screenshots() -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    return SCREENSHOTS
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if SCREENSHOTS.is_dir() and any(SCREENSHOTS.glob("*.png")):
+        terminalreporter.write_line(f"dashboard screenshots: {SCREENSHOTS}")

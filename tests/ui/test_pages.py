@@ -1,0 +1,211 @@
+"""Each page in a real Chromium, as a person reads it: the jobs and their filters, the job-id box, the
+cursor pages, a job's timeline, input and output, dead letters, usage, and the refresh with its pause."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import httpx
+from playwright.sync_api import Page, expect
+
+from aijobs.ui.server import DashboardServer
+from tests.ui.conftest import LONG_SUMMARY, SUMMARIZE_INPUT, Jobs
+
+
+def rows(page: Page) -> list[str]:
+    """The job ids of the jobs table's rows, top to bottom."""
+    return page.locator("table.jobs tbody tr td:first-child").all_inner_texts()
+
+
+def test_the_jobs_page_lists_every_job_newest_first(
+    page: Page, dashboard: DashboardServer, jobs: Jobs, screenshots: Path
+) -> None:
+    page.goto(f"{dashboard.url}jobs?user={jobs.user}")
+
+    expect(page.locator("#banner")).to_contain_text("embedded stack")
+    expect(page.locator("#banner")).to_contain_text("read-only")
+    assert rows(page) == list(reversed(jobs.all))  # made in that order, shown newest first
+    failed = page.locator("tr", has_text=jobs.failed)
+    expect(failed.locator(".status")).to_have_text("failed")
+    expect(failed).to_contain_text("provider_rejected")
+    expect(page.locator("#health")).to_contain_text("dead letters 1 in 24 h")
+    page.screenshot(path=screenshots / "jobs.png", full_page=True)
+
+
+def test_filters_are_kept_in_the_url_and_survive_a_reload(page: Page, dashboard: DashboardServer, jobs: Jobs) -> None:
+    page.goto(f"{dashboard.url}jobs")
+
+    page.select_option("select[name=status]", "failed")
+    page.fill("input[name=user]", jobs.user)
+    page.get_by_role("button", name="Show").click()
+
+    page.wait_for_url(re.compile(r"status=failed"))
+    assert f"user={jobs.user}" in page.url
+    assert sorted(rows(page)) == sorted([jobs.failed, jobs.dead_lettered])
+    page.reload()
+    assert sorted(rows(page)) == sorted([jobs.failed, jobs.dead_lettered])
+    expect(page.locator("select[name=status]")).to_have_value("failed")
+    expect(page.locator("#content")).to_contain_text("2 of the 7 jobs")
+
+    page.goto(f"{dashboard.url}jobs?user={jobs.user}&type=classify")
+    assert sorted(rows(page)) == sorted([jobs.succeeded, jobs.failed])
+
+
+def test_the_job_id_box_opens_a_job_or_says_there_is_none(page: Page, dashboard: DashboardServer, jobs: Jobs) -> None:
+    page.goto(f"{dashboard.url}jobs")
+
+    page.get_by_label("Job id").fill(jobs.flaky)
+    page.get_by_label("Job id").press("Enter")
+
+    page.wait_for_url(f"{dashboard.url}jobs/{jobs.flaky}")
+    expect(page.locator("h1")).to_have_text(f"Job {jobs.flaky}")
+
+    page.goto(f"{dashboard.url}jobs")
+    page.get_by_label("Job id").fill("no-such-job")
+    page.get_by_role("button", name="Open").click()
+    expect(page.locator("#content")).to_contain_text("No job with id no-such-job")
+
+
+def test_pages_follow_the_cursor_through_every_job_once(page: Page, dashboard: DashboardServer, jobs: Jobs) -> None:
+    page.goto(f"{dashboard.url}jobs?user={jobs.user}&limit=3")
+
+    seen = rows(page)
+    assert len(seen) == 3
+    while page.get_by_role("link", name="Older jobs").count():
+        page.get_by_role("link", name="Older jobs").click()
+        page.wait_for_load_state()
+        assert "cursor=" in page.url
+        assert "limit=3" in page.url
+        seen += rows(page)
+
+    assert seen == list(reversed(jobs.all))
+    expect(page.locator(".pages")).to_contain_text("No older jobs")
+
+
+def test_a_job_shows_its_attempt_timeline(
+    page: Page, dashboard: DashboardServer, jobs: Jobs, screenshots: Path
+) -> None:
+    page.goto(f"{dashboard.url}jobs/{jobs.flaky}")
+
+    first, second = page.locator(".timeline .attempt").all()
+    expect(first).to_contain_text("retryable")
+    expect(first).to_contain_text("provider_unavailable")
+    expect(second).to_contain_text("succeeded")
+    for attempt in (first, second):
+        expect(attempt).to_contain_text("gpt-4o-mini (primary)")
+        expect(attempt).to_contain_text("realtime")
+    expect(second).to_contain_text("100 in · 20 out")
+    expect(page.locator(".facts")).to_contain_text("2 of 3")
+    expect(page.locator("#output")).to_contain_text("Delivered at least once.")
+    assert json.loads(page.locator("#input").inner_text()) == SUMMARIZE_INPUT
+    page.screenshot(path=screenshots / "job.png", full_page=True)
+
+
+def test_a_long_output_is_cut_with_the_whole_as_a_download(
+    page: Page, dashboard: DashboardServer, jobs: Jobs, screenshots: Path
+) -> None:
+    page.goto(f"{dashboard.url}jobs/{jobs.long}")
+
+    shown = page.locator("#output").inner_text()
+    assert len(shown) == 10_000
+    expect(page.locator("#content")).to_contain_text("The first 10,000 of")
+    with page.expect_download() as download:
+        page.get_by_role("link", name="Download the whole output").click()
+    assert json.loads(Path(download.value.path()).read_text()) == {"summary": LONG_SUMMARY}
+    page.screenshot(path=screenshots / "job-long.png")
+
+
+def test_the_dead_letters_page_lists_the_message_and_its_job(
+    page: Page, dashboard: DashboardServer, jobs: Jobs
+) -> None:
+    page.goto(f"{dashboard.url}dead-letters")
+
+    row = page.locator("tr", has_text=jobs.dead_letter_message)
+    expect(row).to_contain_text("reached the dead-letter queue after 100 receives")
+    row.get_by_role("link", name=jobs.dead_lettered).click()
+    expect(page.locator(".facts")).to_contain_text("dead_lettered")
+    expect(page.locator("#content")).to_contain_text(jobs.dead_letter_message)
+
+
+def test_usage_shows_cost_by_day_and_by_user_type_and_model(
+    page: Page, dashboard: DashboardServer, jobs: Jobs, screenshots: Path
+) -> None:
+    page.goto(f"{dashboard.url}usage?since=7d&user={jobs.user}")
+
+    assert page.locator(".chart rect").count() == 8  # a bar for each UTC day of the last 7 days
+    expect(page.locator("caption", has_text="By model").locator("xpath=..")).to_contain_text("gpt-4o-mini")
+    expect(page.locator("caption", has_text="By job type").locator("xpath=..")).to_contain_text("summarize")
+    expect(page.locator("caption", has_text="By user").locator("xpath=..")).to_contain_text(jobs.user)
+    budget = page.locator("table.budgets tr", has_text=jobs.user)
+    expect(budget).to_contain_text("$1.00")  # the cap set for the user, all of it left (no capped call)
+    assert budget.locator("meter").get_attribute("max") == "1"
+    page.screenshot(path=screenshots / "usage.png", full_page=True)
+
+
+def test_an_empty_list_says_so(page: Page, dashboard: DashboardServer, screenshots: Path) -> None:
+    page.goto(f"{dashboard.url}jobs?since=1h&until=2020-01-01T00:00")
+
+    expect(page.locator("#content")).to_contain_text("No jobs created in the 1h before 2020-01-01 00:00 UTC")
+    assert rows(page) == []
+    expect(page.locator("input[name=until]")).to_have_value("2020-01-01T00:00")
+    page.screenshot(path=screenshots / "jobs-empty.png")
+
+    page.goto(f"{dashboard.url}jobs?user=nobody-here")
+    expect(page.locator("#content")).to_contain_text("No jobs match among the")
+
+
+def test_a_narrow_window_scrolls_tables_not_the_page(
+    page: Page, dashboard: DashboardServer, jobs: Jobs, screenshots: Path
+) -> None:
+    page.set_viewport_size({"width": 390, "height": 844})
+    for path in (f"jobs?user={jobs.user}", f"jobs/{jobs.long}", "usage"):
+        page.goto(f"{dashboard.url}{path}")
+        overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        assert overflow <= 0, f"/{path} is wider than the window by {overflow}px"
+    page.goto(f"{dashboard.url}jobs?user={jobs.user}")
+    page.screenshot(path=screenshots / "jobs-narrow.png", full_page=True)
+
+
+def test_the_page_refreshes_itself_until_paused(page: Page, dashboard: DashboardServer, jobs: Jobs) -> None:
+    # Given the jobs of a user who has none yet, open with the page's clock in the test's hands
+    user = f"{jobs.user}-later"
+    page.clock.install()
+    page.goto(f"{dashboard.url}jobs?user={user}")
+    expect(page.locator("#content")).to_contain_text("No jobs")
+
+    # When a job arrives and a refresh period passes, it shows without a reload
+    first = jobs.client.submit("summarize", user, SUMMARIZE_INPUT).job_id
+    page.clock.run_for(6_000)
+    expect(page.locator("table.jobs")).to_contain_text(first)
+
+    # When paused, nothing is fetched however long it stays open
+    page.get_by_role("button", name="Pause refresh").click()
+    expect(page.get_by_role("button", name="Resume refresh")).to_have_attribute("aria-pressed", "true")
+    fetched: list[str] = []
+    page.on("request", lambda request: fetched.append(request.url))
+    second = jobs.client.submit("summarize", user, SUMMARIZE_INPUT).job_id
+    page.clock.run_for(60_000)
+    assert fetched == []
+    expect(page.locator("table.jobs")).not_to_contain_text(second)
+
+    # And resuming refreshes at once
+    page.get_by_role("button", name="Resume refresh").click()
+    expect(page.locator("table.jobs")).to_contain_text(second)
+
+
+def test_each_page_is_one_read_of_the_table(dashboard: DashboardServer, jobs: Jobs) -> None:
+    def requests(path: str) -> dict[str, int]:
+        jobs.requests.clear()
+        assert httpx.get(f"{dashboard.url}{path}", follow_redirects=False).status_code in {200, 303}
+        return dict(jobs.requests)
+
+    # A job: one Query of its partition (the job, its attempts, dead letters and input)
+    assert requests(f"jobs/{jobs.flaky}") == {"dynamodb Query": 1}
+    # A full page of jobs: one Query per shard of the day, side by side, and one BatchGetItem
+    assert requests(f"jobs?user={jobs.user}&limit=3") == {"dynamodb Query": 8, "dynamodb BatchGetItem": 1}
+    # The job-id box: one GetItem
+    assert requests(f"jobs?job_id={jobs.flaky}") == {"dynamodb GetItem": 1}
+    # The health strip, on its own: each queue's depth, and the dead letters of the two UTC days in 24 h
+    assert requests("health") == {"sqs GetQueueAttributes": 2, "dynamodb Query": 2}

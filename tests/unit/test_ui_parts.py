@@ -1,0 +1,152 @@
+"""The dashboard's parts that need no server: the same-origin and Host rules, what a query string may
+ask for, how figures are written, and which stack the banner names."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from starlette.datastructures import Headers
+
+from aijobs.target import StackTarget
+from aijobs.ui.guard import host_name, same_origin
+from aijobs.ui.present import clip, day_chart, duration, money, pretty_json, totals_by
+from aijobs.ui.queries import JobsQuery
+from engine.config import load_settings
+from engine.core import JobStatus
+from engine.store import UsageRow
+from engine.store.listing import JobFilter
+
+HOST = "127.0.0.1:8765"
+BASE = {"JOBS_TABLE_NAME": "aijobs-jobs", "JOBS_PAYLOAD_BUCKET": "aijobs-payloads"}
+
+
+@pytest.mark.parametrize(
+    ("headers", "allowed"),
+    [
+        ({"origin": "http://127.0.0.1:8765"}, True),
+        ({"origin": "http://127.0.0.1:8766"}, False),
+        ({"origin": "https://127.0.0.1:8765"}, False),
+        ({"origin": "http://evil.example", "sec-fetch-site": "same-origin"}, False),  # Origin decides
+        ({"origin": "null", "sec-fetch-site": "same-origin"}, True),  # our form under no-referrer
+        ({"origin": "null", "sec-fetch-site": "same-site"}, False),
+        ({"sec-fetch-site": "cross-site"}, False),
+        ({"sec-fetch-site": "none"}, False),  # typed in the address bar: no page asked for it
+        ({"referer": "http://127.0.0.1:8765/jobs/x"}, True),
+        ({"referer": "http://127.0.0.1:8765.evil.example/"}, False),
+        ({"origin": "null"}, False),
+        ({}, False),
+    ],
+)
+def test_a_write_must_say_it_comes_from_a_page_of_this_server(headers: dict[str, str], allowed: bool) -> None:
+    assert same_origin(Headers(headers), HOST) is allowed
+
+
+@pytest.mark.parametrize(
+    ("header", "name"),
+    [
+        ("127.0.0.1:8765", "127.0.0.1"),
+        ("LOCALHOST", "localhost"),
+        ("[::1]:8765", "::1"),
+        ("evil.example:80", "evil.example"),
+        ("", None),
+        ("[bad", None),
+    ],
+)
+def test_the_name_in_a_host_header(header: str, name: str | None) -> None:
+    assert host_name(header) == name
+
+
+def test_a_jobs_query_reads_its_filters_and_writes_them_back() -> None:
+    query = JobsQuery.parse(
+        {"status": "failed", "user": "alice", "type": "classify", "since": "7d", "until": "2026-12-02T10:00"}
+    )
+
+    assert query.where == JobFilter(user_id="alice", status=JobStatus.FAILED, job_type="classify")
+    assert query.since_seconds == 7 * 86_400
+    assert query.until_ms == 1_796_205_600_000
+    assert JobsQuery.parse(query.params()) == query
+    assert query.url(cursor="abc") == (
+        "/jobs?status=failed&user=alice&type=classify&since=7d&until=2026-12-02T10%3A00&cursor=abc"
+    )
+    assert JobsQuery.parse({"status": "", "user": " ", "type": ""}) == JobsQuery()
+    assert JobsQuery().url() == "/jobs"
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"status": "done"}, "status: 'done' is not one of queued, running, succeeded, failed, cancelled"),
+        ({"user": "<script>"}, "user: '<script>' is not a user id"),
+        ({"type": "Bad Type"}, "type: 'Bad Type' is not a job type name"),
+        ({"lane": "fast"}, "lane: 'fast' is not one of interactive, background"),
+        ({"since": "2y"}, "since: '2y' is not one of 1h, 24h, 7d, 30d, 90d"),
+        ({"until": "yesterday"}, "until: 'yesterday' is not a date and time"),
+        ({"limit": "1000"}, "limit: '1000' is not a number from 1 to 100"),
+        ({"job_id": "a/b"}, "'a/b' is not a job id"),
+    ],
+)
+def test_a_bad_query_is_refused_with_one_line(params: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
+        JobsQuery.parse(params)
+
+
+def test_figures_are_written_for_reading() -> None:
+    assert (money(Decimal("0.000210")), money(1234.5), money(0)) == ("$0.000210", "$1,234.50", "$0.000000")
+    assert [duration(ms) for ms in (None, 850, 1_250, 125_000, 7_500_000)] == [
+        "-",
+        "850 ms",
+        "1.2 s",
+        "2 min 5 s",
+        "2 h 5 min",
+    ]
+    assert pretty_json('{"a": [1]}') == '{\n  "a": [\n    1\n  ]\n}'
+    assert pretty_json("not json <b>") == "not json <b>"
+    long = clip("x" * 25, limit=10)
+    assert (long.shown, long.total_chars, long.cut) == ("x" * 10, 25, True)
+    assert not clip("short").cut
+
+
+def test_usage_is_summed_by_a_field_and_charted_by_day() -> None:
+    rows = [
+        UsageRow("alice", "classify", "m1", attempts=2, cost_usd=Decimal("0.5")),
+        UsageRow("bob", "classify", "m2", attempts=1, cost_usd=Decimal("2")),
+        UsageRow("alice", "summarize", "m1", attempts=1, cost_usd=Decimal("0.25")),
+    ]
+
+    by_user = totals_by(rows, "user_id")
+    bars = day_chart([("2026-12-01", rows[0]), ("2026-12-02", UsageRow(None, None, None)), ("2026-12-03", rows[1])])
+
+    assert [(name, row.attempts, row.cost_usd) for name, row in by_user] == [
+        ("bob", 1, Decimal(2)),
+        ("alice", 3, Decimal("0.75")),
+    ]
+    assert [bar.height for bar in bars] == [35.5, 0.0, 142.0]  # a quarter, none, the highest
+    assert [bar.label for bar in bars] == ["12-01", "12-02", "12-03"]
+    assert bars[2].title == "2026-12-03: $2.00, 1 attempts, 0 tokens"
+
+
+@pytest.mark.parametrize(
+    ("environment", "name", "embedded", "dashboard"),
+    [
+        (
+            {"AWS_ENDPOINT_URL": "http://127.0.0.1:5000", "JOBS_QUEUE_URL": "http://127.0.0.1:5000/1/q"},
+            "embedded stack",
+            True,
+            None,
+        ),
+        (
+            {"JOBS_QUEUE_URL": "https://sqs.eu-west-1.amazonaws.com/123456789012/prod-jobs"},
+            "prod",
+            False,
+            "https://eu-west-1.console.aws.amazon.com/cloudwatch/home?region=eu-west-1#dashboards:name=prod-jobs",
+        ),
+        ({"JOBS_QUEUE_URL": "https://queue.example/other"}, "aijobs-jobs", False, None),
+    ],
+)
+def test_the_banner_names_the_stack_the_client_acts_on(
+    environment: dict[str, str], name: str, embedded: bool, dashboard: str | None
+) -> None:
+    target = StackTarget.from_settings(load_settings(BASE | environment))
+
+    assert (target.name, target.embedded, target.dashboard_url) == (name, embedded, dashboard)
