@@ -625,6 +625,7 @@ def dashboard_server() -> type[DashboardServer]:
 
 
 @app.command()
+@one_line_errors
 def demo() -> None:
     """The embedded stack plus sample jobs of every type (some made to fail), live until all end."""
     with local_extra("demo"):

@@ -53,7 +53,8 @@ def test_ui_prints_its_address_serves_the_stack_and_stops_on_sigterm(
     assert page.status_code == 200
     assert "embedded stack" in page.text  # AWS_ENDPOINT_URL is a local address
     assert "read-only" in page.text
-    assert "queue jobs" in health.text
+    assert "queue interactive" in health.text
+    assert "queue background" in health.text
     assert process.wait(BOUND) == 0
     assert process.stderr is not None
     assert "the dashboard of embedded stack (read-only); Ctrl-C stops" in process.stderr.read()

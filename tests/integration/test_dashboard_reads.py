@@ -268,5 +268,5 @@ def test_the_clients_pages_of_views_and_its_health(
     assert [view.job_id for view in page.jobs + rest.jobs] == newest_first
     assert rest.next_cursor is None
     assert health.dead_letters_today == 1
-    assert set(health.queues) == {"jobs"}
+    assert set(health.queues) == {"interactive"}  # this client was given one queue, for both lanes
     assert health.dead_letter_queue is None  # this client was given none

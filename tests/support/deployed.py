@@ -20,6 +20,7 @@ def stand_in_template(resources: StackResources | None) -> dict[str, Any]:
         {
             "JobsTableName": resources.table_name,
             "JobsQueueUrl": resources.queue_url,
+            "BackgroundJobsQueueUrl": resources.background_queue_url,
             "JobsDeadLetterQueueUrl": resources.dlq_url,
             "PayloadBucketName": resources.payload_bucket,
             "CompletionEventBusName": resources.event_bus,

@@ -50,7 +50,7 @@ def test_cancel_ends_a_queued_job(page: Page, acting_dashboard: DashboardServer,
 
 
 def test_retry_puts_a_failed_job_back_in_the_queue(page: Page, acting_dashboard: DashboardServer, jobs: Jobs) -> None:
-    waiting = jobs.client.health().queues["jobs"].waiting
+    waiting = jobs.client.health().queues["interactive"].waiting
     page.goto(f"{acting_dashboard.url}jobs/{jobs.failed}")
 
     page.get_by_role("button", name="Retry").click()
@@ -58,7 +58,7 @@ def test_retry_puts_a_failed_job_back_in_the_queue(page: Page, acting_dashboard:
     expect(page.get_by_role("status")).to_contain_text("Queued again")
     expect(page.locator(".facts .status")).to_have_text("queued")
     assert jobs.client.get(jobs.failed).status is JobStatus.QUEUED
-    assert jobs.client.health().queues["jobs"].waiting == waiting + 1  # its message is on the queue
+    assert jobs.client.health().queues["interactive"].waiting == waiting + 1  # its message is on the queue
 
 
 def test_redrive_queues_the_job_a_dead_letter_names(page: Page, acting_dashboard: DashboardServer, jobs: Jobs) -> None:

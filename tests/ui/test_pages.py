@@ -207,5 +207,6 @@ def test_each_page_is_one_read_of_the_table(dashboard: DashboardServer, jobs: Jo
     assert requests(f"jobs?user={jobs.user}&limit=3") == {"dynamodb Query": 8, "dynamodb BatchGetItem": 1}
     # The job-id box: one GetItem
     assert requests(f"jobs?job_id={jobs.flaky}") == {"dynamodb GetItem": 1}
-    # The health strip, on its own: each queue's depth, and the dead letters of the two UTC days in 24 h
-    assert requests("health") == {"sqs GetQueueAttributes": 2, "dynamodb Query": 2}
+    # The health strip, on its own: each queue's depth (each lane's, the dead-letter queue), and the dead
+    # letters of the two UTC days in 24 h
+    assert requests("health") == {"sqs GetQueueAttributes": 3, "dynamodb Query": 2}

@@ -193,7 +193,7 @@ class RefusingStore:
     def __init__(self) -> None:
         self.adds = 0
 
-    def add(self, model: str, shard: int, request_ns: int, token_ns: int, bounds: Any, *_: Any) -> Any:
+    def add(self, model: str, shard: int, request_ns: int, token_ns: int, bounds: Any, *_: Any, **__: Any) -> Any:
         assert bounds.feasible, "DynamoDB: the BETWEEN operator requires upper bound >= lower bound"
         self.adds += 1
         raise RuntimeError("the table is unavailable")

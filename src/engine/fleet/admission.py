@@ -267,7 +267,7 @@ class Admission:
             if lane is Lane.BACKGROUND:
                 # Two of its calls, at least, so that a slow limit still gives a take more than one.
                 horizon = min(horizon_ms, max(BACKGROUND_HORIZON_MS, 2 * limiter.spacing_ms(model, max(tokens), now)))
-            taken = limiter.take(model, tokens, now, horizon)
+            taken = limiter.take(model, tokens, now, horizon, interactive=lane is Lane.INTERACTIVE)
             granted = len(taken.call_at_ms)
             for index, call_at in zip(indexes, taken.call_at_ms, strict=False):
                 admitted = verdicts[index]

@@ -37,6 +37,8 @@ from engine.fleet.limits import (
 )
 from engine.observability import logger
 
+# A horizon no take reaches past: how far interactive calls move the shared arrival times.
+UNBOUNDED_MS = 10**12
 # Writes of one take before the asks that did not fit are left to wait on the queue, and how soon
 # they come back then.
 TAKE_TRIES = 3
@@ -49,12 +51,32 @@ class LimitStore(Protocol):
     """Where buckets are kept (engine.store.limits.LimitTable)."""
 
     def add(
-        self, model: str, shard: int, request_ns: int, token_ns: int, bounds: Bounds, factor_at: int, now_ms: int
-    ) -> tuple[bool, BucketState | None]: ...
+        self,
+        model: str,
+        shard: int,
+        request_ns: int,
+        token_ns: int,
+        bounds: Bounds,
+        factor_at: int,
+        now_ms: int,
+        interactive: bool = False,
+    ) -> tuple[bool, BucketState | None]:
+        """Move the arrival times on, fenced on `bounds` and `factor_at`: the shared ones, or for
+        `interactive` the interactive lane's (bounds on them) and the shared ones alike."""
+        ...
 
     def replace(
-        self, model: str, shard: int, old: BucketState | None, request_at: int, token_at: int, now_ms: int
-    ) -> tuple[bool, BucketState | None]: ...
+        self,
+        model: str,
+        shard: int,
+        old: BucketState | None,
+        request_at: int,
+        token_at: int,
+        now_ms: int,
+        interactive: tuple[int, int] | None = None,
+    ) -> tuple[bool, BucketState | None]:
+        """Set the shared arrival times (and the interactive lane's), fenced on `old`'s."""
+        ...
 
     def lower(
         self, model: str, shard: int, seen: BucketState, factor: float, now_ms: int
@@ -83,16 +105,19 @@ class RateLimiter:
         request_ns, token_ns = Costs.of(self._limits[model], seen.factor_now(now_ms)).moves(1, tokens)
         return math.ceil(max(request_ns, token_ns) / 1_000_000)
 
-    def take(self, model: str, asks: Sequence[int], now_ms: int, horizon_ms: int = HORIZON_MS) -> Taken:
+    def take(
+        self, model: str, asks: Sequence[int], now_ms: int, horizon_ms: int = HORIZON_MS, interactive: bool = True
+    ) -> Taken:
         """Capacity for the longest prefix of `asks` (estimated tokens of one call each) that calls within
-        the horizon: when each may call, and when the first one left out could."""
+        the horizon: when each may call, and when the first one left out could. Interactive asks are
+        scheduled from the interactive lane's arrival times, background ones from the shared ones."""
         limit = self._limits[model]
         shard = self._rng.randrange(limit.shard_count)
         with self._lock:
             key = (model, shard)
             seen, debt = self._seen.get(key), self._debts.pop(key, Debt())
             try:
-                return self._take(key, limit, asks, now_ms, horizon_ms, seen, debt)
+                return self._take(key, limit, asks, now_ms, horizon_ms, seen, debt, interactive)
             except Exception:
                 self._owe(key, debt)  # nothing known to be written: still owed
                 raise
@@ -106,27 +131,47 @@ class RateLimiter:
         horizon_ms: int,
         seen: BucketState | None,
         debt: Debt,
+        interactive: bool,
     ) -> Taken:
         model, shard = key
         plan: Schedule | None = None
         ok, state = False, seen
+
+        def frontier(bucket: BucketState | None) -> BucketState:
+            """The arrival times the asks are scheduled from: their lane's."""
+            bucket = bucket or BucketState()
+            return bucket.interactive() if interactive else bucket
+
         for attempt in range(TAKE_TRIES):
             # Costs at the rate the bucket had when last seen; the add is fenced on it still holding.
             costs = Costs.of(limit, (state or BucketState()).factor_now(now_ms))
             bounds = add_bounds(costs, asks, now_ms, debt, horizon_ms)
-            if attempt == 0 and _looks_busy(seen, now_ms) and bounds.feasible and not costs.both:
+            busy = _looks_busy(frontier(seen) if seen else None, now_ms)
+            if attempt == 0 and busy and bounds.feasible and not costs.both:
                 request_ns, token_ns = costs.moves(debt.requests + len(asks), debt.tokens + sum(asks))
                 factor_at = seen.factor_at if seen else 0
-                ok, state = self._store.add(model, shard, request_ns, token_ns, bounds, factor_at, now_ms)
+                ok, state = self._store.add(
+                    model, shard, request_ns, token_ns, bounds, factor_at, now_ms, interactive=interactive
+                )
                 if ok and state is not None:
-                    old = BucketState(state.request_at - request_ns, state.token_at - token_ns)
+                    after = frontier(state)
+                    old = BucketState(after.request_at - request_ns, after.token_at - token_ns)
                     plan = schedule(old, costs, asks, now_ms, debt, horizon_ms)
                     break
                 continue
-            plan = schedule(state or BucketState(), costs, asks, now_ms, debt, horizon_ms)
+            plan = schedule(frontier(state), costs, asks, now_ms, debt, horizon_ms)
             if not plan.call_at_ms:
                 break  # nothing fits now: no write, the debt stays owed
-            ok, state = self._store.replace(model, shard, state, plan.request_at, plan.token_at, now_ms)
+            if interactive:
+                # The interactive lane's calls count against the shared arrival times too, after
+                # whatever background calls were taken: those are pushed back by their cost.
+                granted = asks[: len(plan.call_at_ms)]
+                shared = schedule(state or BucketState(), costs, granted, now_ms, debt, UNBOUNDED_MS)
+                ok, state = self._store.replace(
+                    model, shard, state, shared.request_at, shared.token_at, now_ms, (plan.request_at, plan.token_at)
+                )
+            else:
+                ok, state = self._store.replace(model, shard, state, plan.request_at, plan.token_at, now_ms)
             if ok:
                 break
         if state is not None:

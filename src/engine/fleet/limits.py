@@ -11,6 +11,13 @@ is left as the margin for calls that start late. Capacity is taken ahead of time
 `horizon` ahead: a worker takes for its whole batch in one write and each job waits for its own
 call time; a job whose time lies past the horizon is not taken and waits on the queue.
 
+Lanes (docs/lanes.md): a bucket also keeps the interactive lane's own arrival times. Interactive
+jobs are scheduled from those, as if no background job had taken anything, and what they take is
+added to the shared arrival times too; background jobs are scheduled from the shared ones, and only a
+second or so ahead. So an interactive job never waits behind background calls: at most the background
+calls taken within that second overlap it, which providers' tolerance of a second of their rate
+absorbs, and the background calls after it are pushed back by its cost.
+
 The limit adapts (additive increase, multiplicative decrease): a 429 from the provider multiplies
 the bucket's `factor` by DECREASE for everyone, and the factor climbs back by RECOVERY_PER_SECOND
 while no 429 lowers it again, up to the configured limit. A 429 lowers it only when the call's
@@ -65,6 +72,13 @@ class BucketState:
     token_at: int = 0
     factor: float = 1.0
     factor_at: int = 0
+    # The interactive lane's own arrival times: what interactive jobs alone have taken (never past the shared ones).
+    interactive_request_at: int = 0
+    interactive_token_at: int = 0
+
+    def interactive(self) -> BucketState:
+        """The bucket as interactive jobs schedule from it: their own arrival times."""
+        return BucketState(self.interactive_request_at, self.interactive_token_at, self.factor, self.factor_at)
 
     def factor_now(self, now_ms: int) -> float:
         """The factor as it has climbed back since its last decrease."""

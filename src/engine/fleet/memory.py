@@ -23,23 +23,47 @@ class InMemoryLimitStore:
         self._lock = threading.Lock()
 
     def add(
-        self, model: str, shard: int, request_ns: int, token_ns: int, bounds: Bounds, factor_at: int, now_ms: int
+        self,
+        model: str,
+        shard: int,
+        request_ns: int,
+        token_ns: int,
+        bounds: Bounds,
+        factor_at: int,
+        now_ms: int,
+        interactive: bool = False,
     ) -> tuple[bool, BucketState | None]:
         with self._lock:
             self.writes += 1
             old = self.buckets.get((model, shard))
-            within = old is not None and all(
+            if old is None:
+                return False, None
+            seen = old.interactive() if interactive else old
+            within = all(
                 bound is None or bound[0] <= value <= bound[1]
-                for bound, value in ((bounds.request, old.request_at), (bounds.token, old.token_at))
+                for bound, value in ((bounds.request, seen.request_at), (bounds.token, seen.token_at))
             )
-            if old is None or not within or old.factor_at != factor_at:
+            if not within or old.factor_at != factor_at:
                 return False, old
             new = replace(old, request_at=old.request_at + request_ns, token_at=old.token_at + token_ns)
+            if interactive:
+                new = replace(
+                    new,
+                    interactive_request_at=old.interactive_request_at + request_ns,
+                    interactive_token_at=old.interactive_token_at + token_ns,
+                )
             self.buckets[(model, shard)] = new
             return True, new
 
     def replace(
-        self, model: str, shard: int, old: BucketState | None, request_at: int, token_at: int, now_ms: int
+        self,
+        model: str,
+        shard: int,
+        old: BucketState | None,
+        request_at: int,
+        token_at: int,
+        now_ms: int,
+        interactive: tuple[int, int] | None = None,
     ) -> tuple[bool, BucketState | None]:
         with self._lock:
             self.writes += 1
@@ -57,6 +81,8 @@ class InMemoryLimitStore:
                 if current is None or not same:
                     return False, current
                 new = replace(current, request_at=request_at, token_at=token_at)
+            if interactive is not None:
+                new = replace(new, interactive_request_at=interactive[0], interactive_token_at=interactive[1])
             self.buckets[(model, shard)] = new
             return True, new
 

@@ -33,6 +33,8 @@ def bucket_from_item(item: Item) -> BucketState:
         token_at=int(data.get("token_at", 0)),
         factor=float(data.get("factor", 1)),
         factor_at=int(data.get("factor_at", 0)),
+        interactive_request_at=int(data.get("interactive_request_at", 0)),
+        interactive_token_at=int(data.get("interactive_token_at", 0)),
     )
 
 
@@ -48,16 +50,29 @@ class LimitTable:
         self._client = client or default_client()
 
     def add(
-        self, model: str, shard: int, request_ns: int, token_ns: int, bounds: Bounds, factor_at: int, now_ms: int
+        self,
+        model: str,
+        shard: int,
+        request_ns: int,
+        token_ns: int,
+        bounds: Bounds,
+        factor_at: int,
+        now_ms: int,
+        interactive: bool = False,
     ) -> tuple[bool, BucketState | None]:
         """Move a busy bucket's arrival times on: (True, the bucket after) when both lay within
         `bounds` and its rate was last lowered at `factor_at` (0: never), else (False, the bucket as
-        it was, None when there is none)."""
+        it was, None when there is none). `interactive`: the interactive lane's arrival times lie
+        within the bounds, and move on with the shared ones."""
         expr = self._touched(model, shard, now_ms)
         expr.add("request_at", request_ns)
         expr.add("token_at", token_ns)
+        prefix = "interactive_" if interactive else ""
+        if interactive:
+            expr.add("interactive_request_at", request_ns)
+            expr.add("interactive_token_at", token_ns)
         conditions = []
-        for attribute, bound in (("request_at", bounds.request), ("token_at", bounds.token)):
+        for attribute, bound in ((f"{prefix}request_at", bounds.request), (f"{prefix}token_at", bounds.token)):
             if bound is not None:
                 low, high = bound
                 name = expr.name(attribute)
@@ -69,12 +84,23 @@ class LimitTable:
         return self._update(expr, model, shard)
 
     def replace(
-        self, model: str, shard: int, old: BucketState | None, request_at: int, token_at: int, now_ms: int
+        self,
+        model: str,
+        shard: int,
+        old: BucketState | None,
+        request_at: int,
+        token_at: int,
+        now_ms: int,
+        interactive: tuple[int, int] | None = None,
     ) -> tuple[bool, BucketState | None]:
-        """Set a bucket's arrival times, fenced on them and its rate being `old`'s (or on there being no bucket)."""
+        """Set a bucket's arrival times (and `interactive`, the interactive lane's), fenced on the shared
+        ones and its rate being `old`'s (or on there being no bucket): any take changes the shared ones."""
         expr = self._touched(model, shard, now_ms)
         expr.set("request_at", request_at)
         expr.set("token_at", token_at)
+        if interactive is not None:
+            expr.set("interactive_request_at", interactive[0])
+            expr.set("interactive_token_at", interactive[1])
         if old is None:
             expr.condition = f"attribute_not_exists({expr.name('pk')})"
         else:
