@@ -2,33 +2,48 @@
 
 moto alone would let two concurrent conditional writes both pass where DynamoDB lets one; the
 fitted backend serves DynamoDB operations one at a time (SQS requests stay concurrent: long polls).
+
+`LocalAws(separate_process=True)` serves it from a process of its own (`python -m aijobs.local.aws`):
+moto's work (parsing, conditions, serializing) then never competes with the functions for the
+interpreter's lock, as AWS's never competes with Lambda's.
 """
 
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 import threading
+from typing import IO
 
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from aijobs.local.moto_patches import fit_moto
 
+# How long a separate process may take to start serving.
+START_SECONDS = 60.0
+
 
 class LocalAws:
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, separate_process: bool = False) -> None:
         self._host = host
         self._port = port
+        self._separate = separate_process
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
+        self._process: subprocess.Popen[str] | None = None
+        self._endpoint: str | None = None
 
     @property
     def endpoint_url(self) -> str:
-        if self._server is None:
+        if self._endpoint is None:
             raise RuntimeError("the local AWS endpoint is not started")
-        return f"http://{self._host}:{self._server.server_port}"
+        return self._endpoint
 
     def start(self) -> LocalAws:
+        if self._separate:
+            return self._start_process()
         # One access-log line per request would drown everything else out.
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
         fit_moto()
@@ -36,9 +51,30 @@ class LocalAws:
         self._server = make_server(self._host, self._port, app, threaded=True, request_handler=MotoRequestHandler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="aijobs-local-aws", daemon=True)
         self._thread.start()
+        self._endpoint = f"http://{self._host}:{self._server.server_port}"
+        return self
+
+    def _start_process(self) -> LocalAws:
+        command = [sys.executable, "-m", "aijobs.local.aws", self._host, str(self._port)]
+        self._process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self._process.stdout is not None
+        line = _read_line(self._process.stdout, START_SECONDS)
+        if not line.startswith("http://"):
+            self.stop()
+            raise RuntimeError(f"the local AWS endpoint did not start: {line or 'no answer'}")
+        self._endpoint = line
         return self
 
     def stop(self) -> None:
+        if self._process is not None:
+            # The server process serves until its stdin closes (or its parent dies with it open).
+            if self._process.stdin is not None:
+                self._process.stdin.close()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(timeout=10)
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -50,3 +86,25 @@ class LocalAws:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
+
+
+def _read_line(stream: IO[str], timeout: float) -> str:
+    """The stream's first line, or "" when none comes within `timeout` seconds."""
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.append(stream.readline().strip()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return lines[0] if lines else ""
+
+
+def main(argv: list[str]) -> int:
+    """Serve on HOST PORT (0: any free port), print the endpoint, and serve until stdin closes."""
+    host, port = argv[0], int(argv[1])
+    with LocalAws(host, port) as aws:
+        print(aws.endpoint_url, flush=True)
+        sys.stdin.read()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -107,7 +107,8 @@ def local_session() -> boto3.Session:
 class DevStack:
     def __init__(self, options: DevStackOptions | None = None) -> None:
         self.options = options or DevStackOptions()
-        self._aws = LocalAws(port=self.options.aws_port)
+        # AWS in a process of its own, as it is no part of the functions' own.
+        self._aws = LocalAws(port=self.options.aws_port, separate_process=True)
         self.provider: LocalProvider | None = None
         self._mappings: list[EventSourceMapping] = []
         self._stream: TableStream | None = None

@@ -42,8 +42,10 @@ UNCHECKED_RETRY_MS = 5_000
 # How far ahead background jobs take capacity: an interactive job arriving meanwhile waits behind at
 # most this much of their calls (or two of them, at a rate slower than two a second).
 BACKGROUND_HORIZON_MS = 1_000
-# Jobs waiting in their worker for capacity take it again this long before the first of them would
-# call: late, the bucket would fall idle and the time between be lost to everyone.
+# A background worker's turn in its model's line: this many calls, taken in one write.
+TURN_CALLS = 5
+# A turn is taken this long before its first call: late, the bucket would fall idle and the time
+# between be lost to everyone.
 TAKE_AHEAD_MS = 250
 
 
@@ -147,38 +149,49 @@ class Admission:
     def admit_as_capacity_comes(
         self, asks: Sequence[Ask], call_within_ms: int | None, on_verdict: Callable[[int, Verdict], None]
     ) -> None:
-        """Admit `asks` (by index, through `on_verdict`) as soon as each verdict is known. A job its
-        model's limit holds waits here and is asked for again when capacity comes, as long as it could
-        still call within `call_within_ms` (the invocation's time less the job's); past that, it gets
-        its hold and waits on the queue. Interactive jobs take that far ahead at once; background
-        jobs a second ahead at a time. Without an invocation to bound it, one admission."""
-        latest_call_ms = None if call_within_ms is None else self._now_ms() + call_within_ms
-        pending = list(range(len(asks)))
+        """Admit `asks` (by index, through `on_verdict`) as soon as each verdict is known.
+
+        Interactive jobs (and any job of a model without a shared limit) are admitted at once, taking
+        capacity as far ahead as they can still call within `call_within_ms` (the invocation's time
+        less the job's). Background jobs of a limited model wait here for capacity, in turns: the
+        worker joins its model's line for a turn of a few calls (TURN_CALLS_MS of them), waits until
+        its turn comes, takes it in one write, and lines up again for the rest. A job whose turn
+        comes too late for this invocation gets its hold and waits on the queue. Without an
+        invocation to bound it, one admission of everything."""
+        latest = None if call_within_ms is None else self._now_ms() + call_within_ms
+        lined = [index for index, ask in enumerate(asks) if latest is not None and self._lines_up(ask)]
+        pending = [index for index in range(len(asks)) if index not in lined]
         try:
+            now = self._now_ms()
+            horizon = HORIZON_MS if latest is None else max(latest - now, 0)
+            for index, verdict in zip(pending, self.admit([asks[index] for index in pending], horizon), strict=True):
+                on_verdict(index, verdict)
+            pending = lined
             while pending:
+                assert latest is not None
+                assert self._limiter is not None
+                model = asks[pending[0]].plan.model
+                turn_of = [index for index in pending if asks[index].plan.model == model]
+                tokens = max(asks[index].plan.first_call_tokens for index in turn_of)
+                spacing = self._limiter.spacing_ms(model, tokens, now)
+                chunk = turn_of[:TURN_CALLS]
+                turn = self._limiter.line_up(model, [asks[index].plan.first_call_tokens for index in chunk], now)
+                if turn > latest:
+                    # Its turn comes too late for this invocation: back to the queue until then.
+                    for index in turn_of:
+                        on_verdict(index, self._turn_hold(asks[index], turn, now))
+                    pending = [index for index in pending if index not in turn_of]
+                    continue
+                self._sleep(max(turn - TAKE_AHEAD_MS - self._now_ms(), 0) / 1000)
                 now = self._now_ms()
-                horizon = HORIZON_MS if latest_call_ms is None else max(latest_call_ms - now, 0)
-                verdicts = self.admit([asks[index] for index in pending], horizon)
-                waiting: list[tuple[int, int, int]] = []  # (ask, when a take could include it, its call)
-                for index, verdict in zip(pending, verdicts, strict=True):
-                    if (
-                        isinstance(verdict, Hold)
-                        and verdict.capacity_at_ms is not None
-                        and verdict.would_call_at_ms is not None
-                        and latest_call_ms is not None
-                        and verdict.would_call_at_ms <= latest_call_ms
-                    ):
-                        waiting.append((index, verdict.capacity_at_ms, verdict.would_call_at_ms))
-                    else:
+                # The turn's calls, taken at once: the take reaches as far as the turn.
+                reach = turn + len(chunk) * spacing - now
+                verdicts = self.admit([asks[index] for index in chunk], max(latest - now, 0), reach)
+                for index, verdict in zip(chunk, verdicts, strict=True):
+                    if not (isinstance(verdict, Hold) and verdict.capacity_at_ms is not None):
                         on_verdict(index, verdict)
-                pending = [index for index, _, _ in waiting]
-                if pending:
-                    # As late as lets the take include as many as the horizon holds, yet before the
-                    # first of them would call: a take a horizon's worth, not one per call.
-                    first_call = min(call for _, _, call in waiting)
-                    earliest = min(at for _, at, _ in waiting)
-                    wake = max([at for _, at, _ in waiting if at <= first_call - TAKE_AHEAD_MS], default=earliest)
-                    self._sleep(max(wake - self._now_ms(), 0) / 1000)
+                        pending.remove(index)
+                now = self._now_ms()
         except Exception as exc:
             log_unexpected("admission failed; the batch's jobs wait", exc)
             until = self._now_ms() + UNCHECKED_RETRY_MS
@@ -187,8 +200,18 @@ class Admission:
                     index, Hold(ErrorCode.PROVIDER_RATE_LIMITED, until, "waiting: capacity could not be checked")
                 )
 
-    def admit(self, asks: Sequence[Ask], horizon_ms: int) -> list[Verdict]:
+    def _lines_up(self, ask: Ask) -> bool:
+        """Whether a job waits for capacity in its model's line: a background job of a limited model."""
+        return ask.lane is Lane.BACKGROUND and self._limiter is not None and self._limiter.limits(ask.plan.model)
+
+    def _turn_hold(self, ask: Ask, turn: int, now: int) -> Hold:
+        seconds = max(1, round((turn - now) / 1000))
+        reason = f"waiting: {ask.plan.model} is at its shared rate limit; next try in about {seconds}s"
+        return Hold(ErrorCode.PROVIDER_RATE_LIMITED, max(turn, now + 1000), reason)
+
+    def admit(self, asks: Sequence[Ask], horizon_ms: int, background_reach_ms: int | None = None) -> list[Verdict]:
         """A verdict per ask, in order. Fails closed: if the table cannot be reached, every job waits.
+        Background jobs take capacity `background_reach_ms` ahead (their turn's), else about a second.
 
         Capacity first, then budgets: capacity a job cannot use rides back on the next take at no
         cost, while a reservation takes a write to give back; and a job held for capacity must not
@@ -196,7 +219,7 @@ class Admission:
         now = self._now_ms()
         verdicts: list[Verdict] = [Pass(now, admission=self) for _ in asks]
         try:
-            self._take(asks, verdicts, now, horizon_ms)
+            self._take(asks, verdicts, now, horizon_ms, background_reach_ms)
             self._reserve(asks, verdicts, now)
         except Exception as exc:
             log_unexpected("admission failed; the batch's jobs wait", exc)
@@ -251,7 +274,9 @@ class Admission:
 
     # --- admit ---------------------------------------------------------------------------------
 
-    def _take(self, asks: Sequence[Ask], verdicts: list[Verdict], now: int, horizon_ms: int) -> None:
+    def _take(
+        self, asks: Sequence[Ask], verdicts: list[Verdict], now: int, horizon_ms: int, background_reach_ms: int | None
+    ) -> None:
         """Take each limited model's capacity for its jobs; those it cannot hold wait."""
         limiter = self._limiter
         if limiter is None:
@@ -265,8 +290,12 @@ class Admission:
             tokens = [asks[index].plan.first_call_tokens for index in indexes]
             horizon = horizon_ms
             if lane is Lane.BACKGROUND:
-                # Two of its calls, at least, so that a slow limit still gives a take more than one.
-                horizon = min(horizon_ms, max(BACKGROUND_HORIZON_MS, 2 * limiter.spacing_ms(model, max(tokens), now)))
+                # Its turn's calls, or about a second of them: interactive jobs arriving meanwhile go
+                # first (their own arrival times), and overlap at most that much of background calls.
+                reach = background_reach_ms
+                if reach is None:
+                    reach = max(BACKGROUND_HORIZON_MS, 2 * limiter.spacing_ms(model, max(tokens), now))
+                horizon = min(horizon_ms, reach)
             taken = limiter.take(model, tokens, now, horizon, interactive=lane is Lane.INTERACTIVE)
             granted = len(taken.call_at_ms)
             for index, call_at in zip(indexes, taken.call_at_ms, strict=False):

@@ -82,6 +82,12 @@ class LimitStore(Protocol):
         self, model: str, shard: int, seen: BucketState, factor: float, now_ms: int
     ) -> tuple[bool, BucketState | None]: ...
 
+    def line_up(self, model: str, shard: int, tokens: bool, cost_ns: int, now_ms: int) -> int:
+        """A place in the background lane's line for calls worth `cost_ns` of the request (or, with
+        `tokens`, the token) arrival time: where it starts (ns). The line starts where the shared
+        arrival time is, or now, when it is behind them."""
+        ...
+
 
 class RateLimiter:
     def __init__(self, store: LimitStore, limits: Mapping[str, ModelLimit], rng: random.Random | None = None) -> None:
@@ -184,6 +190,20 @@ class RateLimiter:
                 return Taken(model, shard, (), tuple(now_ms + RACED_RETRY_MS for _ in asks), now_ms)
             return Taken(model, shard, (), plan.fits_at_ms, now_ms)
         return Taken(model, shard, plan.call_at_ms, plan.fits_at_ms, now_ms)
+
+    def line_up(self, model: str, asks: Sequence[int], now_ms: int) -> int:
+        """When the background lane's line comes to these asks (ms): background workers waiting for
+        capacity take turns rather than all ask at each moment some frees. One write; a model split
+        over shards keeps no line (its takes are large enough), and its asks' turn is now."""
+        limit = self._limits[model]
+        if limit.shard_count > 1:
+            return now_ms
+        with self._lock:
+            seen = self._seen.get((model, 0)) or BucketState()
+        request_ns, token_ns = Costs.of(limit, seen.factor_now(now_ms)).moves(len(asks), sum(asks))
+        by_tokens = limit.rpm is None
+        start = self._store.line_up(model, 0, by_tokens, token_ns if by_tokens else request_ns, now_ms)
+        return -(-start // 1_000_000)
 
     def settle(self, model: str, shard: int, debt: Debt) -> None:
         """Owe (or be owed) what calls used beyond (or short of) what was taken for them."""

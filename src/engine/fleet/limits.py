@@ -11,7 +11,8 @@ is left as the margin for calls that start late. Capacity is taken ahead of time
 `horizon` ahead: a worker takes for its whole batch in one write and each job waits for its own
 call time; a job whose time lies past the horizon is not taken and waits on the queue.
 
-Lanes (docs/lanes.md): a bucket also keeps the interactive lane's own arrival times. Interactive
+Lanes (docs/lanes.md): a bucket also keeps the interactive lane's own arrival times, and the end of
+the background lane's line. Interactive
 jobs are scheduled from those, as if no background job had taken anything, and what they take is
 added to the shared arrival times too; background jobs are scheduled from the shared ones, and only a
 second or so ahead. So an interactive job never waits behind background calls: at most the background
@@ -75,6 +76,9 @@ class BucketState:
     # The interactive lane's own arrival times: what interactive jobs alone have taken (never past the shared ones).
     interactive_request_at: int = 0
     interactive_token_at: int = 0
+    # The end of the background lane's line: background workers waiting for capacity line up, so
+    # that each takes its turn instead of all asking at once (RateLimiter.line_up).
+    background_at: int = 0
 
     def interactive(self) -> BucketState:
         """The bucket as interactive jobs schedule from it: their own arrival times."""

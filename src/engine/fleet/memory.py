@@ -86,6 +86,17 @@ class InMemoryLimitStore:
             self.buckets[(model, shard)] = new
             return True, new
 
+    def line_up(self, model: str, shard: int, tokens: bool, cost_ns: int, now_ms: int) -> int:
+        with self._lock:
+            self.writes += 1
+            current = self.buckets.get((model, shard))
+            if current is None:
+                return now_ms * 1_000_000
+            timeline = current.token_at if tokens else current.request_at
+            start = max(current.background_at, timeline, now_ms * 1_000_000)
+            self.buckets[(model, shard)] = replace(current, background_at=start + cost_ns)
+            return start
+
     def lower(
         self, model: str, shard: int, seen: BucketState, factor: float, now_ms: int
     ) -> tuple[bool, BucketState | None]:

@@ -35,6 +35,7 @@ def bucket_from_item(item: Item) -> BucketState:
         factor_at=int(data.get("factor_at", 0)),
         interactive_request_at=int(data.get("interactive_request_at", 0)),
         interactive_token_at=int(data.get("interactive_token_at", 0)),
+        background_at=int(data.get("background_at", 0)),
     )
 
 
@@ -121,6 +122,29 @@ class LimitTable:
         expr.set("factor_at", now_ms)
         expr.condition = f"attribute_exists({expr.name('pk')}) AND {_lowered_at(expr, seen.factor_at)}"
         return self._update(expr, model, shard)
+
+    def line_up(self, model: str, shard: int, tokens: bool, cost_ns: int, now_ms: int) -> int:
+        """Join the background line: ADD to its end while it runs ahead of the shared arrival time and
+        of now (one write); else start it there, fenced on the end as it was (a second write)."""
+        now_ns = now_ms * 1_000_000
+        timeline = "token_at" if tokens else "request_at"
+        expr = Expression()
+        expr.add("background_at", cost_ns)
+        line = expr.name("background_at")
+        expr.condition = f"{line} >= {expr.name(timeline)} AND {line} >= {expr.value('now', now_ns)}"
+        joined, item = conditional_update(self._client, self.table_name, limit_key(model, shard), expr)
+        if joined and item is not None:
+            return int(from_item(item)["background_at"]) - cost_ns
+        old = from_item(item or {})
+        start = max(int(old.get(timeline, 0)), now_ns)
+        expr = Expression()
+        expr.set("background_at", start + cost_ns)
+        line = expr.name("background_at")
+        ended = f"{line} = {expr.value('old_end', old['background_at'])}" if "background_at" in old else None
+        expr.condition = f"attribute_exists({expr.name('pk')}) AND " + (ended or f"attribute_not_exists({line})")
+        # Refused: another worker started the line meanwhile; this start is still where it begins.
+        conditional_update(self._client, self.table_name, limit_key(model, shard), expr)
+        return start
 
     def _touched(self, model: str, shard: int, now_ms: int) -> Expression:
         expr = Expression()
