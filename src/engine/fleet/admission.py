@@ -9,12 +9,11 @@ taken, the job waits instead. A 429 lowers the model's shared rate as soon as it
 batch is done, `settle` gives back what the calls did not use: one write per user, and the models'
 share rides on the next take. docs/fleet.md walks through it.
 
-Lanes (docs/lanes.md) take from the same buckets with different horizons: interactive jobs as far
-ahead as their invocation can wait, background jobs only about a second ahead, so that an
-interactive arrival never waits behind more than that of background calls. A job that finds no
-capacity waits in its worker and is asked for again as capacity comes (`admit_as_capacity_comes`):
-only what cannot call within the invocation waits on the queue. Background jobs may not reserve
-the last part of a user's daily cap.
+Lanes (docs/lanes.md): interactive jobs take from their own lane's arrival times (pushing the
+background ones back) as far ahead as their invocation can wait; background jobs take turns in
+their model's line, a few calls a take (`admit_as_capacity_comes`), waiting in their worker: only
+what cannot call within the invocation waits on the queue. Background jobs may not reserve the last
+part of a user's daily cap.
 """
 
 from __future__ import annotations
@@ -39,8 +38,8 @@ from engine.observability import log_unexpected, logger
 BUDGET_RECHECK_MS = 30 * 60_000
 # When admission itself fails (DynamoDB unavailable), jobs wait this long rather than run unchecked.
 UNCHECKED_RETRY_MS = 5_000
-# How far ahead background jobs take capacity: an interactive job arriving meanwhile waits behind at
-# most this much of their calls (or two of them, at a rate slower than two a second).
+# How far ahead background jobs take capacity outside a turn of the line (a worker without an
+# invocation to bound it): about a second of calls, or two at a rate slower than two a second.
 BACKGROUND_HORIZON_MS = 1_000
 # A background worker's turn in its model's line: this many calls, taken in one write.
 TURN_CALLS = 5
@@ -291,7 +290,7 @@ class Admission:
             horizon = horizon_ms
             if lane is Lane.BACKGROUND:
                 # Its turn's calls, or about a second of them: interactive jobs arriving meanwhile go
-                # first (their own arrival times), and overlap at most that much of background calls.
+                # first (their own arrival times), beside at most that much of background calls.
                 reach = background_reach_ms
                 if reach is None:
                     reach = max(BACKGROUND_HORIZON_MS, 2 * limiter.spacing_ms(model, max(tokens), now))
