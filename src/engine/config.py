@@ -51,6 +51,9 @@ class PriceSetting(BaseModel):
     output: UsdPerMillion
     cached_input: UsdPerMillion | None = None
     cache_write: UsdPerMillion | None = None
+    # What a call through the provider's batch API costs, as a share of these (OpenAI, Anthropic and
+    # Bedrock sell batches at half price).
+    batch: Annotated[Decimal, Field(gt=0, le=1, allow_inf_nan=False)] | None = None
 
 
 class Settings(BaseModel):
@@ -93,6 +96,16 @@ class Settings(BaseModel):
     # for the user's interactive jobs when a backfill has spent the rest.
     aijobs_background_budget_reserve_percent: Annotated[Decimal, Field(ge=0, le=100, allow_inf_nan=False)] = Decimal(10)
     aijobs_job_modules: tuple[str, ...] = ()
+    # Background jobs through the provider's batch API (docs/batches.md): "on" or "off". A background
+    # job whose deadline is at least rescue + window + poll + 60 s away joins a batch; the batch
+    # gathers jobs for the window, is checked every poll seconds, and a job still unanswered rescue
+    # seconds before its deadline is taken back to real time.
+    aijobs_batch_api: bool = False
+    aijobs_batch_window_seconds: Annotated[int, Field(ge=1, le=86_400)] = 300
+    aijobs_batch_poll_seconds: Annotated[int, Field(ge=1, le=3_600)] = 60
+    aijobs_batch_rescue_seconds: Annotated[int, Field(ge=60, le=86_400)] = 1_800
+    # The service role Bedrock's batch inference jobs read their input and write their output with.
+    aijobs_batch_role_arn: Annotated[str | None, Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/\S+$")] = None
     # The EventBridge bus completion events go to (a name or an ARN; "default": the account's own).
     aijobs_event_bus: Annotated[str, Field(min_length=1, max_length=1600, pattern=r"^[A-Za-z0-9._\-/:]+$")] = "default"
     # Kept after a job ends before DynamoDB's TTL removes its items.
@@ -137,6 +150,7 @@ class Settings(BaseModel):
         "ai_api_key",
         "lambda_task_root",
         "aijobs_default_daily_budget_usd",
+        "aijobs_batch_role_arn",
         mode="before",
     )
     @classmethod
@@ -170,6 +184,16 @@ class Settings(BaseModel):
     def _split_modules(cls, value: object) -> object:
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("aijobs_batch_api", mode="before")
+    @classmethod
+    def _on_or_off(cls, value: object) -> object:
+        if isinstance(value, str):
+            word = value.strip().lower()
+            if word not in {"on", "off", "true", "false", ""}:
+                raise ValueError(f"must be on or off, not {value[:20]!r}")
+            return word in {"on", "true"}
         return value
 
     @field_validator("powertools_trace_disabled", mode="before")

@@ -7,7 +7,7 @@ background one (`JOBS_BACKGROUND_QUEUE_URL`; without it, background jobs share t
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +18,24 @@ from engine.retry import MAX_DELAY_SECONDS
 
 if TYPE_CHECKING:
     from mypy_boto3_sqs import SQSClient
+
+
+# The message attribute that sends a job to real time whatever its deadline: set on the messages
+# of jobs a provider's batch handed back (docs/batches.md).
+ROUTE_ATTRIBUTE = "aijobs_route"
+REALTIME_ROUTE = "realtime"
+# SQS's longest delay of a message, and its most entries in a SendMessageBatch.
+MAX_SEND_DELAY_SECONDS = 900
+SEND_BATCH_ENTRIES = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Resend:
+    """A job's message sent again, as it came (its body), to run in real time after `delay_seconds`."""
+
+    body: str
+    group_id: str | None = None
+    delay_seconds: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +69,26 @@ class JobQueue:
         else:
             response = self._client.send_message(QueueUrl=self.queue_url, MessageBody=text, MessageGroupId=group_id)
         return str(response["MessageId"])
+
+    def resend(self, messages: Sequence[Resend]) -> int:
+        """Send messages again, ten to a SendMessageBatch, marked for real time; how many SQS refused
+        (each is logged by the caller's count: a refused entry is not retried here)."""
+        refused = 0
+        for start in range(0, len(messages), SEND_BATCH_ENTRIES):
+            entries: list[Any] = []
+            for index, message in enumerate(messages[start : start + SEND_BATCH_ENTRIES]):
+                entry: dict[str, Any] = {
+                    "Id": str(index),
+                    "MessageBody": message.body,
+                    "DelaySeconds": max(0, min(message.delay_seconds, MAX_SEND_DELAY_SECONDS)),
+                    "MessageAttributes": {ROUTE_ATTRIBUTE: {"DataType": "String", "StringValue": REALTIME_ROUTE}},
+                }
+                if message.group_id is not None:
+                    entry["MessageGroupId"] = message.group_id
+                entries.append(entry)
+            response = self._client.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
+            refused += len(response.get("Failed", []))
+        return refused
 
     def depth(self) -> QueueDepth:
         """How many messages wait, are in flight and are delayed: one GetQueueAttributes."""

@@ -21,6 +21,7 @@ from engine.core import (
     Ack,
     AttemptOutcome,
     AttemptRecord,
+    BatchTerms,
     Cancelled,
     ClaimRefusal,
     Delivery,
@@ -31,10 +32,12 @@ from engine.core import (
     Job,
     JobErrorInfo,
     JobStatus,
+    Lane,
     Outcome,
     Released,
     Retry,
     Succeeded,
+    Via,
     target_status,
 )
 from engine.core.errors import (
@@ -44,6 +47,7 @@ from engine.core.errors import (
     DeadlineExceededError,
     InputValidationError,
     InternalError,
+    JobError,
     JobNotFoundError,
     LeaseLostError,
     MaxAttemptsExceededError,
@@ -56,7 +60,7 @@ from engine.core.ports import WorkerStore
 from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobDefinition, JobRegistry
 from engine.fleet.admission import Hold, Pass, Verdict
-from engine.gateway import Execution, ModelGateway
+from engine.gateway import Answered, Execution, ModelGateway
 from engine.intake import BadMessageError, JobRequest, canonical_json, parse_message, sha256_hex
 from engine.observability import genai_usage, log_unexpected, logger
 from engine.retry import (
@@ -112,6 +116,8 @@ class Claimed:
     definition: JobDefinition
     job_input: BaseModel
     delivery: Delivery
+    # The input as it was given (the message's, or the one stored), before it was parsed.
+    raw_input: dict[str, Any] | None = None
 
 
 _Result = TypeVar("_Result", bound="Claimed | Disposition")
@@ -148,15 +154,51 @@ class JobRunner:
         claimed = self.claim(delivery, remaining_ms)
         return self.run(claimed, remaining_ms) if isinstance(claimed, Claimed) else claimed
 
-    def claim(self, delivery: Delivery, remaining_ms: RemainingMs | None = None) -> Claimed | Disposition:
-        """Parse the message and claim its job: what to run, or already what becomes of the delivery."""
-        return self._guarded(delivery, lambda: self._claim(delivery, remaining_ms))
+    def claim(
+        self, delivery: Delivery, remaining_ms: RemainingMs | None = None, batch: BatchTerms | None = None
+    ) -> Claimed | Disposition:
+        """Parse the message and claim its job: what to run, or already what becomes of the delivery.
+
+        With `batch`, a background job whose deadline is far enough is claimed into a provider's
+        batch (its `job.batch` set: docs/batches.md); any other job is claimed to run now.
+        """
+        return self._guarded(delivery, lambda: self._claim(delivery, remaining_ms, batch))
 
     def run(
         self, claimed: Claimed, remaining_ms: RemainingMs | None = None, verdict: Verdict | None = None
     ) -> Disposition:
         """Run a claimed job: at its Pass's call time, or held back by its Hold (engine.fleet.admission)."""
         return self._guarded(claimed.delivery, lambda: self._run_claimed(claimed, remaining_ms, verdict))
+
+    def conclude(
+        self,
+        claimed: Claimed,
+        answered: Answered,
+        remaining_ms: RemainingMs | None = None,
+        verdict: Pass | None = None,
+    ) -> Disposition:
+        """Finish a job its batch answered: the answer goes the way a real-time call's does (validation,
+        re-asks and fallback in real time). A Retry means the job was queued again (for a new message);
+        `verdict` (its budget's reservation) records what the attempt cost."""
+        return self._guarded(claimed.delivery, lambda: self._run_claimed(claimed, remaining_ms, verdict, answered))
+
+    def keep_unused(self, claimed: Claimed, answered: Answered, verdict: Pass | None = None) -> AttemptRecord:
+        """Keep the usage of a batch's answer to a job it no longer holds (finished meanwhile, cancelled,
+        handed back to real time): recorded as an attempt of the claim it answered, and discarded."""
+        started = self._now_ms()
+        execution = self._gateway.execute(claimed.definition, claimed.job_input, None, answered, alone=True)
+        if verdict is not None:
+            verdict.record(execution)
+        attempt = self._attempt_record(claimed.job, execution, started)
+        self._store.record_orphan_attempt(attempt, self._now_ms())
+        return attempt
+
+    def hand_back(self, job: Job, why: JobError) -> Disposition:
+        """Queue again, its attempt refunded, a job its batch holds but did not answer: it runs in real
+        time with its next message. A Retry when it was queued again; else what became of it instead."""
+        error = JobErrorInfo(why.code, f"its batch did not answer it: {why.message}", retryable=True)
+        released = Released(error, refund_attempt=True)
+        return self._finish(job, JobRequest(job.job_id), released) or Retry(Fate.RETRIED, 0, f"handed back: {why.code}")
 
     def _guarded(self, delivery: Delivery, step: Callable[[], _Result]) -> _Result | Disposition:
         try:
@@ -193,29 +235,51 @@ class JobRunner:
 
     # --- before the claim ---------------------------------------------------------------------
 
-    def _claim(self, delivery: Delivery, remaining_ms: RemainingMs | None) -> Claimed | Disposition:
+    def _claim(
+        self, delivery: Delivery, remaining_ms: RemainingMs | None, batch: BatchTerms | None
+    ) -> Claimed | Disposition:
         try:
             request = parse_message(delivery.body, delivery.message_id, self._registry, delivery.lane)
         except BadMessageError as bad:
             return self._reject(delivery, bad)
         owner = uuid.uuid4().hex
         lease_ms = remaining_ms() if remaining_ms else self._default_lease_ms
+        terms = self._batch_terms(request, delivery, batch)
         try:
-            job = self._store.claim_job(request.job_id, owner, lease_ms, self._now_ms(), request.new_job)
+            try:
+                job = self._store.claim_job(request.job_id, owner, lease_ms, self._now_ms(), request.new_job, terms)
+            except ClaimRefusedError as refused:
+                if terms is None or refused.reason is not ClaimRefusal.NOT_BATCHABLE:
+                    raise
+                # Its deadline is too near for a batch: it runs now.
+                job = self._store.claim_job(request.job_id, owner, lease_ms, self._now_ms(), request.new_job)
         except JobNotFoundError:
             reason = f"job {request.job_id} does not exist and the message carries no job_type, user_id and input"
             return self._dead_letter(delivery, reason)
         except ClaimRefusedError as refused:
             return self._on_refusal(delivery, request, refused)
         try:
-            definition, job_input = self._resolve(job, request)
+            definition, job_input, raw_input = self._resolve(job, request)
         except PermanentError as exc:
             return self._finish(job, request, Failed(exc.info())) or Ack(Fate.FAILED)
         except Exception as exc:
             log_unexpected("the claimed job could not be resolved", exc, job_id=job.job_id)
             internal = InternalError(f"internal error: {type(exc).__name__}")
             return self._retry(job, request, internal, None, delivery.receive_count)
-        return Claimed(job, request, definition, job_input, delivery)
+        return Claimed(job, request, definition, job_input, delivery, raw_input)
+
+    def _batch_terms(self, request: JobRequest, delivery: Delivery, batch: BatchTerms | None) -> BatchTerms | None:
+        """The batch's terms, for a job that may join it: none for a message a batch handed back, nor for a
+        new job of the interactive lane or whose deadline is too near (an existing job's, the claim checks)."""
+        if batch is None or delivery.realtime:
+            return None
+        new_job = request.new_job
+        if new_job is not None and (
+            new_job.lane is not Lane.BACKGROUND
+            or self._now_ms() + new_job.deadline_seconds * 1000 < batch.eligible_at_ms
+        ):
+            return None
+        return batch
 
     def _reject(self, delivery: Delivery, bad: BadMessageError) -> Disposition:
         if bad.job_id is None:
@@ -245,7 +309,7 @@ class JobRunner:
             case ClaimRefusal.HELD:
                 count_retry(job.job_type, "held")
                 return Retry(Fate.HELD, self._until_lease_ends(job, 1), f"job {job.job_id} is held by another worker")
-            case ClaimRefusal.RACED:
+            case ClaimRefusal.RACED | ClaimRefusal.NOT_BATCHABLE:  # (a claim without terms is never the latter)
                 return Retry(Fate.RACED, RETRY_SOON_SECONDS, f"job {job.job_id} changed while it was being claimed")
             case ClaimRefusal.CONFLICT:
                 reason = f"job {job.job_id} exists with a different job type, user or input"
@@ -268,7 +332,13 @@ class JobRunner:
 
     # --- after the claim ----------------------------------------------------------------------
 
-    def _run_claimed(self, claimed: Claimed, remaining_ms: RemainingMs | None, verdict: Verdict | None) -> Disposition:
+    def _run_claimed(
+        self,
+        claimed: Claimed,
+        remaining_ms: RemainingMs | None,
+        verdict: Verdict | None,
+        answered: Answered | None = None,
+    ) -> Disposition:
         job, request, definition, job_input = claimed.job, claimed.request, claimed.definition, claimed.job_input
         receive_count = claimed.delivery.receive_count
         attempt: AttemptRecord | None = None
@@ -277,7 +347,8 @@ class JobRunner:
                 return self._hold(job, request, verdict, receive_count)
             wait_ms = max(verdict.call_at_ms - self._now_ms(), 0) if verdict else 0
             timeout_ms = int(definition.timeout_seconds * 1000)
-            if remaining_ms and remaining_ms() < wait_ms + timeout_ms + FINISH_MARGIN_MS:
+            # (An answered job is concluded whatever the time: its answer is paid for already.)
+            if answered is None and remaining_ms and remaining_ms() < wait_ms + timeout_ms + FINISH_MARGIN_MS:
                 # Too little time left in this invocation: hand the job back without spending an attempt.
                 deferred = Retry(Fate.DEFERRED, RETRY_SOON_SECONDS, "not enough time left in this invocation")
                 return self._finish(job, request, Released(None, refund_attempt=True)) or deferred
@@ -287,7 +358,7 @@ class JobRunner:
             if revoked is not None:
                 return self._hold(job, request, revoked, receive_count)
             started = self._now_ms()
-            execution = self._gateway.execute(definition, job_input, _time_left(remaining_ms))
+            execution = self._gateway.execute(definition, job_input, _time_left(remaining_ms), answered)
             if verdict is not None:
                 verdict.record(execution)
             attempt = self._attempt_record(job, execution, started)
@@ -326,9 +397,9 @@ class JobRunner:
         waiting = Released(JobErrorInfo(hold.code, hold.reason, retryable=True), refund_attempt=True)
         return self._finish(job, request, waiting) or Retry(fate, seconds, hold.reason)
 
-    def _resolve(self, job: Job, request: JobRequest) -> tuple[JobDefinition, BaseModel]:
+    def _resolve(self, job: Job, request: JobRequest) -> tuple[JobDefinition, BaseModel, dict[str, Any] | None]:
         if request.definition is not None and request.job_input is not None:
-            return request.definition, request.job_input
+            return request.definition, request.job_input, request.raw_input
         definition = self._registry.get(job.job_type or "")
         if job.schema_version != definition.schema_version:
             expected = definition.schema_version
@@ -340,7 +411,7 @@ class JobRunner:
         stored = self._store.get_input(job.job_id) if job.input_stored else None
         if stored is None:
             raise InputValidationError(f"job {job.job_id} has no stored input")
-        return definition, definition.parse_input(stored)
+        return definition, definition.parse_input(stored), stored
 
     def _retry(
         self, job: Job, request: JobRequest, error: RetryableError, attempt: AttemptRecord | None, receive_count: int
@@ -423,6 +494,8 @@ class JobRunner:
             reasoning_tokens=execution.reasoning_tokens,
             cache_savings_usd=execution.cache_savings_usd,
             priced=execution.priced,
+            via=Via.BATCH if execution.batch_id else Via.REALTIME,
+            batch_id=execution.batch_id,
         )
 
     def _log_outcome(self, job: Job, outcome: Outcome, attempt: AttemptRecord | None) -> None:

@@ -18,6 +18,9 @@ import boto3
 from botocore.config import Config
 
 from engine.aws_errors import is_transient
+from engine.batching.batcher import Batcher
+from engine.batching.files import BatchFiles
+from engine.batching.intake import BatchIntake, BatchTiming
 from engine.config import Settings, load_settings
 from engine.core import Lane
 from engine.core.errors import ConfigurationError
@@ -28,12 +31,14 @@ from engine.fleet.admission import Admission
 from engine.fleet.budgets import Budgets
 from engine.fleet.limiter import RateLimiter
 from engine.fleet.limits import ModelLimit
-from engine.gateway import build_gateway
+from engine.gateway import ModelGateway, api_key_source, build_gateway
+from engine.gateway.batches import BatchProvider
 from engine.observability import Event, Handle, lambda_function
 from engine.queue import JobQueue, JobQueues
 from engine.reconciler import Reconciler
 from engine.runner import JobRunner
 from engine.store import DynamoJobStore, PayloadStore
+from engine.store.batches import BatchTable
 from engine.store.budgets import BudgetTable
 from engine.store.limits import LimitTable
 from engine.worker import Worker
@@ -54,9 +59,13 @@ class Aws:
         return self._session.client(service, endpoint_url=self._endpoint_url, config=config)  # type: ignore[call-overload]
 
 
-def build_store(settings: Settings, aws: Aws) -> DynamoJobStore:
+def build_payloads(settings: Settings, aws: Aws) -> PayloadStore:
     # The S3 client is made on first use: most jobs never touch the payload bucket.
-    payloads = PayloadStore(settings.jobs_payload_bucket, lambda: aws.client("s3"))
+    return PayloadStore(settings.jobs_payload_bucket, lambda: aws.client("s3"))
+
+
+def build_store(settings: Settings, aws: Aws) -> DynamoJobStore:
+    payloads = build_payloads(settings, aws)
     return DynamoJobStore(
         settings.jobs_table_name,
         client=aws.client("dynamodb"),
@@ -75,9 +84,28 @@ def build_worker(
     """The worker the settings describe; `registry` and `queue` replace the ones they would give."""
     aws = Aws(settings, session)
     store = build_store(settings, aws)
-    registry = registry or JobRegistry.from_settings(settings)
     gateway = build_gateway(settings)
-    runner = JobRunner(
+    runner = build_runner(settings, store, gateway, registry or JobRegistry.from_settings(settings))
+    if settings.budgets_enabled and (unpriced := gateway.unpriced_models()):
+        raise ConfigurationError(
+            f"AIJOBS_PRICES: model {unpriced[0]!r} has no price, so no budget can hold what it costs; "
+            "give it one in AIJOBS_PRICES (the template's Prices)"
+        )
+    batching = None
+    if settings.aijobs_batch_api:
+        files = BatchFiles(build_payloads(settings, aws))
+        batching = BatchIntake(files, gateway.plan, batch_timing(settings), rng=random.SystemRandom())
+    return Worker(
+        runner,
+        queue or build_queues(settings, aws),
+        admission=build_admission(settings, aws),
+        planner=gateway.plan,
+        batching=batching,
+    )
+
+
+def build_runner(settings: Settings, store: DynamoJobStore, gateway: ModelGateway, registry: JobRegistry) -> JobRunner:
+    return JobRunner(
         store,
         gateway,
         registry,
@@ -89,13 +117,55 @@ def build_worker(
         is_transient=is_transient,
         max_receives=settings.aijobs_max_receive_count,
     )
-    if settings.budgets_enabled and (unpriced := gateway.unpriced_models()):
-        raise ConfigurationError(
-            f"AIJOBS_PRICES: model {unpriced[0]!r} has no price, so no budget can hold what it costs; "
-            "give it one in AIJOBS_PRICES (the template's Prices)"
+
+
+def batch_timing(settings: Settings) -> BatchTiming:
+    return BatchTiming(
+        window_ms=settings.aijobs_batch_window_seconds * 1000,
+        poll_ms=settings.aijobs_batch_poll_seconds * 1000,
+        rescue_ms=settings.aijobs_batch_rescue_seconds * 1000,
+    )
+
+
+def build_batch_provider(settings: Settings, aws: Aws) -> BatchProvider:
+    """The configured provider's batch API: OpenAI-compatible Files and Batches, or Bedrock's batch
+    inference jobs (their files in the payload bucket, read and written by the template's service role)."""
+    if settings.ai_provider == "bedrock":
+        from engine.gateway.bedrock_batch import BedrockBatchProvider
+
+        if settings.aijobs_batch_role_arn is None:
+            raise ConfigurationError(
+                "AIJOBS_BATCH_ROLE_ARN: not set; Bedrock's batch inference jobs need the service role the "
+                "template makes (BatchApi=on)"
+            )
+        return BedrockBatchProvider(
+            build_payloads(settings, aws), settings.aijobs_batch_role_arn, client=aws.client("bedrock")
         )
-    return Worker(
-        runner, queue or build_queues(settings, aws), admission=build_admission(settings, aws), planner=gateway.plan
+    from engine.gateway.openai_batch import OpenAIBatchProvider
+
+    return OpenAIBatchProvider(
+        settings.ai_base_url, api_key_source(settings), structured_output=settings.ai_structured_output
+    )
+
+
+def build_batcher(settings: Settings, session: boto3.Session | None = None) -> Batcher:
+    """The scheduled batcher (docs/batches.md)."""
+    aws = Aws(settings, session)
+    store = build_store(settings, aws)
+    gateway = build_gateway(settings)
+    registry = JobRegistry.from_settings(settings)
+    admission = build_admission(settings, aws)
+    return Batcher(
+        BatchTable(settings.jobs_table_name, aws.client("dynamodb")),
+        BatchFiles(build_payloads(settings, aws)),
+        build_batch_provider(settings, aws),
+        gateway,
+        registry,
+        build_runner(settings, store, gateway, registry),
+        store,
+        build_queues(settings, aws),
+        batch_timing(settings),
+        admission=admission,
     )
 
 

@@ -6,7 +6,9 @@ limits or budgets configured (engine.fleet), the batch goes in three steps: its 
 side by side, admitted together (one reservation per user, one take per model), each running as
 soon as it is admitted, background jobs as capacity comes; when the batch is done, what the calls
 did not use is settled. A batch comes from one lane's queue (docs/lanes.md): its retries are hidden
-on that queue.
+on that queue. With the providers' batch APIs on (docs/batches.md), a background batch's jobs whose
+deadlines allow it are claimed into a provider's batch and kept for it (engine.batching.intake)
+instead of run.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import asyncio
 import math
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any
@@ -24,21 +25,17 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import AsyncBatchProcessor, EventType, async_process_partial_response
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from pydantic import BaseModel
 
-from engine.core import Delivery, Disposition, Fate, Lane, Retry
-from engine.definitions import JobDefinition
+from engine.batching.intake import BatchIntake, Planner
+from engine.core import BatchTerms, Delivery, Disposition, Fate, Lane, Retry
 from engine.fleet.admission import Admission, Ask, Verdict
-from engine.gateway import CallPlan
 from engine.observability import log_unexpected, metrics
-from engine.queue import JobQueue, JobQueues
+from engine.queue import REALTIME_ROUTE, ROUTE_ATTRIBUTE, JobQueue, JobQueues
 from engine.retry import MAX_DELAY_SECONDS
 from engine.runner import FINISH_MARGIN_MS, RETRY_SOON_SECONDS, Claimed, JobRunner, RemainingMs
 
 # What the claim phase left for a record: the job to run, or already its disposition.
 Step = Claimed | Disposition
-# What an attempt can use at most (engine.gateway.ModelGateway.plan).
-Planner = Callable[[JobDefinition, BaseModel], CallPlan]
 
 # The worker function's Timeout in template.yaml, and the jobs queue's VisibilityTimeout (6 x it,
 # as AWS advises for SQS event sources); a test ties both to the template.
@@ -75,6 +72,7 @@ class Worker:
         concurrency: int = BATCH_CONCURRENCY,
         admission: Admission | None = None,
         planner: Planner | None = None,
+        batching: BatchIntake | None = None,
     ) -> None:
         self._runner = runner
         self._queues = JobQueues.of(queue)
@@ -82,6 +80,8 @@ class Worker:
         # Shared limits and budgets (engine.fleet): None when neither is configured.
         self._admission = admission
         self._planner = planner
+        # The providers' batch APIs (docs/batches.md): None when off.
+        self._batching = batching
 
     def handle(self, event: dict[str, Any], context: LambdaContext | None) -> dict[str, Any]:
         invoked_at = time.time()
@@ -91,7 +91,13 @@ class Worker:
         lane = self._queues.lane_of(records[0].get("eventSourceARN") if records else None)
         # Shared limits, or someone capped: the batch is claimed, admitted and run in steps.
         admission = self._admission if self._admission is not None and self._admission.active() else None
-        steps = self._claim(records, lane, remaining_ms) if admission else {}
+        # Background jobs may go to a provider's batch: claimed with its terms, then kept for it.
+        batching = self._batching if lane is Lane.BACKGROUND else None
+        steps: dict[int, Step] = {}
+        if admission is not None or batching is not None:
+            steps = self._claim(records, lane, remaining_ms, batching.terms() if batching else None)
+        if batching is not None:
+            steps |= self._keep_batched(batching, steps, admission, remaining_ms)
         verdicts = self._admit(admission, steps, remaining_ms) if admission else {}
         settled: set[int] = set()
         # A processor per call: it holds the batch's state, and local workers call concurrently.
@@ -141,11 +147,27 @@ class Worker:
                 )
         return result
 
-    def _claim(self, records: list[dict[str, Any]], lane: Lane, remaining_ms: RemainingMs | None) -> dict[int, Step]:
+    def _claim(
+        self, records: list[dict[str, Any]], lane: Lane, remaining_ms: RemainingMs | None, batch: BatchTerms | None
+    ) -> dict[int, Step]:
         """Claim the batch's jobs side by side: each record's claimed job, or already its disposition."""
         deliveries = [delivery_of(SQSRecord(record), lane) for record in records]
-        claims = self._executor.map(partial(self._runner.claim, remaining_ms=remaining_ms), deliveries)
+        claims = self._executor.map(partial(self._runner.claim, remaining_ms=remaining_ms, batch=batch), deliveries)
         return {id(record): step for record, step in zip(records, claims, strict=True)}
+
+    def _keep_batched(
+        self,
+        batching: BatchIntake,
+        steps: dict[int, Step],
+        admission: Admission | None,
+        remaining_ms: RemainingMs | None,
+    ) -> dict[int, Step]:
+        """The dispositions of the jobs claimed into a provider's batch, once kept for it."""
+        batched = [(key, step) for key, step in steps.items() if isinstance(step, Claimed) and step.job.batch]
+        if not batched:
+            return {}
+        kept = batching.keep(self._runner, [step for _, step in batched], admission, remaining_ms)
+        return {key: disposition for (key, _), disposition in zip(batched, kept, strict=True)}
 
     def _admit(
         self, admission: Admission, steps: dict[int, Step], remaining_ms: RemainingMs | None
@@ -190,10 +212,12 @@ class Worker:
 
 
 def delivery_of(record: SQSRecord, lane: Lane = Lane.INTERACTIVE) -> Delivery:
+    route = (record.raw_event.get("messageAttributes") or {}).get(ROUTE_ATTRIBUTE) or {}
     return Delivery(
         message_id=record.message_id,
         body=record.body,
         receive_count=int(record.attributes.approximate_receive_count or 1),
         attributes=dict(record.raw_event.get("attributes") or {}),
         lane=lane,
+        realtime=route.get("stringValue") == REALTIME_ROUTE,
     )

@@ -249,7 +249,9 @@ def test_a_duplicate_of_a_held_job_is_hidden_until_the_lease_ends(
 class RacingClaims(InMemoryJobStore):
     """A store whose claim is refused though the job it read satisfies the condition (it changed meanwhile)."""
 
-    def claim_job(self, job_id: str, owner: str, lease_ms: int, now_ms: int, new_job: NewJob | None) -> Job:
+    def claim_job(
+        self, job_id: str, owner: str, lease_ms: int, now_ms: int, new_job: NewJob | None, batch: object = None
+    ) -> Job:
         raise ClaimRefusedError(job_of(self, job_id), ClaimRefusal.RACED)
 
 
@@ -666,7 +668,9 @@ def test_the_same_bad_message_again_is_a_duplicate_and_another_is_a_dead_letter(
 class BrokenClaims(InMemoryJobStore):
     """A store whose claim fails in a way nothing expects (a bug, a request AWS refuses)."""
 
-    def claim_job(self, job_id: str, owner: str, lease_ms: int, now_ms: int, new_job: NewJob | None) -> Job:
+    def claim_job(
+        self, job_id: str, owner: str, lease_ms: int, now_ms: int, new_job: NewJob | None, batch: object = None
+    ) -> Job:
         raise RuntimeError("a bug in the claim")
 
 

@@ -36,3 +36,5 @@ class ClaimRefusal(StrEnum):
     ATTEMPTS_SPENT = "attempts_spent"
     DEADLINE_PASSED = "deadline_passed"
     RACED = "raced"
+    # Claimable, but not into a provider's batch: its deadline is too near (docs/batches.md).
+    NOT_BATCHABLE = "not_batchable"

@@ -19,6 +19,8 @@ class Delivery:
     attributes: Mapping[str, str] = field(default_factory=dict)
     # The lane of the queue it came from: a message that names no lane runs in it.
     lane: Lane = Lane.INTERACTIVE
+    # Sent back by a provider's batch that did not answer it: it runs in real time (docs/batches.md).
+    realtime: bool = False
 
 
 class Fate(StrEnum):
@@ -30,6 +32,7 @@ class Fate(StrEnum):
     CANCELLED = "cancelled"
     DUPLICATE = "duplicate"  # its job had ended already
     DEAD_LETTERED = "dead_lettered"  # kept as a dead letter (it named no usable job, or was given up on)
+    BATCHED = "batched"  # its job waits in a provider's batch, which answers it (docs/batches.md)
     # The message comes back later (returned as a batch item failure).
     RETRIED = "retried"  # a retryable failure: the job is queued again
     HELD = "held"  # another worker holds the job

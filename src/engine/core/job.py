@@ -56,6 +56,13 @@ class Lane(StrEnum):
     BACKGROUND = "background"
 
 
+class Via(StrEnum):
+    """How an attempt's first call was made: at once, or in a provider's batch (docs/batches.md)."""
+
+    REALTIME = "realtime"
+    BATCH = "batch"
+
+
 class AttemptOutcome(StrEnum):
     SUCCEEDED = "succeeded"
     RETRYABLE = "retryable"
@@ -112,6 +119,16 @@ class NewJob:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchTerms:
+    """A claim into a provider's batch (docs/batches.md): the job joins `window`, if its deadline is at
+    `eligible_at_ms` or later, and is held until `lease_before_deadline_ms` before its deadline."""
+
+    window: str
+    eligible_at_ms: int
+    lease_before_deadline_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """A job as a store holds it. Times are epoch milliseconds."""
 
@@ -139,6 +156,9 @@ class Job:
     error: JobErrorInfo | None = None
     usage: Usage = field(default_factory=Usage)
     lane: Lane = Lane.INTERACTIVE
+    # While the job waits in a provider's batch (running, its lease held for the batch): the batch
+    # window it joined (docs/batches.md).
+    batch: str | None = None
 
     @property
     def attempts_left(self) -> int:
@@ -180,6 +200,9 @@ class AttemptRecord:
     # False when a call went to a model with no price: its cost is unknown, recorded as 0.
     priced: bool = True
     lane: Lane = Lane.INTERACTIVE
+    # How the first call was made, and the provider's batch id when it went in a batch.
+    via: Via = Via.REALTIME
+    batch_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +259,9 @@ def claimable(job: Job, now_ms: int) -> bool:
     return waiting and not job.cancel_requested and job.attempt_count < job.max_attempts and within_deadline
 
 
-def explain_claim_refusal(job: Job, now_ms: int, request_hash: str | None) -> ClaimRefusal:
+def explain_claim_refusal(
+    job: Job, now_ms: int, request_hash: str | None, batch: BatchTerms | None = None
+) -> ClaimRefusal:
     """Why a claim's condition failed, from the job it met (no extra read)."""
     if request_hash is not None and job.request_hash != request_hash:
         return ClaimRefusal.CONFLICT
@@ -250,5 +275,7 @@ def explain_claim_refusal(job: Job, now_ms: int, request_hash: str | None) -> Cl
         return ClaimRefusal.DEADLINE_PASSED
     if job.attempts_left == 0:
         return ClaimRefusal.ATTEMPTS_SPENT
+    if batch is not None and (job.lane is not Lane.BACKGROUND or job.deadline_at < batch.eligible_at_ms):
+        return ClaimRefusal.NOT_BATCHABLE
     # The job satisfies the condition now: it changed between the write and this reading.
     return ClaimRefusal.RACED

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from engine.core.codes import ClaimRefusal
 from engine.core.errors import (
     CancelRequestedError,
     ClaimRefusedError,
@@ -30,6 +31,7 @@ from engine.core.errors import (
 from engine.core.job import (
     DEFAULT_DEADLINE_SECONDS,
     AttemptRecord,
+    BatchTerms,
     DeadLetter,
     DeadLetterEntry,
     Job,
@@ -37,6 +39,7 @@ from engine.core.job import (
     JobErrorInfo,
     JobHistory,
     JobStatus,
+    Lane,
     NewJob,
     can_transition,
     claimable,
@@ -116,7 +119,15 @@ class InMemoryJobStore:
 
     # --- the worker's path -------------------------------------------------------------------
 
-    def claim_job(self, job_id: str, owner: str, lease_ms: int, now_ms: int, new_job: NewJob | None) -> Job:
+    def claim_job(
+        self,
+        job_id: str,
+        owner: str,
+        lease_ms: int,
+        now_ms: int,
+        new_job: NewJob | None,
+        batch: BatchTerms | None = None,
+    ) -> Job:
         with self._lock:
             job = self._jobs.get(job_id)
             if job is None:
@@ -128,11 +139,15 @@ class InMemoryJobStore:
                 same_request = request_hash is None or job.request_hash == request_hash
                 if not (same_request and claimable(job, now_ms)):
                     raise ClaimRefusedError(job, explain_claim_refusal(job, now_ms, request_hash))
+            deadline_at = job.deadline_at or 0
+            if batch is not None and (job.lane is not Lane.BACKGROUND or deadline_at < batch.eligible_at_ms):
+                raise ClaimRefusedError(job, ClaimRefusal.NOT_BATCHABLE)
             claimed = replace(
                 job,
                 status=JobStatus.RUNNING,
                 lease_owner=owner,
-                lease_expires_at=now_ms + lease_ms,
+                lease_expires_at=deadline_at - batch.lease_before_deadline_ms if batch else now_ms + lease_ms,
+                batch=batch.window if batch else None,
                 updated_at=now_ms,
                 started_at=job.started_at if job.started_at is not None else now_ms,
                 attempt_count=job.attempt_count + 1,
@@ -319,7 +334,7 @@ class InMemoryJobStore:
             job = self._jobs.get(job_id)
             if job is None:
                 raise JobNotFoundError(job_id)
-            if job.status is JobStatus.QUEUED:
+            if job.status is JobStatus.QUEUED or (job.status is JobStatus.RUNNING and job.batch is not None):
                 cancelled = _transition(job, JobStatus.CANCELLED, None, now_ms)
                 job = replace(cancelled, cancel_requested=True)
             elif job.status is JobStatus.RUNNING:
@@ -452,8 +467,8 @@ def _kept(error: JobErrorInfo) -> JobErrorInfo:
 
 
 def _transition(job: Job, status: JobStatus, error: JobErrorInfo | None, now_ms: int) -> Job:
-    """What every state change writes: status and time, the error if any, the lease let go."""
-    changed = replace(job, status=status, updated_at=now_ms, lease_owner=None, lease_expires_at=None)
+    """What every state change writes: status and time, the error if any, the lease (and batch) let go."""
+    changed = replace(job, status=status, updated_at=now_ms, lease_owner=None, lease_expires_at=None, batch=None)
     if error is not None:
         changed = replace(changed, error=_kept(error))
     if status.is_terminal:

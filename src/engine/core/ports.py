@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from engine.core.job import (
     AttemptRecord,
+    BatchTerms,
     DeadLetter,
     DeadLetterEntry,
     Job,
@@ -66,11 +67,23 @@ class JobReader(Protocol):
 class WorkerStore(Protocol):
     """The worker's path: the claim, the finish, and ending a job a refused claim found spent."""
 
-    def claim_job(self, job_id: str, owner: str, lease_ms: int, now_ms: int, new_job: NewJob | None) -> Job:
+    def claim_job(
+        self,
+        job_id: str,
+        owner: str,
+        lease_ms: int,
+        now_ms: int,
+        new_job: NewJob | None,
+        batch: BatchTerms | None = None,
+    ) -> Job:
         """Take the job for `owner` until now + lease and count the attempt; with `new_job`, create it when absent.
 
+        With `batch`, the job joins a provider's batch: claimed only when its deadline is at the
+        terms' `eligible_at_ms` or later, held until `lease_before_deadline_ms` before its deadline,
+        its `batch` the terms' window (a claim without terms clears it).
+
         Raises JobNotFoundError (absent, and no `new_job`) or ClaimRefusedError (with the job it
-        met and why).
+        met and why: NOT_BATCHABLE when only the batch's terms refused it).
         """
         ...
 

@@ -265,6 +265,14 @@ class Admission:
         except Exception as exc:
             log_unexpected("the shared rate could not be lowered", exc, model=execution.model)
 
+    def reserve(self, asks: Sequence[Ask]) -> list[Verdict]:
+        """Budgets alone, for jobs whose call a provider's batch makes (its own limits, not the shared
+        rate's): each a Pass holding its reservation, or a Hold. Settled when the batch answers."""
+        now = self._now_ms()
+        verdicts: list[Verdict] = [Pass(now) for _ in asks]
+        self._reserve(asks, verdicts, now)
+        return verdicts
+
     def settle(self, verdicts: Sequence[Verdict]) -> None:
         """Give back what the batch's calls did not use."""
         self._settle_budgets(verdicts)
@@ -359,10 +367,11 @@ class Admission:
             return
         totals: dict[tuple[str, str], list[Decimal]] = defaultdict(lambda: [Decimal(0), Decimal(0)])
         for verdict in verdicts:
-            if verdict.user_id is None or not verdict.reserved_usd:
-                continue
             spent = verdict.execution.cost_usd if isinstance(verdict, Pass) and verdict.execution else Decimal(0)
-            if spent > verdict.reserved_usd:
+            # (Spent with nothing reserved: a batch's late answer to a job it had handed back.)
+            if verdict.user_id is None or not (verdict.reserved_usd or spent):
+                continue
+            if verdict.reserved_usd and spent > verdict.reserved_usd:
                 logger.warning("an attempt cost more than its reservation", extra={"user_id": verdict.user_id})
             total = totals[(verdict.user_id, verdict.day)]
             total[0] += verdict.reserved_usd

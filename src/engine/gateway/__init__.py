@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from engine.config import Settings, is_local_host
 from engine.core.errors import ConfigurationError
-from engine.gateway.gateway import CallPlan, Execution, ModelGateway, ModelTiers
+from engine.gateway.gateway import Answered, CallPlan, Execution, ModelGateway, ModelTiers
 from engine.gateway.pricing import ModelPrice, PriceTable
 from engine.gateway.provider import ChatTurn, Completion, CompletionRequest, ModelProvider
 
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from engine.gateway.openai import ApiKeySource
 
 __all__ = [
+    "Answered",
     "CallPlan",
     "ChatTurn",
     "Completion",
@@ -71,7 +72,7 @@ def api_key_source(settings: Settings) -> ApiKeySource:
 def price_table(settings: Settings) -> PriceTable:
     """The built-in prices with AIJOBS_PRICES over them."""
     overrides = {
-        model: ModelPrice.of(price.input, price.output, price.cached_input, price.cache_write)
+        model: ModelPrice.of(price.input, price.output, price.cached_input, price.cache_write, price.batch)
         for model, price in settings.aijobs_prices.items()
     }
     return PriceTable.with_overrides(overrides)

@@ -3,7 +3,9 @@
 One `execute` is one attempt of a job. Within it the gateway may
 - re-ask the model that answered, with the validation error, up to `repair_attempts` times;
 - try the fallback model when the primary one is unavailable or times out.
-Every call that got an answer counts: its tokens and cost are summed into the attempt.
+Every call that got an answer counts: its tokens and cost are summed into the attempt. An attempt
+whose first call went through a provider's batch (docs/batches.md) starts from that call's answer,
+priced at the batch price; its re-asks and fallback are made in real time.
 """
 
 from __future__ import annotations
@@ -76,6 +78,16 @@ class Execution:
     cache_savings_usd: Decimal = Decimal(0)
     # False when a call of the attempt was made to a model with no price (its cost counted as 0).
     priced: bool = True
+    # The provider's batch that made the attempt's first call, when one did.
+    batch_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """What a provider's batch answered to an attempt's first call (engine.gateway.batches)."""
+
+    completion: Completion
+    batch_id: str
 
 
 @dataclass
@@ -174,18 +186,37 @@ class ModelGateway:
             dict.fromkeys(model for model in (self._models.primary, self._models.fallback) if model)
         )
 
-    def execute(self, definition: JobDefinition, job_input: BaseModel, time_left: TimeLeft | None = None) -> Execution:
+    def batch_request(self, definition: JobDefinition, job_input: BaseModel) -> CompletionRequest:
+        """An attempt's first call, as a line of a provider's batch: to the first model of its chain."""
+        prompt = definition.render_prompt(job_input)
+        model = self._models.chain(definition.model_tier)[0][1]
+        return self._request(definition, prompt, definition.output_schema(job_input), model, definition.timeout_seconds)
+
+    def execute(
+        self,
+        definition: JobDefinition,
+        job_input: BaseModel,
+        time_left: TimeLeft | None = None,
+        answered: Answered | None = None,
+        alone: bool = False,
+    ) -> Execution:
+        """One attempt; with `answered`, its first call is the one a batch made (batch_request's), and
+        `alone`, that call is the whole attempt (validated, but neither re-asked nor fallen back from)."""
         prompt = definition.render_prompt(job_input)
         output_schema = definition.output_schema(job_input)
         tally = _Tally()
         chain = self._models.chain(definition.model_tier)
+        if alone:
+            chain = chain[:1]
         for position, (tier, model) in enumerate(chain):
             tally.tier, tally.model, tally.conversation = tier, model, []
-            output, error = self._ask(definition, job_input, prompt, output_schema, tally, time_left)
+            first = answered if position == 0 else None
+            repairs = 0 if alone else self._repair_attempts
+            output, error = self._ask(definition, job_input, prompt, output_schema, tally, time_left, first, repairs)
             last = position == len(chain) - 1
             out_of_time = time_left is not None and time_left() < MIN_CALL_SECONDS
             if error is None or not isinstance(error, _FALLS_BACK) or last or out_of_time:
-                return self._execution(prompt, tally, output, error)
+                return self._execution(prompt, tally, output, error, answered)
             logger.warning(
                 "model failed; trying the next tier",
                 extra={"job_type": definition.name, "model": model, "error_code": error.code.value},
@@ -200,44 +231,43 @@ class ModelGateway:
         output_schema: dict[str, Any],
         tally: _Tally,
         time_left: TimeLeft | None,
+        answered: Answered | None = None,
+        repairs: int = 0,
     ) -> tuple[BaseModel | None, JobError | None]:
-        """Ask one model, re-asking with the validation error while repairs remain."""
-        for repair in range(self._repair_attempts + 1):
-            timeout = definition.timeout_seconds
-            if time_left is not None:
-                left = time_left()
-                if left < MIN_CALL_SECONDS:
-                    return None, ProviderTimeoutError("no time left in this invocation for another model call")
-                timeout = min(timeout, left)
-            request = CompletionRequest(
-                model=tally.model,
-                system=prompt.system,
-                user=prompt.user,
-                schema_name=definition.name,
-                output_schema=output_schema,
-                max_tokens=definition.max_tokens,
-                timeout_seconds=timeout,
-                conversation=tuple(tally.conversation),
-            )
-            tally.calls += 1
-            try:
-                with provider_call(self._provider.name, tally.model) as record_usage:
-                    completion = self._provider.complete(request)
-                    record_usage(genai_usage(completion))
-            except JobError as exc:
-                return None, exc
-            except Exception as exc:
-                # A fault of the adapter, not the provider's answer: end the attempt, keep what it cost.
-                log_unexpected("the provider adapter failed unexpectedly", exc, job_type=definition.name)
-                return None, InternalError(f"internal error in the provider adapter: {type(exc).__name__}")
-            tally.add(completion, self._prices.cost(tally.model, completion))
+        """Ask one model, re-asking with the validation error while `repairs` remain; the first answer is
+        `answered`'s when a batch gave it."""
+        for repair in range(repairs + 1):
+            if repair == 0 and answered is not None:
+                completion = answered.completion
+                tally.calls += 1
+                tally.add(completion, self._prices.cost(tally.model, completion, batch=True))
+            else:
+                timeout = definition.timeout_seconds
+                if time_left is not None:
+                    left = time_left()
+                    if left < MIN_CALL_SECONDS:
+                        return None, ProviderTimeoutError("no time left in this invocation for another model call")
+                    timeout = min(timeout, left)
+                request = self._request(definition, prompt, output_schema, tally.model, timeout, tally.conversation)
+                tally.calls += 1
+                try:
+                    with provider_call(self._provider.name, tally.model) as record_usage:
+                        completion = self._provider.complete(request)
+                        record_usage(genai_usage(completion))
+                except JobError as exc:
+                    return None, exc
+                except Exception as exc:
+                    # A fault of the adapter, not the provider's answer: end the attempt, keep what it cost.
+                    log_unexpected("the provider adapter failed unexpectedly", exc, job_type=definition.name)
+                    return None, InternalError(f"internal error in the provider adapter: {type(exc).__name__}")
+                tally.add(completion, self._prices.cost(tally.model, completion))
             try:
                 if not completion.content:
                     reason = completion.finish_reason or "unknown"
                     raise SchemaValidationError(f"the model returned no content (finish_reason {reason})")
                 return definition.validate_output(job_input, strip_code_fence(completion.content)), None
             except _REPAIRABLE as exc:
-                if repair == self._repair_attempts:
+                if repair == repairs:
                     return None, exc
                 tally.conversation += [
                     # Sent back as it came, but as valid Unicode: a lone surrogate cannot be encoded.
@@ -255,8 +285,33 @@ class ModelGateway:
                 return None, InternalError(f"internal error in {definition.name}'s validation: {type(exc).__name__}")
         raise AssertionError("the repair loop always returns")
 
+    @staticmethod
+    def _request(
+        definition: JobDefinition,
+        prompt: RenderedPrompt,
+        output_schema: dict[str, Any],
+        model: str,
+        timeout: float,
+        conversation: list[ChatTurn] | None = None,
+    ) -> CompletionRequest:
+        return CompletionRequest(
+            model=model,
+            system=prompt.system,
+            user=prompt.user,
+            schema_name=definition.name,
+            output_schema=output_schema,
+            max_tokens=definition.max_tokens,
+            timeout_seconds=timeout,
+            conversation=tuple(conversation or ()),
+        )
+
     def _execution(
-        self, prompt: RenderedPrompt, tally: _Tally, output: BaseModel | None, error: JobError | None
+        self,
+        prompt: RenderedPrompt,
+        tally: _Tally,
+        output: BaseModel | None,
+        error: JobError | None,
+        answered: Answered | None = None,
     ) -> Execution:
         return Execution(
             prompt=prompt,
@@ -275,4 +330,5 @@ class ModelGateway:
             reasoning_tokens=tally.reasoning_tokens,
             cache_savings_usd=tally.cache_savings_usd,
             priced=tally.priced,
+            batch_id=answered.batch_id if answered else None,
         )

@@ -4,7 +4,8 @@ Prices are per million tokens, for uncached input, cached input (a prompt-cache 
 input, and output. Token kinds follow the OpenTelemetry GenAI conventions the adapters report in:
 input tokens include the cached and cache-write ones, output tokens include the reasoning ones
 (billed as output). The built-in table is list prices as of PRICES_AS_OF; AIJOBS_PRICES overrides
-or extends it (docs/configuration.md).
+or extends it (docs/configuration.md). A call through a provider's batch API costs the model's
+`batch` share of these (half, as OpenAI, Anthropic and Bedrock sell batches).
 
 A model id is priced by its own entry, else by its base model's: Bedrock ids name the same model
 under a cross-region inference profile (`us.`, `eu.`, `apac.`, `global.`, ... before the model id) or
@@ -27,6 +28,8 @@ _NANO_USD = Decimal("0.000000001")
 
 # The date the built-in prices were taken from the providers' price lists.
 PRICES_AS_OF = "2025-06-01"
+# What a batch call costs as a share of the same call in real time, unless a price says otherwise.
+BATCH_SHARE = Decimal("0.5")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +40,7 @@ class ModelPrice:
     output: Decimal
     cached_input: Decimal
     cache_write: Decimal
+    batch: Decimal = BATCH_SHARE
 
     @classmethod
     def of(
@@ -45,14 +49,16 @@ class ModelPrice:
         output: str | int | Decimal,
         cached_input: str | int | Decimal | None = None,
         cache_write: str | int | Decimal | None = None,
+        batch: str | Decimal | None = None,
     ) -> ModelPrice:
-        """A price; cached and cache-write input cost as much as input unless given."""
+        """A price; cached and cache-write input cost as much as input unless given, a batch call half."""
         full = Decimal(input)
         return cls(
             input=full,
             output=Decimal(output),
             cached_input=full if cached_input is None else Decimal(cached_input),
             cache_write=full if cache_write is None else Decimal(cache_write),
+            batch=BATCH_SHARE if batch is None else Decimal(batch),
         )
 
 
@@ -140,20 +146,29 @@ class PriceTable:
         """Those of `models` that have no price."""
         return [model for model in models if self.price(model) is None]
 
-    def cost(self, model: str, tokens: TokenCounts) -> Cost:
-        """What the provider bills for a call of `model` with `tokens`."""
+    def cost(self, model: str, tokens: TokenCounts, batch: bool = False) -> Cost:
+        """What the provider bills for a call of `model` with `tokens` (made through its batch API)."""
         price = self.price(model)
         if price is None:
             return Cost(Decimal(0), Decimal(0), priced=False)
+        share = price.batch if batch else Decimal(1)
         cached, written = tokens.cached_input_tokens, tokens.cache_write_input_tokens
         uncached = max(tokens.input_tokens - cached - written, 0)
         usd = (
-            uncached * price.input
-            + cached * price.cached_input
-            + written * price.cache_write
-            + tokens.output_tokens * price.output
-        ) / _MILLION
-        saved = (cached * (price.input - price.cached_input) + written * (price.input - price.cache_write)) / _MILLION
+            (
+                uncached * price.input
+                + cached * price.cached_input
+                + written * price.cache_write
+                + tokens.output_tokens * price.output
+            )
+            * share
+            / _MILLION
+        )
+        saved = (
+            (cached * (price.input - price.cached_input) + written * (price.input - price.cache_write))
+            * share
+            / _MILLION
+        )
         return Cost(usd.quantize(_NANO_USD), saved.quantize(_NANO_USD))
 
     def most(self, model: str, input_tokens: int, output_tokens: int) -> Decimal:

@@ -60,14 +60,20 @@ class AdminWrites(JobTable):
         return existing, False
 
     def request_cancel(self, job_id: str, now_ms: int) -> Job:
-        """Cancel a job: a queued one ends at once, a running one at its finishing fence.
+        """Cancel a job: a queued one, or one waiting in a provider's batch, ends at once; a running one
+        at its finishing fence.
 
         Returns the job after the request; a finished job is returned unchanged.
         """
         for _ in range(3):
             queued = self._transition(JobStatus.CANCELLED, None, now_ms)
             queued.set("cancel_requested", True)
-            queued.condition = f"{queued.name('status')} = {queued.value('queued', JobStatus.QUEUED.value)}"
+            status = queued.name("status")
+            queued.condition = (
+                f"{status} = {queued.value('queued', JobStatus.QUEUED.value)}"
+                f" OR ({status} = {queued.value('running', JobStatus.RUNNING.value)}"
+                f" AND attribute_exists({queued.name('batch')}))"
+            )
             try:
                 return self._update(queued, job_id)
             except ConditionRefusedError as exc:

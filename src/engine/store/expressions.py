@@ -41,11 +41,11 @@ class Expression:
         self._sets.append(f"{name} = if_not_exists({name}, {self.value(attribute, value)})")
         return self
 
-    def subtract(self, attribute: str, amount: Any, start: Any) -> Expression:
-        """attribute = (attribute, or `start` when absent) - amount."""
-        name = self.name(attribute)
+    def subtract(self, attribute: str, amount: Any, start: Any, source: str | None = None) -> Expression:
+        """attribute = (`source`, the attribute itself by default, or `start` when absent) - amount."""
+        name, source_name = self.name(attribute), self.name(source or attribute)
         start_value, amount_value = self.value(attribute + "_start", start), self.value("sub_" + attribute, amount)
-        self._sets.append(f"{name} = if_not_exists({name}, {start_value}) - {amount_value}")
+        self._sets.append(f"{name} = if_not_exists({source_name}, {start_value}) - {amount_value}")
         return self
 
     def add(self, attribute: str, amount: Any) -> Expression:

@@ -25,6 +25,7 @@ from engine.core import (
     JobStatus,
     Lane,
     Usage,
+    Via,
 )
 from engine.core.days import utc_day
 from engine.text import bounded, one_line
@@ -157,6 +158,7 @@ def job_from_item(item: Item) -> Job:
         ),
         # Jobs created before lanes were all interactive.
         lane=Lane(data.get("lane", Lane.INTERACTIVE)),
+        batch=data.get("batch"),
     )
 
 
@@ -230,6 +232,8 @@ def attempt_item(record: AttemptRecord, expires_at: int) -> Item:
             "cache_savings_usd": record.cache_savings_usd or None,
             "unpriced": True if not record.priced else None,
             "lane": record.lane.value,
+            "via": record.via.value,
+            "batch_id": _name(record.batch_id),
             "expires_at": expires_at,
         }
     )
@@ -262,6 +266,8 @@ def attempt_from_item(item: Item) -> AttemptRecord:
         cache_savings_usd=Decimal(data.get("cache_savings_usd", 0)),
         priced=not data.get("unpriced", False),
         lane=Lane(data.get("lane", Lane.INTERACTIVE)),
+        via=Via(data.get("via", Via.REALTIME)),
+        batch_id=data.get("batch_id"),
     )
 
 

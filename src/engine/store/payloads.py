@@ -2,7 +2,8 @@
 
 It keeps what is too large for a DynamoDB item (which stops at 400 KB): job inputs and raw
 dead-letter bodies past `INLINE_BYTES`. The table's items reference them by key; the bucket's
-lifecycle expires them with the table's retention.
+lifecycle expires them with the table's retention. Jobs waiting for a provider's batch are kept
+there too, under `batches/` (engine.batching.files).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import boto3
@@ -25,11 +26,18 @@ if TYPE_CHECKING:
 # write of an item costs a write unit per KB.
 INLINE_BYTES = 256 * 1024
 
+# DeleteObjects takes at most this many keys.
+DELETE_KEYS = 1000
+
 _SAFE_KEY_PART = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 class PayloadMissingError(AiJobsError):
     """A referenced payload is gone (expired with the bucket's lifecycle, or deleted)."""
+
+
+class PayloadDeleteError(AiJobsError):
+    """S3 refused to delete some of the payloads asked (`DeleteObjects` reports them one by one)."""
 
 
 def input_key(job_id: str) -> str:
@@ -80,6 +88,22 @@ class PayloadStore:
                 raise PayloadMissingError(f"payload {key} is gone from the payload bucket") from exc
             raise
         return response["Body"].read()
+
+    def keys(self, prefix: str) -> list[str]:
+        """The keys under `prefix`, in S3's order (UTF-8 binary)."""
+        pages = self._client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+        return [entry["Key"] for page in pages for entry in page.get("Contents", [])]
+
+    def delete(self, keys: Sequence[str]) -> None:
+        """Delete `keys` (absent ones too), a thousand to a request; raises when S3 refuses any."""
+        for start in range(0, len(keys), DELETE_KEYS):
+            chunk = keys[start : start + DELETE_KEYS]
+            response = self._client.delete_objects(
+                Bucket=self.bucket, Delete={"Objects": [{"Key": key} for key in chunk], "Quiet": True}
+            )
+            if errors := response.get("Errors"):
+                first = errors[0]
+                raise PayloadDeleteError(f"{len(errors)} payloads not deleted: {first.get('Key')}: {first.get('Code')}")
 
     def refresh(self, key: str) -> None:
         """Restart a payload's lifetime (a retried job runs again): copy it onto itself."""

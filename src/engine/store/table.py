@@ -122,7 +122,7 @@ class JobTable:
     # --- parts -------------------------------------------------------------------------------
 
     def _transition(self, status: JobStatus, error: JobErrorInfo | None, now_ms: int) -> Expression:
-        """The parts every state change writes: status, times, error, and the lease let go."""
+        """The parts every state change writes: status, times, error, and the lease (and batch) let go."""
         expr = Expression()
         expr.set("status", status.value)
         expr.set("updated_at", now_ms)
@@ -132,7 +132,7 @@ class JobTable:
             expr.set("finished_at", now_ms)
             expr.set("expires_at", self._expiry(now_ms))
             expr.remove(OPEN_SHARD)
-        expr.remove("lease_owner", "lease_expires_at")
+        expr.remove("lease_owner", "lease_expires_at", "batch")
         return expr
 
     def _expiry(self, from_ms: int) -> int:

@@ -7,10 +7,12 @@ from typing import Any
 
 from engine.core import (
     AttemptRecord,
+    BatchTerms,
     Cancelled,
     Job,
     JobErrorInfo,
     JobStatus,
+    Lane,
     NewJob,
     Outcome,
     Released,
@@ -33,21 +35,42 @@ from engine.store.table import JobTable, creation_attributes
 
 
 class WorkerWrites(JobTable):
-    def claim_job(self, job_id: str, owner: str, lease_ms: int, now_ms: int, new_job: NewJob | None) -> Job:
+    def claim_job(
+        self,
+        job_id: str,
+        owner: str,
+        lease_ms: int,
+        now_ms: int,
+        new_job: NewJob | None,
+        batch: BatchTerms | None = None,
+    ) -> Job:
         """Take the job for `owner` until now + lease: one UpdateItem, ALL_NEW on success.
 
         With `new_job` the item is created when absent; without it the job must exist already.
-        The condition is engine.core.job.claimable, written as a condition expression.
+        The condition is engine.core.job.claimable, written as a condition expression. With `batch`
+        the job joins a provider's batch (docs/batches.md): only if its deadline is far enough, and
+        held until the terms' time before its deadline.
         """
         expr = Expression()
         expr.set("status", JobStatus.RUNNING.value)
         expr.set("lease_owner", owner)
-        expr.set("lease_expires_at", now_ms + lease_ms)
+        if batch is None:
+            expr.set("lease_expires_at", now_ms + lease_ms)
+            expr.remove("batch")
+        else:
+            new_deadline = now_ms + new_job.deadline_seconds * 1000 if new_job else now_ms
+            expr.subtract("lease_expires_at", batch.lease_before_deadline_ms, new_deadline, source="deadline_at")
+            expr.set("batch", batch.window)
         expr.set("updated_at", now_ms)
         expr.set_if_absent("started_at", now_ms)
         expr.add("attempt_count", 1)
         expr.add("claim_count", 1)
         claimable = _claimable(expr, now_ms)
+        if batch is not None:
+            claimable += (
+                f" AND {expr.name('deadline_at')} >= {expr.value('eligible_at', batch.eligible_at_ms)}"
+                f" AND {expr.name('lane')} = {expr.value('background', Lane.BACKGROUND.value)}"
+            )
         if new_job is None:
             expr.condition = f"attribute_exists({expr.name('pk')}) AND {claimable}"
         else:
@@ -62,7 +85,7 @@ class WorkerWrites(JobTable):
             if exc.job is None:
                 raise JobNotFoundError(job_id) from exc
             request_hash = new_job.request_hash if new_job else None
-            raise ClaimRefusedError(exc.job, explain_claim_refusal(exc.job, now_ms, request_hash)) from exc
+            raise ClaimRefusedError(exc.job, explain_claim_refusal(exc.job, now_ms, request_hash, batch)) from exc
 
     def finish_job(
         self,

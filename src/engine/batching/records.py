@@ -1,0 +1,75 @@
+"""A batch's record: written before the batch is created at the provider, kept until it has ended.
+
+The record is what makes a paid batch impossible to lose: it exists before the provider's batch
+does (`creating`), names it once created (`pending`), is marked when its rescue time came and it
+was cancelled (`cancelling`), while its answers are being written (`concluding`), and at the end
+(`ended`, kept for `aijobs batches` until its TTL). One batcher writes them (its function runs
+one at a time); each write is fenced on the record as the batcher read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from engine.gateway.batches import BatchState
+
+
+class BatchPhase(StrEnum):
+    CREATING = "creating"  # recorded; the provider's batch not known yet (being created, or to adopt)
+    PENDING = "pending"  # the provider has it
+    CANCELLING = "cancelling"  # its rescue time came: cancelled, its answers so far to be used
+    CONCLUDING = "concluding"  # ended at the provider: its answers are being written to their jobs
+    ENDED = "ended"
+
+    @property
+    def in_flight(self) -> bool:
+        return self is not BatchPhase.ENDED
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRecord:
+    key: str
+    model: str
+    provider: str
+    lines: int  # jobs in the batch (entries; those whose request could not be made are in none)
+    phase: BatchPhase
+    created_at: int
+    updated_at: int
+    # When the batch is cancelled (the earliest deadline of its jobs less the rescue time), and when
+    # whatever it has not answered goes back to real time even if the cancel has not ended it.
+    rescue_at: int
+    abandon_at: int
+    next_poll_at: int = 0
+    batch_id: str | None = None
+    state: BatchState | None = None  # the provider's, as last read
+    detail: str = ""
+    answered: int = 0
+    failed: int = 0
+    # Its jobs not answered went back to real time (at abandon_at, before the batch ended).
+    handed_back: bool = False
+    # How many entries have been concluded, in the manifest's order (a conclusion may take passes).
+    concluded: int = 0
+    # Of its jobs: finished with the batch's answer, and handed back to real time.
+    finished: int = 0
+    returned: int = 0
+    ended_at: int | None = None
+
+
+class BatchRecords(Protocol):
+    """Where batch records are kept (engine.store.batches.BatchTable; engine.batching.memory)."""
+
+    def create(self, record: BatchRecord) -> bool:
+        """Write a new record; False when one with its key exists already."""
+        ...
+
+    def save(self, record: BatchRecord, read: BatchRecord) -> bool:
+        """Replace `read` with `record`; False when the record changed since it was read."""
+        ...
+
+    def get(self, key: str) -> BatchRecord | None: ...
+
+    def listed(self, in_flight_only: bool = True) -> list[BatchRecord]:
+        """The records, oldest first: those in flight, or also the ended ones kept."""
+        ...
