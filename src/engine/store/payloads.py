@@ -1,8 +1,9 @@
 """PayloadStore: the only code that talks to S3.
 
 It keeps what is too large for a DynamoDB item (which stops at 400 KB): job inputs and raw
-dead-letter bodies past `INLINE_BYTES`. The table's items reference them by key; the bucket's
-lifecycle expires them with the table's retention.
+dead-letter bodies past `INLINE_BYTES`, and the files of Bedrock batch inference jobs (their input,
+and the results Bedrock writes back: engine.gateway.bedrock_batch). The table's items reference them
+by key; the bucket's lifecycle expires them with the table's retention.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import hashlib
 import re
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 import boto3
 from botocore.exceptions import ClientError
@@ -69,8 +70,19 @@ class PayloadStore:
                 self._s3 = self._connect()
             return self._s3
 
-    def put(self, key: str, data: bytes) -> None:
-        self._client.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType="application/json")
+    def put(self, key: str, data: bytes, content_type: str = "application/json") -> None:
+        self._client.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType=content_type)
+
+    def keys(self, prefix: str) -> list[str]:
+        """The keys under `prefix`, in key order."""
+        keys: list[str] = []
+        for page in self._client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+            keys += [item["Key"] for item in page.get("Contents", []) if "Key" in item]
+        return keys
+
+    def download(self, key: str, file: IO[bytes]) -> None:
+        """Write the object at `key` into `file`, streamed: an object can be larger than memory holds."""
+        self._client.download_fileobj(self.bucket, key, file)
 
     def get(self, key: str) -> bytes:
         try:
