@@ -19,10 +19,12 @@ GetModelInvocationJob, ListModelInvocationJobs, StopModelInvocationJob):
   mode does), and the engine validates it, and re-asks in real time, as any answer. (Native
   structured output, `outputConfig.textFormat`, is documented for batch jobs too, but only select
   models take it.) Nor does a record carry a prompt cache point: batch jobs do not document one.
-- Quotas (AWS General Reference, Amazon Bedrock endpoints and quotas; per model, some adjustable):
-  "Minimum number of records per batch inference job" (100 by default; the code example says to add
-  records "until you hit the minimum"), "Records per batch inference job" (50,000) and "Batch
-  inference input file size" (1 GB). An account with other quotas passes its own numbers.
+- Quotas, per model and some adjustable (named in "Format and upload your batch inference data";
+  valued in the AWS General Reference, "Amazon Bedrock endpoints and quotas"): "Minimum number of
+  records per batch inference job" (the code example adds records "until you hit the minimum"),
+  "Records per batch inference job" and "Batch inference input file size". The numbers here, 100,
+  50,000 and 1 GB, are their usual defaults; an account's own are in Service Quotas, and an
+  account with another minimum passes its own.
 - Statuses: Submitted, Validating, Scheduled, InProgress and Stopping are pending; Completed and
   PartiallyCompleted (some records failed) have ended with results; Failed has none; Stopped and
   Expired keep the records processed before.
