@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from functools import wraps
 from pathlib import Path
@@ -521,6 +522,10 @@ def dev(
     reasoning_tokens: Annotated[
         int, typer.Option("--reasoning-tokens", min=0, max=100_000, help="Reasoning tokens the local provider bills.")
     ] = 0,
+    batch_delay: Annotated[
+        float | None,
+        typer.Option("--batch-delay", min=0, max=86_400, help="Seconds the local provider takes to answer a batch."),
+    ] = None,
     provider_limits: Annotated[
         str,
         typer.Option(
@@ -571,6 +576,8 @@ def dev(
         provider_tpm=tpm,
         provider_reasoning_tokens=reasoning_tokens,
     )
+    if batch_delay is not None:
+        options = replace(options, provider_batch_delay_seconds=batch_delay)
     with DevStack(options) as stack, ExitStack() as serving:
         for name, value in sorted(stack.environment.items()):
             print(f"export {name}={shlex.quote(value)}")

@@ -27,6 +27,7 @@ import boto3
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from aijobs.local.aws import LocalAws
+from aijobs.local.batches import DEFAULT_BATCH_DELAY_SECONDS
 from aijobs.local.poller import EventSourceMapping, MappingStats
 from aijobs.local.provider import LocalProvider
 from aijobs.local.streams import TableStream
@@ -78,6 +79,8 @@ class DevStackOptions:
     provider_tpm: int | None = None
     # Reasoning tokens the local provider bills per answer (as a reasoning model would).
     provider_reasoning_tokens: int = 0
+    # How long the local provider's batches take to be answered (aijobs.local.batches).
+    provider_batch_delay_seconds: float = DEFAULT_BATCH_DELAY_SECONDS
     # Pollers of the interactive and the background queues (each lane's MaximumConcurrency).
     concurrency: int = 2
     background_concurrency: int = 2
@@ -151,6 +154,7 @@ class DevStack:
                 rpm=options.provider_rpm,
                 tpm=options.provider_tpm,
                 reasoning_tokens=options.provider_reasoning_tokens,
+                batch_delay_seconds=options.provider_batch_delay_seconds,
             ).start()
             # The local provider answers any model id: the one asked for, else one priced like the real one.
             local = {"AI_PROVIDER": "openai", "AI_BASE_URL": self.provider.url, "AI_API_KEY": LOCAL_API_KEY}

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.gateway.openai import SCHEMA_PREAMBLE
+from engine.gateway.schema import SCHEMA_PREAMBLE
 
 
 def estimate_tokens(text: str) -> int:
@@ -41,6 +41,8 @@ class ChatRequest:
     prompt_tokens: int
     # The request's max_tokens (or max_completion_tokens); 0 when it sets none.
     max_tokens: int = 0
+    # Its prompt_cache_key: the engine's is the job type and its prompt's version, "<job type>:<version>".
+    cache_key: str | None = None
 
 
 def _content_text(content: Any) -> str:
@@ -79,6 +81,11 @@ def parse_chat_request(raw: bytes, job_type: str | None = None) -> ChatRequest:
         body = json.loads(raw)
     except ValueError as exc:
         raise BadRequestError("the body is not JSON") from exc
+    return parse_chat_body(body, job_type)
+
+
+def parse_chat_body(body: object, job_type: str | None = None) -> ChatRequest:
+    """The request whose JSON body is `body` (a batch line carries it parsed); `job_type` as above."""
     if not isinstance(body, dict):
         raise BadRequestError("the body is not a JSON object")
     model, messages = body.get("model"), body.get("messages")
@@ -106,6 +113,7 @@ def parse_chat_request(raw: bytes, job_type: str | None = None) -> ChatRequest:
         repair=len(users) > 1 or any(role == "assistant" for role, _ in turns),
         prompt_tokens=estimate_tokens("".join(text for _, text in turns)),
         max_tokens=_max_tokens(body),
+        cache_key=cache_key if isinstance(cache_key := body.get("prompt_cache_key"), str) else None,
     )
 
 
@@ -116,12 +124,14 @@ def _max_tokens(body: dict[str, Any]) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """What the handler sends: a response, or (status None) nothing, after `delay_seconds`."""
+    """What the handler sends: a response, or (status None) nothing, after `delay_seconds`. Its body is
+    `body` as JSON, or `content` as it is (a file's)."""
 
     status: int | None
     body: dict[str, Any] | None = None
     headers: dict[str, str] = field(default_factory=dict)
     delay_seconds: float = 0.0
+    content: bytes | None = None
 
 
 def error_reply(

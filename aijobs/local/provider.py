@@ -16,18 +16,25 @@ A request gets a fault in one of two ways:
 The kinds are `FaultKind`'s. `repairable` answers a first ask wrongly and a re-ask (a request with an
 assistant turn or a second user turn: the engine's repair) rightly.
 
-Every chat completion request is logged (`log`) with the tokens it billed (none unless it got a 200
-answer), so that a test can reconcile what the engine recorded with what the provider served.
+It also serves OpenAI's Files and Batches APIs (aijobs.local.batches): a batch's lines are answered
+as chat completion requests are, after `batch_delay_seconds`, with the faults a test picks per batch
+(`batch_fault`, settable while it runs: stall, expire half, failed lines).
+
+Every chat completion request, and every line a batch answered, is logged (`log`; a batch's lines
+with its `batch_id`) with the tokens it billed (none unless it got a 200 answer), so that a test
+can reconcile what the engine recorded with what the provider served.
 With `rpm`/`tpm` it enforces a rate limit of its own, as a real provider does: a request beyond
 it gets 429 with Retry-After, logged with `limited=True` (aijobs.local.ratelimit).
-Like OpenAI, it reports cached tokens (a system message it answered before is served from its
-prompt cache; `prompt_cache=False` turns that off) and, with `reasoning_tokens=N`, N reasoning
-tokens per answer, as parts of the prompt and completion tokens.
+Like OpenAI, it reports cached tokens (the longest prefix of a system message that it answered
+before, in blocks of PREFIX_BLOCK_CHARS characters or whole, is served from its prompt cache;
+`prompt_cache=False` turns that off) and, with `reasoning_tokens=N`, N reasoning tokens per answer,
+as parts of the prompt and completion tokens.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import hmac
 import json
 import random
@@ -42,6 +49,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from aijobs.local.answers import answer_for, faulty_content
+from aijobs.local.batches import DEFAULT_BATCH_DELAY_SECONDS, FILES_PATH, MAX_FILE_BYTES, BatchApi, BatchFault
 from aijobs.local.faults import TRANSIENT_FAULTS, FaultKind, find_fault_marker, prompt_hash
 from aijobs.local.protocol import (
     BadRequestError,
@@ -50,6 +58,7 @@ from aijobs.local.protocol import (
     completion_body,
     error_reply,
     estimate_tokens,
+    parse_chat_body,
     parse_chat_request,
 )
 from aijobs.local.ratelimit import ProviderRateLimit
@@ -65,6 +74,9 @@ IDLE_TIMEOUT_SECONDS = 60.0
 MAX_BODY_BYTES = 16 * 1024 * 1024
 COMPLETIONS_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
+# The prompt cache keeps a system message's prefixes at every this many characters (about 128
+# tokens: OpenAI caches in blocks of 128 tokens), and the whole message.
+PREFIX_BLOCK_CHARS = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +101,8 @@ class ServedRequest:
     reasoning_tokens: int = 0
     # True when the provider's own rate limit refused it (429), rather than an injected fault.
     limited: bool = False
+    # The batch whose line it was; None for a chat completion request.
+    batch_id: str | None = None
 
 
 class LocalProvider:
@@ -110,6 +124,8 @@ class LocalProvider:
         reasoning_tokens: int = 0,
         rpm: int | None = None,
         tpm: int | None = None,
+        batch_delay_seconds: float = DEFAULT_BATCH_DELAY_SECONDS,
+        batch_fault: BatchFault | str | None = None,
     ) -> None:
         if not 0.0 <= fault_rate <= 1.0:
             raise ValueError(f"fault_rate {fault_rate} is not within [0, 1]")
@@ -125,9 +141,9 @@ class LocalProvider:
         self._fault_rate = fault_rate
         self._random_faults = tuple(FaultKind(kind) for kind in random_faults)
         self._rng = random.Random(seed)
-        # Prompt caching as providers do it for a prefix seen before: here, the system message.
+        # Prompt caching as providers do it for a prefix seen before: here, of the system message.
         self._prompt_cache = prompt_cache
-        self._cached_systems: set[str] = set()
+        self._cached_prefixes: set[bytes] = set()
         self._reasoning_tokens = max(reasoning_tokens, 0)
         # A rate limit of its own, as real providers have: beyond it, 429 with Retry-After.
         self._limit = ProviderRateLimit(rpm, tpm) if rpm or tpm else None
@@ -137,6 +153,16 @@ class LocalProvider:
         self._stopping = threading.Event()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        self._batches = BatchApi(self._answer_line, batch_delay_seconds, batch_fault)
+
+    @property
+    def batch_fault(self) -> BatchFault | None:
+        """The fault batches created from now on get (aijobs.local.batches); None: they are answered."""
+        return self._batches.fault
+
+    @batch_fault.setter
+    def batch_fault(self, fault: BatchFault | str | None) -> None:
+        self._batches.fault = BatchFault(fault) if fault else None
 
     # --- lifecycle ---
 
@@ -202,16 +228,27 @@ class LocalProvider:
         with self._lock:
             self._log.clear()
             self._faults_served.clear()
-            self._cached_systems.clear()
+            self._cached_prefixes.clear()
 
     # --- answering ---
 
     def respond(
-        self, method: str, path: str, authorization: str | None, raw: bytes, job_type: str | None = None
+        self,
+        method: str,
+        path: str,
+        authorization: str | None,
+        raw: bytes,
+        job_type: str | None = None,
+        content_type: str | None = None,
     ) -> Reply:
         """The reply to one HTTP request (`job_type`: its X-Aijobs-Job-Type header); every chat completion
         request is logged."""
-        path = path.split("?", 1)[0].rstrip("/")
+        path, _, query = path.partition("?")
+        path = path.rstrip("/")
+        if self._batches.handles(path):
+            if not self._authorized(authorization):
+                return self._unauthorized()
+            return self._batches.respond(method, path, query, content_type, raw)
         if (method, path) == ("GET", MODELS_PATH):
             if not self._authorized(authorization):
                 return self._unauthorized()
@@ -249,6 +286,30 @@ class LocalProvider:
             reply, entry = self._reply(request, key, fault, number=len(self._log) + 1)
             self._log.append(entry)
         return reply
+
+    def _answer_line(
+        self, body: object, batch_id: str, fault: FaultKind | None
+    ) -> tuple[int | None, dict[str, Any] | None]:
+        """A batch line's answer, as a chat completion request with `body` gets it (but never rate limited),
+        or with `fault` when the batch's own fault picks one; logged with `batch_id`. A line has no
+        header to name its job type: its schema's name does, else its prompt_cache_key's first part."""
+        try:
+            request = parse_chat_body(body)
+        except BadRequestError as exc:
+            self._record(ServedRequest(time.time(), "", None, None, 400, 0, 0, batch_id=batch_id))
+            return 400, error_reply(400, str(exc), "invalid_request_error").body
+        key = prompt_hash(request.prompt)
+        cache_key_job_type = request.cache_key.rpartition(":")[0] if request.cache_key else None
+        request = replace(request, job_type=request.schema_name or cache_key_job_type or None)
+        if self._models is not None and request.model not in self._models:
+            entry = ServedRequest(time.time(), request.model, request.schema_name, None, 404, 0, 0, key)
+            self._record(replace(entry, job_type=request.job_type, batch_id=batch_id))
+            message = f"The model {request.model!r} does not exist"
+            return 404, error_reply(404, message, "invalid_request_error", "model_not_found").body
+        with self._lock:
+            reply, entry = self._reply(request, key, fault or self._choose_fault(request, key), len(self._log) + 1)
+            self._log.append(replace(entry, batch_id=batch_id))
+        return reply.status, reply.body
 
     def _over_limit(self, request: ChatRequest, key: str) -> Reply | None:
         """429 with Retry-After for a request beyond the provider's own limit (counted against it
@@ -318,13 +379,23 @@ class LocalProvider:
         return reply, entry
 
     def _cached_tokens(self, request: ChatRequest) -> int:
-        """The system message's tokens when it was answered before (called under the lock)."""
-        if not self._prompt_cache or not request.system:
+        """The tokens of the longest prefix of the system message answered before, in blocks of
+        PREFIX_BLOCK_CHARS or whole; each of its prefixes is cached from now on (called under the lock)."""
+        system = request.system
+        if not self._prompt_cache or not system:
             return 0
-        if request.system in self._cached_systems:
-            return min(estimate_tokens(request.system), request.prompt_tokens)
-        self._cached_systems.add(request.system)
-        return 0
+        cached = 0
+        digest = hashlib.sha256()
+        start = 0
+        for end in [*range(PREFIX_BLOCK_CHARS, len(system), PREFIX_BLOCK_CHARS), len(system)]:
+            digest.update(system[start:end].encode("utf-8", "surrogatepass"))
+            start = end
+            prefix = digest.digest() + end.to_bytes(8, "big")
+            if prefix in self._cached_prefixes:
+                cached = end
+            else:
+                self._cached_prefixes.add(prefix)
+        return min(estimate_tokens(system[:cached]), request.prompt_tokens) if cached else 0
 
     def _fault_reply(self, fault: FaultKind | None) -> Reply | None:
         """The reply of a fault that gives no answer; None for the faults that answer (with bad content)."""
@@ -424,14 +495,21 @@ class _Handler(BaseHTTPRequestHandler):
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
             length = -1
-        if not 0 <= length <= MAX_BODY_BYTES:
+        # A file may be as large as OpenAI takes one; any other body is a request of a few MB at most.
+        limit = MAX_FILE_BYTES if self.path.split("?", 1)[0].rstrip("/") == FILES_PATH else MAX_BODY_BYTES
+        if not 0 <= length <= limit:
             self.close_connection = True  # the body is left unread
             self._send(error_reply(413 if length > 0 else 400, "bad Content-Length", "invalid_request_error"))
             return
         raw = self.rfile.read(length) if length else b""
         provider = self._server.provider
         reply = provider.respond(
-            method, self.path, self.headers.get("Authorization"), raw, self.headers.get(JOB_TYPE_HEADER)
+            method,
+            self.path,
+            self.headers.get("Authorization"),
+            raw,
+            self.headers.get(JOB_TYPE_HEADER),
+            self.headers.get("Content-Type"),
         )
         provider.wait(reply.delay_seconds)
         self._send(reply)
@@ -441,12 +519,15 @@ class _Handler(BaseHTTPRequestHandler):
             # Drop (or the end of a hang): close the connection without a byte of response.
             self.close_connection = True
             return
-        data = json.dumps(reply.body).encode() if reply.body is not None else b""
+        if reply.content is not None:
+            data = reply.content
+        else:
+            data = json.dumps(reply.body).encode() if reply.body is not None else b""
+        headers = {"Content-Type": "application/json", **reply.headers}
         try:
             self.send_response(reply.status)
-            for name, value in reply.headers.items():
+            for name, value in headers.items():
                 self.send_header(name, value)
-            self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)

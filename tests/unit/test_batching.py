@@ -20,12 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.batching.batcher import CLOSE_GRACE_MS, Batcher
-from engine.batching.entries import BatchEntry
 from engine.batching.files import BatchFiles
 from engine.batching.intake import BatchIntake, BatchTiming
 from engine.batching.memory import MemoryBatchRecords, MemoryObjects
 from engine.batching.records import BatchPhase
-from engine.core import Ack, Delivery, Fate, Job, JobStatus, Lane, Retry, Via
+from engine.core import Ack, Delivery, Fate, Job, JobStatus, Lane, Via
 from engine.core.errors import ProviderRejectedError, ProviderUnavailableError
 from engine.core.memory import InMemoryJobStore
 from engine.dead_letters import DeadLetterRecorder
@@ -164,18 +163,22 @@ def test_a_background_job_far_from_its_deadline_joins_a_batch_and_its_message_is
     [job_id] = fleet.submit(1)
 
     job = fleet.job(job_id)
-    assert job.status is JobStatus.RUNNING and job.batch == TIMING.window_of(T0_MS)
-    assert job.deadline_at is not None and job.lease_expires_at == job.deadline_at - RESCUE_MS // 3
+    assert job.status is JobStatus.RUNNING
+    assert job.batch == TIMING.window_of(T0_MS)
+    assert job.deadline_at is not None
+    assert job.lease_expires_at == job.deadline_at - RESCUE_MS // 3
     assert fleet.realtime.calls == 0
     [part] = fleet.files.parts()
-    assert part.model == MODEL and [entry.job_id for entry in fleet.files.read_part(part).entries] == [job_id]
+    assert part.model == MODEL
+    assert [entry.job_id for entry in fleet.files.read_part(part).entries] == [job_id]
 
 
 def test_a_job_whose_deadline_is_too_near_for_a_batch_runs_now(fleet: Fleet) -> None:
     near = (TIMING.eligible_ms // 1000) - 1
     step = fleet.deliver(job_message("classify", "near", lane="background", deadline_seconds=near))
 
-    assert isinstance(step, Claimed) and step.job.batch is None
+    assert isinstance(step, Claimed)
+    assert step.job.batch is None
     assert fleet.files.parts() == []
 
 
@@ -187,15 +190,19 @@ def test_an_existing_job_whose_deadline_is_too_near_is_claimed_once_to_run_now(f
 
     step = fleet.deliver({"job_id": "made"})
 
-    assert isinstance(step, Claimed) and step.job.batch is None and step.job.claim_count == 1
+    assert isinstance(step, Claimed)
+    assert step.job.batch is None
+    assert step.job.claim_count == 1
 
 
 def test_interactive_jobs_and_messages_handed_back_never_join_a_batch(fleet: Fleet) -> None:
     interactive = fleet.deliver(job_message("classify", "i-1", lane="interactive"), lane=Lane.BACKGROUND)
     handed_back = fleet.deliver(job_message("classify", "h-1", lane="background"), realtime=True)
 
-    assert isinstance(interactive, Claimed) and interactive.job.batch is None
-    assert isinstance(handed_back, Claimed) and handed_back.job.batch is None
+    assert isinstance(interactive, Claimed)
+    assert interactive.job.batch is None
+    assert isinstance(handed_back, Claimed)
+    assert handed_back.job.batch is None
 
 
 # --- gathering ------------------------------------------------------------------------------------
@@ -210,11 +217,16 @@ def test_a_window_is_gathered_into_one_recorded_batch_once_it_has_closed(fleet: 
 
     report = fleet.gather()
 
-    assert report["recorded"] == 1 and report["created"] == 1 and fleet.batches.submits == 1
+    assert report["recorded"] == 1
+    assert report["created"] == 1
+    assert fleet.batches.submits == 1
     batch = fleet.batches.only
-    assert len(batch.lines) == 3 and {line.request.model for line in batch.lines} == {MODEL}
+    assert len(batch.lines) == 3
+    assert {line.request.model for line in batch.lines} == {MODEL}
     [record] = fleet.records.listed()
-    assert record.phase is BatchPhase.PENDING and record.batch_id == batch.batch_id and record.lines == 3
+    assert record.phase is BatchPhase.PENDING
+    assert record.batch_id == batch.batch_id
+    assert record.lines == 3
     assert batch.metadata == {"aijobs_batch": record.key}
     assert fleet.files.parts() == []  # its parts are deleted once it is recorded
     earliest = min(fleet.job(job_id).deadline_at or 0 for job_id in ids)
@@ -227,7 +239,8 @@ def test_fewer_jobs_than_the_provider_takes_in_a_batch_run_in_real_time() -> Non
 
     report = fleet.gather()
 
-    assert fleet.batches.submits == 0 and report["jobs_returned"] == 2
+    assert fleet.batches.submits == 0
+    assert report["jobs_returned"] == 2
     assert [fleet.job(job_id).status for job_id in ids] == [JobStatus.QUEUED] * 2
     assert all(isinstance(outcome, Ack) and outcome.fate is Fate.SUCCEEDED for outcome in fleet.redeliver())
     assert fleet.realtime.calls == 2
@@ -243,7 +256,8 @@ def test_parts_a_stopped_pass_recorded_but_did_not_delete_join_no_second_batch(f
 
     fleet.batcher.run()
 
-    assert fleet.batches.submits == 1 and fleet.files.parts() == []
+    assert fleet.batches.submits == 1
+    assert fleet.files.parts() == []
     assert len(fleet.records.listed()) == 1
 
 
@@ -258,18 +272,25 @@ def test_answers_finish_their_jobs_at_the_batch_price(fleet: Fleet) -> None:
 
     report = fleet.batcher.run()
 
-    assert report["jobs_finished"] == 3 and report["ended"] == 1
+    assert report["jobs_finished"] == 3
+    assert report["ended"] == 1
     assert fleet.realtime.calls == 0
     for job_id in ids:
         job = fleet.job(job_id)
-        assert job.status is JobStatus.SUCCEEDED and job.output == {"label": "spam", "confidence": 0.93}
+        assert job.status is JobStatus.SUCCEEDED
+        assert job.output == {"label": "spam", "confidence": 0.93}
         [attempt] = fleet.store.attempts(job_id)
-        assert attempt.via is Via.BATCH and attempt.batch_id == fleet.batches.only.batch_id
-        assert attempt.cost_usd == realtime_cost().usd / 2 and attempt.calls == 1
+        assert attempt.via is Via.BATCH
+        assert attempt.batch_id == fleet.batches.only.batch_id
+        assert attempt.cost_usd == realtime_cost().usd / 2
+        assert attempt.calls == 1
         assert job.attempt_count == 1
     [record] = fleet.records.listed(in_flight_only=False)
-    assert record.phase is BatchPhase.ENDED and record.finished == 3 and record.returned == 0
-    assert fleet.records.listed() == [] and fleet.objects.objects == {}  # manifest deleted too
+    assert record.phase is BatchPhase.ENDED
+    assert record.finished == 3
+    assert record.returned == 0
+    assert fleet.records.listed() == []
+    assert fleet.objects.objects == {}
 
 
 def test_an_invalid_answer_is_re_asked_in_real_time() -> None:
@@ -282,9 +303,11 @@ def test_an_invalid_answer_is_re_asked_in_real_time() -> None:
     fleet.batcher.run()
 
     job = fleet.job(job_id)
-    assert job.status is JobStatus.SUCCEEDED and fleet.realtime.calls == 1
+    assert job.status is JobStatus.SUCCEEDED
+    assert fleet.realtime.calls == 1
     [attempt] = fleet.store.attempts(job_id)
-    assert attempt.calls == 2 and attempt.via is Via.BATCH
+    assert attempt.calls == 2
+    assert attempt.via is Via.BATCH
     assert attempt.cost_usd == realtime_cost().usd / 2 + realtime_cost().usd
 
 
@@ -298,16 +321,21 @@ def test_a_failed_line_goes_back_to_real_time_with_its_attempt_refunded() -> Non
 
     report = fleet.batcher.run()
 
-    assert report["jobs_finished"] == 1 and report["jobs_returned"] == 1
+    assert report["jobs_finished"] == 1
+    assert report["jobs_returned"] == 1
     returned = fleet.job(ids[1])
-    assert returned.status is JobStatus.QUEUED and returned.attempt_count == 0 and returned.error is not None
+    assert returned.status is JobStatus.QUEUED
+    assert returned.attempt_count == 0
+    assert returned.error is not None
     assert "its batch did not answer it" in returned.error.message
     [resent] = fleet.queues[Lane.BACKGROUND].resent
     assert json.loads(resent.body)["job_id"] == ids[1]
     [outcome] = fleet.redeliver()
-    assert outcome == Ack(Fate.SUCCEEDED) and fleet.realtime.calls == 1
+    assert outcome == Ack(Fate.SUCCEEDED)
+    assert fleet.realtime.calls == 1
     [attempt] = fleet.store.attempts(ids[1])
-    assert attempt.via is Via.REALTIME and attempt.cost_usd == realtime_cost().usd
+    assert attempt.via is Via.REALTIME
+    assert attempt.cost_usd == realtime_cost().usd
 
 
 def test_an_expired_batch_s_answers_are_used_and_its_other_jobs_go_back_to_real_time(fleet: Fleet) -> None:
@@ -346,7 +374,9 @@ def test_a_batch_still_running_at_its_rescue_time_is_cancelled_and_its_jobs_end_
     for job_id in ids:
         job = fleet.job(job_id)
         assert job.status is JobStatus.SUCCEEDED
-        assert job.finished_at is not None and job.deadline_at is not None and job.finished_at < job.deadline_at
+        assert job.finished_at is not None
+        assert job.deadline_at is not None
+        assert job.finished_at < job.deadline_at
     assert fleet.realtime.calls == 3  # one answer paid per job
 
 
@@ -375,7 +405,8 @@ def test_a_batch_whose_cancel_has_not_ended_it_hands_its_jobs_back_and_keeps_lat
         attempts = fleet.store.attempts(job_id)
         assert sorted(attempt.via for attempt in attempts) == [Via.BATCH, Via.REALTIME]
         assert job.output == {"label": "spam", "confidence": 0.93}  # the real-time answer stands
-        assert job.usage.attempts == 2 and job.usage.cost_usd == sum(attempt.cost_usd for attempt in attempts)
+        assert job.usage.attempts == 2
+        assert job.usage.cost_usd == sum(attempt.cost_usd for attempt in attempts)
 
 
 def test_a_batched_job_cancelled_ends_at_once_and_its_answer_is_kept_as_usage(fleet: Fleet) -> None:
@@ -389,7 +420,8 @@ def test_a_batched_job_cancelled_ends_at_once_and_its_answer_is_kept_as_usage(fl
 
     assert report["jobs_discarded"] == 1
     job = fleet.job(job_id)
-    assert job.status is JobStatus.CANCELLED and job.usage.attempts == 1
+    assert job.status is JobStatus.CANCELLED
+    assert job.usage.attempts == 1
     assert fleet.queues[Lane.BACKGROUND].resent == []
 
 
@@ -400,7 +432,9 @@ def test_a_batch_refused_by_the_provider_hands_its_jobs_back(fleet: Fleet) -> No
     fleet.gather()
 
     [record] = fleet.records.listed(in_flight_only=False)
-    assert record.phase is BatchPhase.ENDED and record.returned == 2 and "malformed" in record.detail
+    assert record.phase is BatchPhase.ENDED
+    assert record.returned == 2
+    assert "malformed" in record.detail
     assert [fleet.job(job_id).status for job_id in ids] == [JobStatus.QUEUED] * 2
     fleet.redeliver()
     assert [fleet.job(job_id).status for job_id in ids] == [JobStatus.SUCCEEDED] * 2
@@ -421,9 +455,11 @@ def test_a_batch_created_by_a_pass_that_stopped_before_recording_its_id_is_adopt
 
     report = fleet.batcher.run()
 
-    assert report["adopted"] == 1 and fleet.batches.submits == 1
+    assert report["adopted"] == 1
+    assert fleet.batches.submits == 1
     [record] = fleet.records.listed()
-    assert record.phase is BatchPhase.PENDING and record.batch_id == fleet.batches.only.batch_id
+    assert record.phase is BatchPhase.PENDING
+    assert record.batch_id == fleet.batches.only.batch_id
 
 
 # --- budgets --------------------------------------------------------------------------------------
@@ -434,7 +470,8 @@ def test_a_capped_user_s_batched_jobs_hold_their_reservation_until_their_answers
     fleet.submit(2)
     [(_, day)] = fleet.budget_days.days
     cap, headroom, spent = fleet.budget_days.days[("user-1", day)]
-    assert headroom < cap and spent == 0  # reserved while batched
+    assert headroom < cap
+    assert spent == 0
 
     fleet.gather()
     fleet.batches.end(fleet.batches.only)
@@ -442,7 +479,8 @@ def test_a_capped_user_s_batched_jobs_hold_their_reservation_until_their_answers
     fleet.batcher.run()
 
     cap, headroom, spent = fleet.budget_days.days[("user-1", day)]
-    assert spent == 2 * realtime_cost().usd / 2 and headroom == cap - spent
+    assert spent == 2 * realtime_cost().usd / 2
+    assert headroom == cap - spent
 
 
 # --- every job ends before its deadline, and pays for one batch answer at most -------------------
@@ -455,7 +493,9 @@ LINE_OUTCOMES = st.sampled_from(["valid", "invalid", "error", "none"])
     outcomes=st.lists(LINE_OUTCOMES, min_size=1, max_size=6),
     end=st.sampled_from([BatchState.COMPLETED, BatchState.EXPIRED, BatchState.CANCELLED, BatchState.FAILED, None]),
 )
-def test_whatever_a_batch_answers_every_job_ends_before_its_deadline(outcomes: list[str], end: BatchState | None) -> None:
+def test_whatever_a_batch_answers_every_job_ends_before_its_deadline(
+    outcomes: list[str], end: BatchState | None
+) -> None:
     by_line = {f"j{index:010d}": outcome for index, outcome in enumerate(outcomes)}
 
     def script(line: BatchLine) -> Any:
@@ -488,7 +528,9 @@ def test_whatever_a_batch_answers_every_job_ends_before_its_deadline(outcomes: l
     for job_id in ids:
         job = fleet.job(job_id)
         assert job.status.is_terminal, job
-        assert job.finished_at is not None and job.deadline_at is not None and job.finished_at < job.deadline_at
+        assert job.finished_at is not None
+        assert job.deadline_at is not None
+        assert job.finished_at < job.deadline_at
         batch_answers = [attempt for attempt in fleet.store.attempts(job_id) if attempt.via is Via.BATCH]
         assert len(batch_answers) <= 1
     assert fleet.files.parts() == []  # every part was gathered
@@ -499,4 +541,5 @@ def test_a_handed_back_job_s_message_is_marked_for_real_time_and_delayed(fleet: 
     fleet.submit(1)
     fleet.gather()
     [resent] = fleet.queues[Lane.BACKGROUND].resent
-    assert resent.delay_seconds > 0 and resent.group_id == "user-1"
+    assert resent.delay_seconds > 0
+    assert resent.group_id == "user-1"

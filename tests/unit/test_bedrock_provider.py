@@ -28,7 +28,13 @@ from engine.core.errors import (
 )
 from engine.definitions import JobRegistry
 from engine.gateway import ChatTurn, CompletionRequest, ModelGateway, ModelTiers
-from engine.gateway.bedrock import BedrockConverseProvider, ConverseClient, default_client_factory
+from engine.gateway.bedrock import (
+    BedrockConverseProvider,
+    ConverseClient,
+    cache_point_min_tokens,
+    default_client_factory,
+    system_blocks,
+)
 from tests.support.providers import CLASSIFY_SCHEMA
 from tests.support.providers import completion_request as support_request
 
@@ -193,6 +199,76 @@ def test_an_empty_system_prompt_is_left_out(stubber: Stubber, provider: BedrockC
 
 
 # --- the answer ---------------------------------------------------------------------------------
+
+
+# --- the prompt cache point ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "minimum"),
+    [
+        ("anthropic.claude-3-7-sonnet-20250219-v1:0", 1024),
+        ("us.anthropic.claude-sonnet-4-20250514-v1:0", 1024),
+        ("anthropic.claude-opus-4-1-20250805-v1:0", 1024),
+        ("anthropic.claude-3-5-haiku-20241022-v1:0", 2048),
+        ("global.anthropic.claude-haiku-4-5-20251001-v1:0", 4096),
+        ("anthropic.claude-opus-4-5-20251101-v1:0", 4096),
+        ("amazon.nova-lite-v1:0", 1000),
+        ("eu.amazon.nova-pro-v1:0", 1000),
+    ],
+)
+def test_a_system_prompt_long_enough_for_the_models_cache_is_followed_by_a_cache_point(
+    model: str, minimum: int, client: Any
+) -> None:
+    # Tokens are estimated as UTF-8 bytes / 4: 4 x minimum bytes are just enough, one byte less is not
+    long_enough, too_short = "a" * (4 * minimum), "a" * (4 * minimum - 1)
+    with Stubber(client) as stubber:
+        for system, blocks in (
+            (long_enough, [{"text": long_enough}, {"cachePoint": {"type": "default"}}]),
+            (too_short, [{"text": too_short}]),
+        ):
+            stubber.add_response(
+                "converse",
+                converse_response(tool_use({"label": "spam", "confidence": 0.9})),
+                expected_params={
+                    "modelId": model,
+                    "system": blocks,
+                    "messages": ANY,
+                    "inferenceConfig": ANY,
+                    "toolConfig": ANY,
+                },
+            )
+            BedrockConverseProvider(lambda _: client).complete(support_request(model, system=system))
+        stubber.assert_no_pending_responses()
+
+
+@pytest.mark.parametrize("model", ["meta.llama3-70b-instruct-v1:0", "anthropic.claude-3-haiku-20240307-v1:0"])
+def test_a_model_without_a_known_prompt_cache_gets_no_cache_point_however_long_the_prompt(
+    model: str, stubber: Stubber, provider: BedrockConverseProvider
+) -> None:
+    system = "a" * 100_000
+    stubber.add_response(
+        "converse",
+        converse_response(tool_use({"label": "spam", "confidence": 0.9})),
+        expected_params={
+            "modelId": model,
+            "system": [{"text": system}],
+            "messages": ANY,
+            "inferenceConfig": ANY,
+            "toolConfig": ANY,
+        },
+    )
+
+    provider.complete(support_request(model, system=system))
+
+
+def test_multibyte_text_counts_its_bytes_toward_the_minimum() -> None:
+    # 1024 tokens on Claude 3.7 Sonnet: 4096 bytes, so 1366 three-byte characters but not 1365
+    model = "anthropic.claude-3-7-sonnet-20250219-v1:0"
+    assert cache_point_min_tokens(model) == 1024
+    assert system_blocks("語" * 1366, model)[-1] == {"cachePoint": {"type": "default"}}
+    assert system_blocks("語" * 1365, model) == [{"text": "語" * 1365}]
+    assert system_blocks("", model) == []
 
 
 def test_a_tool_call_is_the_answer_as_json_with_usage_and_stop_reason(

@@ -129,6 +129,8 @@ def test_the_provider_is_asked_with_the_definitions_prompt_schema_and_limits() -
         max_tokens=256,
         timeout_seconds=60.0,  # the definition's timeout: no invocation clock was given
         conversation=(),
+        # The prefix requests of the job type share, for the provider's prompt cache: its prompt's version
+        cache_key="classify:2",
     )
     assert "Win a free cruise now!" in request.user
     assert (execution.calls, execution.tier) == (1, "primary")

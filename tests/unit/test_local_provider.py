@@ -29,14 +29,13 @@ from engine.definitions.classify import CLASSIFY
 from engine.gateway import ChatTurn, CompletionRequest, ModelGateway, ModelTiers
 from engine.gateway.openai import (
     JOB_TYPE_HEADER,
-    SCHEMA_PREAMBLE,
     OpenAICompatibleProvider,
     StructuredOutput,
     chat_completion_body,
     request_headers,
     static_api_key,
 )
-from engine.gateway.schema import strict_json_schema
+from engine.gateway.schema import SCHEMA_PREAMBLE, strict_json_schema
 from tests.support.waiting import eventually
 
 REGISTRY = JobRegistry()

@@ -21,16 +21,16 @@ from engine.core.errors import (
     ProviderUnavailableError,
 )
 from engine.definitions import JobRegistry
-from engine.gateway import ChatTurn
+from engine.gateway import ChatTurn, ModelGateway, ModelTiers
 from engine.gateway.openai import (
     JOB_TYPE_HEADER,
     MAX_RESPONSE_BYTES,
-    SCHEMA_PREAMBLE,
     OpenAICompatibleProvider,
     StructuredOutput,
     parse_retry_after,
     static_api_key,
 )
+from engine.gateway.schema import SCHEMA_PREAMBLE
 from tests.support.providers import CLASSIFY_SCHEMA, completion_request, openai_completion
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -105,6 +105,30 @@ def test_the_request_is_a_chat_completion_with_a_strict_json_schema() -> None:
     assert schema["additionalProperties"] is False
     assert schema["required"] == ["label", "confidence"]
     assert set(schema["properties"]) == {"label", "confidence"}
+
+
+@pytest.mark.parametrize("mode", ["json_schema", "json_object"])
+def test_the_prompt_cache_key_names_the_job_type_and_prompt_version_when_there_is_one(mode: StructuredOutput) -> None:
+    recorder = Recorder(ok())
+
+    provider_for(recorder, structured_output=mode).complete(completion_request(cache_key="classify:2"))
+    provider_for(recorder, structured_output=mode).complete(completion_request())
+
+    assert [json.loads(request.content).get("prompt_cache_key") for request in recorder.requests] == [
+        "classify:2",
+        None,
+    ]
+
+
+def test_a_job_through_the_gateway_sends_its_job_types_prompt_cache_key() -> None:
+    recorder = Recorder(ok())
+    gateway = ModelGateway(provider_for(recorder), ModelTiers("gpt-4o-mini"))
+    definition = JobRegistry().get("classify")
+    job_input = definition.parse_input({"text": "Win a cruise", "labels": ["spam", "ham"]})
+
+    gateway.execute(definition, job_input)
+
+    assert recorder.body["prompt_cache_key"] == f"classify:{definition.render_prompt(job_input).version}"
 
 
 def test_the_strict_schema_requires_every_property_even_optional_ones() -> None:

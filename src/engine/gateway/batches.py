@@ -11,12 +11,12 @@ recording it can be adopted or cancelled). docs/batches.md has the design.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from engine.core.errors import JobError
+from engine.core.errors import JobError, ProviderRejectedError
 from engine.gateway.provider import Completion, CompletionRequest
 
 
@@ -93,3 +93,13 @@ class BatchProvider(Protocol):
     def find(self, metadata: Mapping[str, str]) -> list[str]:
         """The provider ids of the batches created with this metadata (and maybe more), newest first."""
         ...
+
+
+def stop_unless_ended(stop: Callable[[], object], status: Callable[[], BatchStatus]) -> None:
+    """`stop()` a batch (an adapter's `cancel`); a refusal is no error when the batch has ended meanwhile
+    (nothing is left to stop), and stands otherwise."""
+    try:
+        stop()
+    except ProviderRejectedError:
+        if not status().state.ended:
+            raise

@@ -3,6 +3,9 @@
 Structured output is a forced tool call: the request offers one tool whose input schema is the
 output schema for the job's input (JobDefinition.output_schema: classify's label is an enum of the
 labels offered) and makes the model call it; the tool call's input is the answer.
+
+A system prompt long enough for the model's prompt cache is followed by a cache point, so that the
+requests of a job type read their shared instructions from the cache (`cache_point_min_tokens`).
 """
 
 from __future__ import annotations
@@ -68,6 +71,30 @@ _REJECTED_CODES = frozenset({"ValidationException", "AccessDeniedException", "Re
 # Bedrock refuses blank text blocks; an empty answer being re-asked about still needs a turn.
 _EMPTY_TURN_TEXT = "(no answer)"
 
+# The fewest tokens a prompt cache checkpoint takes, by model id (the first entry the id contains
+# wins): the supported-models table of the Amazon Bedrock User Guide, "Prompt caching for faster
+# model inference" (Claude 3.7 Sonnet 1,024, Claude 3.5 Haiku 2,048, Nova Micro/Lite/Pro/Premier
+# 1,000), and Anthropic's prompt caching guide for the Claude 4 models (Sonnet 4.x and Opus 4/4.1
+# 1,024; Opus 4.5/4.6 and Haiku 4.5 4,096). A model not listed gets no cache point: Bedrock refuses
+# a request with one for a model without prompt caching.
+CACHE_POINT_MIN_TOKENS: tuple[tuple[str, int], ...] = (
+    ("anthropic.claude-opus-4-5", 4096),
+    ("anthropic.claude-opus-4-6", 4096),
+    ("anthropic.claude-haiku-4-5", 4096),
+    ("anthropic.claude-3-5-haiku", 2048),
+    ("anthropic.claude-3-7-sonnet", 1024),
+    ("anthropic.claude-sonnet-4", 1024),
+    ("anthropic.claude-opus-4", 1024),
+    ("amazon.nova-micro", 1000),
+    ("amazon.nova-lite", 1000),
+    ("amazon.nova-pro", 1000),
+    ("amazon.nova-premier", 1000),
+)
+# Tokens are estimated as UTF-8 bytes / 4: fewer than tokenizers make of prose, code or non-Latin
+# text, so a prompt estimated past a minimum is past it, and one near it gets no cache point (which
+# costs nothing but the cache's discount).
+BYTES_PER_TOKEN = 4
+
 
 class ConverseClient(Protocol):
     """The part of boto3's bedrock-runtime client the provider uses."""
@@ -119,7 +146,7 @@ class BedrockConverseProvider:
         try:
             response = client.converse(**self._body(request))
         except ClientError as exc:
-            raise _classified(exc) from exc
+            raise classified_error(exc) from exc
         except (ReadTimeoutError, ConnectTimeoutError) as exc:
             raise ProviderTimeoutError(f"no answer from Bedrock within {request.timeout_seconds:g}s") from exc
         except (BotocoreConnectionError, HTTPClientError) as exc:
@@ -128,7 +155,7 @@ class BedrockConverseProvider:
             # botocore checked the request against the service model before sending it.
             raise ProviderRejectedError("the Bedrock client refused the request (ParamValidationError)") from exc
         latency_ms = int((time.perf_counter() - started) * 1000)
-        return self._completion(request, response, latency_ms)
+        return converse_completion(request.model, response, latency_ms)
 
     def _client(self, timeout_seconds: float) -> ConverseClient:
         # botocore has no per-call timeout: a client carries one, so keep a client per timeout.
@@ -146,10 +173,9 @@ class BedrockConverseProvider:
 
     @staticmethod
     def _body(request: CompletionRequest) -> dict[str, Any]:
-        body: dict[str, Any] = {
+        return {
             "modelId": request.model,
-            "messages": [_message("user", request.user), *(_turn(turn) for turn in request.conversation)],
-            "inferenceConfig": {"maxTokens": request.max_tokens, "temperature": 0},
+            **converse_input(request, system_blocks(request.system, request.model)),
             "toolConfig": {
                 "tools": [
                     {
@@ -163,36 +189,62 @@ class BedrockConverseProvider:
                 "toolChoice": {"tool": {"name": request.schema_name}},
             },
         }
-        if request.system:
-            body["system"] = [{"text": request.system}]
-        return body
 
-    @staticmethod
-    def _completion(request: CompletionRequest, response: Mapping[str, Any], latency_ms: int) -> Completion:
-        try:
-            blocks = response["output"]["message"]["content"]
-            usage = response.get("usage") or {}
-            # Converse counts cache reads and writes apart from inputTokens; the engine's input
-            # tokens include them. It reports no reasoning tokens apart from outputTokens.
-            cached = token_count(usage.get("cacheReadInputTokens"))
-            written = token_count(usage.get("cacheWriteInputTokens"))
-            input_tokens = token_count(token_count(usage.get("inputTokens")) + cached + written)
-            output_tokens = token_count(usage.get("outputTokens"))
-            content = _answer(blocks)
-            finish_reason = str(response.get("stopReason") or "")
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            # A success that is not a Converse message is a service fault, not the model's answer.
-            raise ProviderUnavailableError("Bedrock answered with a malformed Converse response") from exc
-        return Completion(
-            content=content,
-            model=request.model,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            latency_ms=latency_ms,
-            finish_reason=finish_reason,
-            cached_input_tokens=cached,
-            cache_write_input_tokens=written,
-        )
+
+def converse_input(request: CompletionRequest, system: list[dict[str, Any]]) -> dict[str, Any]:
+    """The messages, system prompt (as `system` blocks; none when empty) and inference settings of a
+    Converse request: what a real-time call and a batch record (engine.gateway.bedrock_batch) share."""
+    body: dict[str, Any] = {
+        "messages": [_message("user", request.user), *(_turn(turn) for turn in request.conversation)],
+        "inferenceConfig": {"maxTokens": request.max_tokens, "temperature": 0},
+    }
+    if system:
+        body["system"] = system
+    return body
+
+
+def system_blocks(system: str, model: str) -> list[dict[str, Any]]:
+    """A system prompt as Converse blocks: none when it is empty (a blank block is refused), followed by a
+    cache point when it is long enough for the model's prompt cache."""
+    if not system:
+        return []
+    minimum = cache_point_min_tokens(model)
+    if minimum is None or len(system.encode("utf-8", "surrogatepass")) // BYTES_PER_TOKEN < minimum:
+        return [{"text": system}]
+    return [{"text": system}, {"cachePoint": {"type": "default"}}]
+
+
+def cache_point_min_tokens(model: str) -> int | None:
+    """The fewest tokens `model`'s prompt cache takes at a cache point; None: no cache point for it."""
+    return next((tokens for family, tokens in CACHE_POINT_MIN_TOKENS if family in model), None)
+
+
+def converse_completion(model: str, response: Mapping[str, Any], latency_ms: int) -> Completion:
+    """The answer in a Converse response (a real-time call's, or a batch record's modelOutput)."""
+    try:
+        blocks = response["output"]["message"]["content"]
+        usage = response.get("usage") or {}
+        # Converse counts cache reads and writes apart from inputTokens; the engine's input
+        # tokens include them. It reports no reasoning tokens apart from outputTokens.
+        cached = token_count(usage.get("cacheReadInputTokens"))
+        written = token_count(usage.get("cacheWriteInputTokens"))
+        input_tokens = token_count(token_count(usage.get("inputTokens")) + cached + written)
+        output_tokens = token_count(usage.get("outputTokens"))
+        content = _answer(blocks)
+        finish_reason = str(response.get("stopReason") or "")
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        # A success that is not a Converse message is a service fault, not the model's answer.
+        raise ProviderUnavailableError("Bedrock answered with a malformed Converse response") from exc
+    return Completion(
+        content=content,
+        model=model,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        latency_ms=latency_ms,
+        finish_reason=finish_reason,
+        cached_input_tokens=cached,
+        cache_write_input_tokens=written,
+    )
 
 
 def _message(role: str, text: str) -> dict[str, Any]:
@@ -213,7 +265,7 @@ def _answer(blocks: object) -> str:
     return "".join(block["text"] for block in blocks if "text" in block)
 
 
-def _classified(exc: ClientError) -> JobError:
+def classified_error(exc: ClientError) -> JobError:
     """The engine error for a Bedrock error response, by its error code, else by its HTTP status."""
     code = str(exc.response.get("Error", {}).get("Code") or "")
     status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")

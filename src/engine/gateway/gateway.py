@@ -145,6 +145,11 @@ def input_token_bound(*texts: str) -> int:
     return sum(len(text.encode("utf-8", "surrogatepass")) + MESSAGE_OVERHEAD_TOKENS for text in texts)
 
 
+def prompt_cache_key(job_type: str, prompt_version: str) -> str:
+    """What requests of a job type share, for a provider's prompt cache: its instructions, of one version."""
+    return f"{job_type}:{prompt_version}"
+
+
 def strip_code_fence(content: str) -> str:
     """Models asked for JSON sometimes wrap it in a ```json fence; the fence is not the answer."""
     text = content.strip()
@@ -303,6 +308,7 @@ class ModelGateway:
             max_tokens=definition.max_tokens,
             timeout_seconds=timeout,
             conversation=tuple(conversation or ()),
+            cache_key=prompt_cache_key(definition.name, prompt.version),
         )
 
     def _execution(

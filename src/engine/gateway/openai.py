@@ -5,15 +5,17 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC
 from email.utils import parsedate_to_datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import httpx
 
 from engine.core.errors import OutputTooLargeError, ProviderTimeoutError, ProviderUnavailableError
 from engine.gateway.provider import Completion, CompletionRequest, error_for_status, part_count, token_count
-from engine.gateway.schema import strict_json_schema
+from engine.gateway.schema import strict_json_schema, system_with_schema
 
 StructuredOutput = Literal["json_schema", "json_object"]
 
@@ -24,9 +26,6 @@ MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 # Every request names its job type in this header: harmless to a real provider, useful in a proxy's
 # logs, and how the local provider (aijobs.local) tells job types apart.
 JOB_TYPE_HEADER = "X-Aijobs-Job-Type"
-# json_object mode names no schema in response_format, so the system message carries it: this line,
-# then the schema as compact JSON on the next line.
-SCHEMA_PREAMBLE = "Answer with one JSON object that is valid against this JSON schema:"
 
 
 class ApiKeySource(Protocol):
@@ -44,8 +43,8 @@ def static_api_key(key: str | None) -> ApiKeySource:
     return source
 
 
-class _BodyTooLargeError(Exception):
-    pass
+class BodyTooLargeError(Exception):
+    """A response body past MAX_RESPONSE_BYTES (left unread)."""
 
 
 def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -69,7 +68,7 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
     return max(when.timestamp() - reference, 0.0)
 
 
-def _default_client() -> httpx.Client:
+def default_client() -> httpx.Client:
     # One pooled client per process, reused by every record of every invocation.
     return httpx.Client(limits=httpx.Limits(max_connections=32, max_keepalive_connections=16))
 
@@ -88,71 +87,61 @@ class OpenAICompatibleProvider:
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._api_key = api_key
         self._structured_output = structured_output
-        self._client = client or _default_client()
+        self._client = client or default_client()
 
     def complete(self, request: CompletionRequest) -> Completion:
         started = time.perf_counter()
-        key = self._api_key()
-        status, headers, content = self._post(request, key)
-        if status == 401:
-            # A rotated key: read the secret again, and ask once more if it changed.
-            fresh = self._api_key(refresh=True)
-            if fresh != key:
-                status, headers, content = self._post(request, fresh)
+        status, headers, content = send_authorized(self._api_key, lambda auth: self._post(request, auth))
         latency_ms = int((time.perf_counter() - started) * 1000)
-        if status >= 400:
-            retry_after = parse_retry_after(headers.get("retry-after"))
-            raise error_for_status(status, "provider", f"HTTP {status}", retry_after)
-        return self._completion(request, content, latency_ms)
+        return parse_completion(status, content, request.model, latency_ms, headers.get("retry-after"))
 
-    def _post(self, request: CompletionRequest, key: str | None) -> tuple[int, httpx.Headers, bytes]:
+    def _post(self, request: CompletionRequest, auth: dict[str, str]) -> Sent:
         """One request: the status, headers and at most MAX_RESPONSE_BYTES of body."""
         timeout = httpx.Timeout(request.timeout_seconds, connect=min(_CONNECT_TIMEOUT_SECONDS, request.timeout_seconds))
-        headers = request_headers(request)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        try:
-            body = chat_completion_body(request, self._structured_output)
-            with self._client.stream("POST", self._url, json=body, headers=headers, timeout=timeout) as response:
-                return response.status_code, response.headers, _read_bounded(response)
-        except httpx.TimeoutException as exc:
-            raise ProviderTimeoutError(f"no answer from the provider within {request.timeout_seconds:g}s") from exc
-        except httpx.TransportError as exc:
-            raise ProviderUnavailableError(f"provider connection failed: {type(exc).__name__}") from exc
-        except _BodyTooLargeError as exc:
-            # Not a completion of max_tokens tokens; paying for it again would not make it one.
-            raise OutputTooLargeError(f"the provider's response is larger than {MAX_RESPONSE_BYTES} bytes") from exc
+        body = chat_completion_body(request, self._structured_output)
+        headers = {**request_headers(request), **auth}
+        with (
+            provider_errors(request.timeout_seconds),
+            self._client.stream("POST", self._url, json=body, headers=headers, timeout=timeout) as response,
+        ):
+            return response.status_code, response.headers, read_bounded(response)
 
-    @staticmethod
-    def _completion(request: CompletionRequest, content_bytes: bytes, latency_ms: int) -> Completion:
-        try:
-            envelope = json.loads(content_bytes)
-            choice = envelope["choices"][0]
-            message = choice["message"]
-            usage = envelope.get("usage") or {}
-            input_tokens = token_count(usage.get("prompt_tokens"))
-            output_tokens = token_count(usage.get("completion_tokens"))
-            # prompt_tokens counts the cached ones, completion_tokens the reasoning ones.
-            cached = part_count((usage.get("prompt_tokens_details") or {}).get("cached_tokens"), input_tokens)
-            reasoning = part_count(
-                (usage.get("completion_tokens_details") or {}).get("reasoning_tokens"), output_tokens
-            )
-            content = message.get("content")
-            finish_reason = str(choice.get("finish_reason") or ("refusal" if message.get("refusal") else ""))
-            model = str(envelope.get("model") or request.model)
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
-            # A 2xx that is not a chat completion is a provider fault, not the model's answer.
-            raise ProviderUnavailableError("provider answered with a malformed completion envelope") from exc
-        return Completion(
-            content=content if isinstance(content, str) else "",
-            model=model,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            latency_ms=latency_ms,
-            finish_reason=finish_reason,
-            cached_input_tokens=cached,
-            reasoning_tokens=reasoning,
-        )
+
+# What one HTTP request to the provider gave: its status, headers and (bounded) body.
+Sent = tuple[int, httpx.Headers, bytes]
+# What a request gives, its HTTP status first.
+Response = TypeVar("Response", bound=tuple[object, ...])
+
+
+def send_authorized(api_key: ApiKeySource, send: Callable[[dict[str, str]], Response]) -> Response:
+    """`send(headers)` with the key's Authorization header; when its status is 401, the key is read
+    again from its source (a rotated secret) and, if it changed, the request is sent once more."""
+    key = api_key()
+    sent = send(_authorization(key))
+    if sent[0] == 401:
+        fresh = api_key(refresh=True)
+        if fresh != key:
+            sent = send(_authorization(fresh))
+    return sent
+
+
+def _authorization(key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+@contextmanager
+def provider_errors(timeout_seconds: float) -> Iterator[None]:
+    """The engine's errors for a request that got no (whole) response: a timeout, a broken connection,
+    a body larger than MAX_RESPONSE_BYTES."""
+    try:
+        yield
+    except httpx.TimeoutException as exc:
+        raise ProviderTimeoutError(f"no answer from the provider within {timeout_seconds:g}s") from exc
+    except httpx.TransportError as exc:
+        raise ProviderUnavailableError(f"provider connection failed: {type(exc).__name__}") from exc
+    except BodyTooLargeError as exc:
+        # Not a completion of max_tokens tokens; paying for it again would not make it one.
+        raise OutputTooLargeError(f"the provider's response is larger than {MAX_RESPONSE_BYTES} bytes") from exc
 
 
 def request_headers(request: CompletionRequest) -> dict[str, str]:
@@ -161,14 +150,9 @@ def request_headers(request: CompletionRequest) -> dict[str, str]:
     return {JOB_TYPE_HEADER: name} if name and name.isascii() and name.isprintable() else {}
 
 
-def system_with_schema(system: str, schema: dict[str, Any]) -> str:
-    """The system message of json_object mode: the prompt's, then SCHEMA_PREAMBLE and the schema."""
-    compact = json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
-    return f"{system}\n\n{SCHEMA_PREAMBLE}\n{compact}" if system else f"{SCHEMA_PREAMBLE}\n{compact}"
-
-
 def chat_completion_body(request: CompletionRequest, structured_output: StructuredOutput) -> dict[str, Any]:
-    """The Chat Completions request body for `request`, asking for structured output as `structured_output` says."""
+    """The Chat Completions request body for `request`, asking for structured output as `structured_output` says:
+    what a real-time call posts, and what a batch line (engine.gateway.openai_batch) carries."""
     system = request.system
     if structured_output == "json_schema":
         response_format: dict[str, Any] = {
@@ -182,7 +166,7 @@ def chat_completion_body(request: CompletionRequest, structured_output: Structur
     else:
         response_format = {"type": "json_object"}
         system = system_with_schema(system, request.output_schema)
-    return {
+    body: dict[str, Any] = {
         "model": request.model,
         "messages": [
             {"role": "system", "content": system},
@@ -193,14 +177,55 @@ def chat_completion_body(request: CompletionRequest, structured_output: Structur
         "temperature": 0,
         "response_format": response_format,
     }
+    if request.cache_key:
+        # Routes requests that share a prompt prefix (a job type's instructions) to the same prompt cache.
+        body["prompt_cache_key"] = request.cache_key
+    return body
 
 
-def _read_bounded(response: httpx.Response) -> bytes:
+def parse_completion(
+    status: int, body: bytes | object, model: str, latency_ms: int, retry_after: str | None = None
+) -> Completion:
+    """The answer in a Chat Completions response of HTTP `status` (a real-time call's, or a batch line's),
+    whose body is `body` (raw bytes, or already parsed JSON); the engine error for a status that is
+    not a success (`retry_after`: the Retry-After header, if any)."""
+    if status >= 400:
+        raise error_for_status(status, "provider", f"HTTP {status}", parse_retry_after(retry_after))
+    try:
+        envelope: Any = json.loads(body) if isinstance(body, bytes) else body
+        choice = envelope["choices"][0]
+        message = choice["message"]
+        usage = envelope.get("usage") or {}
+        input_tokens = token_count(usage.get("prompt_tokens"))
+        output_tokens = token_count(usage.get("completion_tokens"))
+        # prompt_tokens counts the cached ones, completion_tokens the reasoning ones.
+        cached = part_count((usage.get("prompt_tokens_details") or {}).get("cached_tokens"), input_tokens)
+        reasoning = part_count((usage.get("completion_tokens_details") or {}).get("reasoning_tokens"), output_tokens)
+        content = message.get("content")
+        finish_reason = str(choice.get("finish_reason") or ("refusal" if message.get("refusal") else ""))
+        answered_by = str(envelope.get("model") or model)
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        # A 2xx that is not a chat completion is a provider fault, not the model's answer.
+        raise ProviderUnavailableError("provider answered with a malformed completion envelope") from exc
+    return Completion(
+        content=content if isinstance(content, str) else "",
+        model=answered_by,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        latency_ms=latency_ms,
+        finish_reason=finish_reason,
+        cached_input_tokens=cached,
+        reasoning_tokens=reasoning,
+    )
+
+
+def read_bounded(response: httpx.Response) -> bytes:
+    """A response's body, or BodyTooLargeError past MAX_RESPONSE_BYTES."""
     chunks: list[bytes] = []
     size = 0
     for chunk in response.iter_bytes():
         size += len(chunk)
         if size > MAX_RESPONSE_BYTES:
-            raise _BodyTooLargeError
+            raise BodyTooLargeError
         chunks.append(chunk)
     return b"".join(chunks)

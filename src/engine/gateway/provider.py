@@ -33,6 +33,9 @@ class CompletionRequest:
     timeout_seconds: float
     # Turns after the user prompt: a rejected answer and the re-ask that explains why.
     conversation: tuple[ChatTurn, ...] = ()
+    # Names the prompt prefix this request shares with others (the job type and its prompt version),
+    # for providers whose prompt cache takes a hint (OpenAI's prompt_cache_key).
+    cache_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
+
+# Where a request cannot name a schema for the answer (OpenAI's json_object mode, a Bedrock batch
+# record), the system message carries it: this line, then the schema as compact JSON on the next line.
+SCHEMA_PREAMBLE = "Answer with one JSON object that is valid against this JSON schema:"
 
 # Keywords OpenAI's strict structured output refuses; pydantic still checks them on the answer.
 _UNSUPPORTED_IN_STRICT = frozenset({"default", "minLength", "maxLength", "title"})
@@ -38,3 +43,10 @@ def _strict(node: Any) -> Any:
         result["additionalProperties"] = False
         result["required"] = list(node.get("properties", {}))
     return result
+
+
+def system_with_schema(system: str, schema: dict[str, Any]) -> str:
+    """A system message that asks for an answer valid against `schema`: the prompt's, then
+    SCHEMA_PREAMBLE and the schema."""
+    compact = json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
+    return f"{system}\n\n{SCHEMA_PREAMBLE}\n{compact}" if system else f"{SCHEMA_PREAMBLE}\n{compact}"

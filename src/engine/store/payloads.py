@@ -1,9 +1,10 @@
 """PayloadStore: the only code that talks to S3.
 
 It keeps what is too large for a DynamoDB item (which stops at 400 KB): job inputs and raw
-dead-letter bodies past `INLINE_BYTES`. The table's items reference them by key; the bucket's
-lifecycle expires them with the table's retention. Jobs waiting for a provider's batch are kept
-there too, under `batches/` (engine.batching.files).
+dead-letter bodies past `INLINE_BYTES`, and the files of Bedrock batch inference jobs (their input,
+and the results Bedrock writes back: engine.gateway.bedrock_batch). The table's items reference them
+by key; the bucket's lifecycle expires them with the table's retention. Jobs waiting for a
+provider's batch are kept there too, under `batches/` (engine.batching.files).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import hashlib
 import re
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 import boto3
 from botocore.exceptions import ClientError
@@ -77,8 +78,19 @@ class PayloadStore:
                 self._s3 = self._connect()
             return self._s3
 
-    def put(self, key: str, data: bytes) -> None:
-        self._client.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType="application/json")
+    def put(self, key: str, data: bytes, content_type: str = "application/json") -> None:
+        self._client.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType=content_type)
+
+    def keys(self, prefix: str) -> list[str]:
+        """The keys under `prefix`, in key order."""
+        keys: list[str] = []
+        for page in self._client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
+            keys += [item["Key"] for item in page.get("Contents", []) if "Key" in item]
+        return keys
+
+    def download(self, key: str, file: IO[bytes]) -> None:
+        """Write the object at `key` into `file`, streamed: an object can be larger than memory holds."""
+        self._client.download_fileobj(self.bucket, key, file)
 
     def get(self, key: str) -> bytes:
         try:
@@ -88,11 +100,6 @@ class PayloadStore:
                 raise PayloadMissingError(f"payload {key} is gone from the payload bucket") from exc
             raise
         return response["Body"].read()
-
-    def keys(self, prefix: str) -> list[str]:
-        """The keys under `prefix`, in S3's order (UTF-8 binary)."""
-        pages = self._client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
-        return [entry["Key"] for page in pages for entry in page.get("Contents", [])]
 
     def delete(self, keys: Sequence[str]) -> None:
         """Delete `keys` (absent ones too), a thousand to a request; raises when S3 refuses any."""
