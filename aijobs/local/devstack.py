@@ -7,7 +7,8 @@
 - the worker and dead-letter functions, built with the engine's own wiring from Settings that
   point at the local endpoint, and run by local event source mappings with Lambda's batch shape,
   partial batch responses and the template's timeouts; the events function, fed by the table's
-  stream (aijobs.local.streams).
+  stream (aijobs.local.streams); with AIJOBS_BATCH_API=on, the batcher every few seconds
+  (aijobs.local.schedule).
 
 Nothing here reads or changes os.environ: the functions' own settings (`AI_*`, `AIJOBS_*`) come in
 as `DevStackOptions.function_environment`, as the template would set them; `environment` holds the
@@ -30,6 +31,7 @@ from aijobs.local.aws import LocalAws
 from aijobs.local.batches import DEFAULT_BATCH_DELAY_SECONDS
 from aijobs.local.poller import EventSourceMapping, MappingStats
 from aijobs.local.provider import LocalProvider
+from aijobs.local.schedule import Schedule
 from aijobs.local.streams import TableStream
 from aijobs.stack import (
     DEFAULT_TEMPLATE,
@@ -43,12 +45,15 @@ from engine.config import Settings, load_settings
 from engine.definitions import JobRegistry
 from engine.gateway import build_gateway
 from engine.observability import Event, Handle, lambda_function
-from engine.wiring import build_events, build_recorder, build_worker
+from engine.wiring import build_batcher, build_events, build_recorder, build_worker
 
 # The model id the local provider answers as; priced like the real one, so the demo shows costs.
 LOCAL_MODEL = "gpt-4o-mini"
 LOCAL_API_KEY = "local-key"
 LOCAL_WAIT_SECONDS = 1
+# How often the batcher runs locally (every minute in AWS): its polls of the provider still come
+# every AIJOBS_BATCH_POLL_SECONDS.
+LOCAL_BATCHER_SECONDS = 1.0
 # The settings a function reads from the environment the template gives it: `aijobs dev` passes on
 # every variable of its own environment with these prefixes.
 FUNCTION_VARIABLE_PREFIXES = ("AI_", "AIJOBS_")
@@ -114,6 +119,7 @@ class DevStack:
         self._aws = LocalAws(port=self.options.aws_port, separate_process=True)
         self.provider: LocalProvider | None = None
         self._mappings: list[EventSourceMapping] = []
+        self._schedules: list[Schedule] = []
         self._stream: TableStream | None = None
         self.session = local_session()
         self.environment: dict[str, str] = {}
@@ -220,12 +226,25 @@ class DevStack:
             ).start()
         )
 
+        if self.settings.aijobs_batch_api:
+            batcher = build_batcher(self.settings, self.session)
+            self._schedules.append(
+                Schedule(
+                    lambda_function(batcher.handle, emit_metrics=not self.options.quiet),
+                    LOCAL_BATCHER_SECONDS,
+                    function_timeout(template, "BatchFunction"),
+                    "aijobs-batches",
+                ).start()
+            )
+
     def mapping_stats(self, queue_url: str) -> MappingStats:
         """What the event source mapping of a queue did so far (batches, records delivered, ...)."""
         (mapping,) = (mapping for mapping in self._mappings if mapping.queue_url == queue_url)
         return mapping.stats
 
     def stop(self) -> None:
+        for schedule in self._schedules:
+            schedule.stop()
         for mapping in self._mappings:
             mapping.stop()
         if self._stream is not None:

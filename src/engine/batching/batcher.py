@@ -147,7 +147,16 @@ class Batcher:
         """Create a recorded batch at the provider, or adopt the one an earlier pass created."""
         now = self._now_ms()
         metadata = {METADATA_KEY: record.key}
-        found = self._provider.find(metadata) if adopt else []
+        found: list[str] = []
+        if adopt:
+            try:
+                found = self._provider.find(metadata)
+            except Exception as exc:
+                if now < record.rescue_at:
+                    # Not created again while it may exist: the next pass looks again.
+                    log_unexpected("a batch's provider batch could not be looked for", exc, batch=record.key)
+                    report["adopt_retried"] += 1
+                    return
         if found:
             batch_id = found[0]
             for extra in found[1:]:  # created twice (never both recorded): the newest is kept
