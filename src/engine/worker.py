@@ -94,7 +94,8 @@ class Worker:
         # Background jobs may go to a provider's batch: claimed with its terms, then kept for it.
         batching = self._batching if lane is Lane.BACKGROUND else None
         steps: dict[int, Step] = {}
-        if admission is not None or batching is not None:
+        phased = admission is not None or batching is not None
+        if phased:
             steps = self._claim(records, lane, remaining_ms, batching.terms() if batching else None)
         if batching is not None:
             steps |= self._keep_batched(batching, steps, admission, remaining_ms)
@@ -118,14 +119,14 @@ class Worker:
                     # message can come back, lest its next claim find the budget still reserved.
                     settled.add(id(step))
                     await loop.run_in_executor(self._executor, admission.settle, [verdict])
-            elif admission is None:  # no shared limits or budgets: each record runs whole
+            elif step is not None:  # decided when it was claimed (or kept for a provider's batch)
+                disposition = step
+            elif not phased:  # no shared limits, budgets or batches: each record runs whole
                 disposition = await loop.run_in_executor(
                     self._executor, self._runner.process, delivery_of(record, lane), remaining_ms
                 )
-            elif step is None:  # not one of the event's records as claimed: nothing done, it comes back
+            else:  # not one of the event's records as claimed: nothing done, it comes back
                 disposition = Retry(Fate.ERROR, RETRY_SOON_SECONDS, "record not claimed with its batch")
-            else:
-                disposition = step
             metrics.add_metric(name=f"Jobs_{disposition.fate.value}", unit=MetricUnit.Count, value=1)
             if isinstance(disposition, Retry):
                 limit = visibility_limit_seconds(record, invoked_at, time.time())
