@@ -6,7 +6,9 @@ on: the local provider enforces DEMO_RPM requests a minute of its own and the wo
 limit, so a burst of jobs is spaced to it; and one user has a daily budget of one job's worst
 case, so that their later jobs wait for it and, their deadline short, end `budget_exceeded`. A
 background backfill drains under the same limit while interactive jobs submitted during it are
-answered at once (docs/lanes.md); the summary gives each lane's time from submission to end.
+answered at once (docs/lanes.md); the summary gives each lane's time from submission to end. Jobs
+with a day to spare go through the provider's batch API (docs/batches.md): the summary prints what
+they cost against the same calls in real time.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ from aijobs.events import EventsTap
 from aijobs.local.devstack import LOCAL_MODEL, DevStack, DevStackOptions
 from aijobs.local.provider import ServedRequest
 from aijobs.render import status_text
-from engine.core import ErrorCode, JobStatus, Lane
+from engine.core import ErrorCode, JobStatus, Lane, Via
 from engine.core.errors import JobNotFoundError
+from engine.gateway import price_table
 from engine.models import JobView
 from engine.observability import logger as engine_logger
+from engine.wiring import Aws, build_store
 
 POLL_SECONDS = 1.0
 # How long the demo waits for the completion events of the jobs that ended.
@@ -44,6 +48,18 @@ BURST_JOBS = 8
 # A background backfill far larger than the limit's ten seconds, and interactive jobs sent during it.
 BACKFILL_JOBS = 40
 DURING_BACKFILL = 3
+# The backfill's deadline: too near for a batch, so that it shows the lanes under the shared limit.
+BACKFILL_DEADLINE_SECONDS = 150
+# Background jobs with the default deadline (a day): through a batch.
+OVERNIGHT_JOBS = 12
+# The batch settings of the demo: a short window, a poll a second, the shortest rescue time; jobs
+# whose deadline is rescue + window + poll + 60 s away or more go through a batch.
+DEMO_BATCHES = {
+    "AIJOBS_BATCH_API": "on",
+    "AIJOBS_BATCH_WINDOW_SECONDS": "5",
+    "AIJOBS_BATCH_POLL_SECONDS": "1",
+    "AIJOBS_BATCH_RESCUE_SECONDS": "60",
+}
 DEMO_USER = "demo"
 # The user with a daily budget of one job's worst case.
 CAPPED_USER = "capped"
@@ -168,8 +184,21 @@ def sample_jobs(run: str) -> list[SampleJob]:
             note="a background backfill, under the same limit",
             user_id="backfill",
             lane=Lane.BACKGROUND,
+            deadline_seconds=BACKFILL_DEADLINE_SECONDS,
         )
         for n in range(1, BACKFILL_JOBS + 1)
+    ]
+    jobs += [
+        SampleJob(
+            f"{run}-overnight-{n}",
+            "classify",
+            {"text": f"{TICKETS[n % len(TICKETS)]} (overnight {n})", "labels": LABELS},
+            ok,
+            note="background, a day to spare: through a batch, at half price",
+            user_id="overnight",
+            lane=Lane.BACKGROUND,
+        )
+        for n in range(1, OVERNIGHT_JOBS + 1)
     ]
     jobs += [
         SampleJob(
@@ -260,7 +289,7 @@ def ended_as_meant(job: SampleJob, view: JobView | None) -> bool:
 
 def demo_options() -> DevStackOptions:
     """The embedded stack with fleet control on: the provider's own limit, the same limit shared by
-    the workers, and budgets read (users without a cap of their own are not capped)."""
+    the workers, and budgets read (users without a cap of their own are not capped); and batches."""
     return DevStackOptions(
         aws_port=0,
         provider_port=0,
@@ -270,6 +299,7 @@ def demo_options() -> DevStackOptions:
         function_environment={
             "AIJOBS_PROVIDER_LIMITS": json.dumps({LOCAL_MODEL: {"rpm": DEMO_RPM}}),
             "AIJOBS_DEFAULT_DAILY_BUDGET_USD": "unlimited",
+            **DEMO_BATCHES,
         },
     )
 
@@ -314,6 +344,7 @@ def run_demo(console: Console, timeout_seconds: float = 120.0) -> bool:
         console.print(summary(jobs, views, ended_after, time.monotonic() - started))
         assert stack.provider is not None
         console.print(fleet_summary(client, cap, stack.provider.log))
+        console.print(batch_summary(stack, [job for job in jobs if "-overnight-" in job.job_id]))
         console.print(events_summary(jobs, events))
         return all(ended_as_meant(job, views.get(job.job_id)) for job in jobs) and one_event_each(jobs, events)
 
@@ -377,6 +408,29 @@ def summary(
     ]
     if during:
         table.add_row("during the backfill", f"interactive jobs answered in {', '.join(during)} (submit to end)")
+    return table
+
+
+def batch_summary(stack: DevStack, jobs: list[SampleJob]) -> Table:
+    """What the batched jobs cost, against the same calls (their tokens) at the real-time price."""
+    prices = price_table(stack.settings)
+    store = build_store(stack.settings, Aws(stack.settings, stack.session))
+    batched = [attempt for job in jobs for attempt in store.attempts(job.job_id) if attempt.via is Via.BATCH]
+    paid = sum((attempt.cost_usd for attempt in batched), Decimal(0))
+    realtime = sum((prices.cost(attempt.model or LOCAL_MODEL, attempt).usd for attempt in batched), Decimal(0))
+    table = Table(title="batches", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row(
+        "through a batch",
+        f"{len({attempt.job_id for attempt in batched})} of {len(jobs)} background jobs with a day to spare, in "
+        f"{len({attempt.batch_id for attempt in batched})} batch(es) of the local provider's batch API",
+    )
+    if realtime:
+        table.add_row(
+            "cost",
+            f"${paid:.6f} against ${realtime:.6f} for the same tokens in real time ({paid / realtime:.2f} of it)",
+        )
     return table
 
 

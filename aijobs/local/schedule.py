@@ -27,7 +27,9 @@ def scheduled_event(function_name: str) -> dict[str, Any]:
 
 
 class Schedule:
-    def __init__(self, handle: Handle, every_seconds: float, function_timeout_seconds: float, function_name: str) -> None:
+    def __init__(
+        self, handle: Handle, every_seconds: float, function_timeout_seconds: float, function_name: str
+    ) -> None:
         self._handle = handle
         self._every = every_seconds
         self._timeout = function_timeout_seconds

@@ -19,7 +19,7 @@ import pytest
 
 from aijobs.local.provider import LocalProvider
 from aijobs.stack import StackResources
-from engine.batching.batcher import CLOSE_GRACE_MS, Batcher
+from engine.batching.batcher import Batcher
 from engine.batching.files import BatchFiles
 from engine.batching.intake import BatchIntake, BatchTiming
 from engine.batching.records import BatchPhase
@@ -126,7 +126,7 @@ class Stack:
 
     def gather(self) -> None:
         """Move the engine's clock past the window and its grace, and run a pass."""
-        self.clock.offset_ms += TIMING.window_ms + CLOSE_GRACE_MS
+        self.clock.offset_ms += TIMING.closes_at(TIMING.window_of(self.clock.now_ms())) - self.clock.now_ms()
         self.batcher.run()
 
     def until_ended(self) -> int:

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.batching.batcher import CLOSE_GRACE_MS, Batcher
+from engine.batching.batcher import Batcher
 from engine.batching.files import BatchFiles
 from engine.batching.intake import BatchIntake, BatchTiming
 from engine.batching.memory import MemoryBatchRecords, MemoryObjects
@@ -117,8 +117,7 @@ class Fleet:
 
     def gather(self) -> Counter[str]:
         """Move past the window and its grace, and run a pass."""
-        self.clock.now_ms = max(self.clock.now_ms, TIMING.window_end(TIMING.window_of(self.clock.now_ms)))
-        self.clock.now_ms += CLOSE_GRACE_MS
+        self.clock.now_ms = max(self.clock.now_ms, TIMING.closes_at(TIMING.window_of(self.clock.now_ms)))
         return self.batcher.run()
 
     def redeliver(self) -> list[Any]:

@@ -47,8 +47,6 @@ from engine.runner import Claimed, JobRunner, RemainingMs
 
 # The metadata naming a batch's record, given to the provider when the batch is created.
 METADATA_KEY = "aijobs_batch"
-# A window's parts are gathered this long after it ends: workers still writing theirs finish first.
-CLOSE_GRACE_MS = 30_000
 # A pass stops when its invocation has less than this left (a conclusion goes on in the next pass).
 STOP_MARGIN_MS = 30_000
 # Jobs read in one request while a batch is concluded (BatchGetItem's most).
@@ -395,7 +393,7 @@ class Batcher:
         now = self._now_ms()
         by_model: dict[str, list[PartKey]] = defaultdict(list)
         for key in self._files.parts():
-            if self._timing.window_end(key.window) + CLOSE_GRACE_MS <= now:
+            if self._timing.closes_at(key.window) <= now:
                 by_model[key.model].append(key)
         for model, keys in by_model.items():
             parts = [self._files.read_part(key) for key in keys]

@@ -29,6 +29,8 @@ from engine.observability import log_unexpected
 from engine.retry import backoff_seconds
 from engine.runner import Claimed, JobRunner, RemainingMs
 
+# A window's parts are gathered this long after it ends (or a window's length, when shorter).
+CLOSE_GRACE_MS = 30_000
 # What an attempt can use at most (engine.gateway.ModelGateway.plan).
 Planner = Callable[[JobDefinition, BaseModel], CallPlan]
 
@@ -52,6 +54,11 @@ class BatchTiming:
 
     def window_end(self, window: str) -> int:
         return int(window) + self.window_ms
+
+    def closes_at(self, window: str) -> int:
+        """When a window's parts are gathered: a window's length after it ends (at most CLOSE_GRACE_MS),
+        so that workers still writing theirs have finished."""
+        return self.window_end(window) + min(CLOSE_GRACE_MS, self.window_ms)
 
 
 class BatchIntake:
