@@ -30,9 +30,11 @@ from aijobs.local.devstack import LOCAL_CREDENTIALS
 from aijobs.local.lambda_events import InvocationContext, sqs_event, sqs_record
 from aijobs.local.provider import LocalProvider
 from aijobs.stack import StackResources, create_stack_resources
+from bench.batches import batch_figures
 from bench.capacity import Index, WriteMeter, item_size, units
 from bench.events import events_figures
 from bench.fleet import fleet_figures
+from bench.lanes import lanes_figures
 from bench.report import Figure, quiet_engine, render
 from bench.shapes import message
 from bench.stacks import moto_stack
@@ -572,6 +574,8 @@ def measure(console: Console) -> list[Figure]:
         )
     )
     figures += fleet_figures(console)
+    figures += lanes_figures(console)
+    figures += batch_figures(console)
     figures += events_figures(console)
     figures += ui_figures(console)
     return figures

@@ -103,7 +103,7 @@ class Settings(BaseModel):
     aijobs_batch_api: bool = False
     aijobs_batch_window_seconds: Annotated[int, Field(ge=1, le=86_400)] = 300
     aijobs_batch_poll_seconds: Annotated[int, Field(ge=1, le=3_600)] = 60
-    aijobs_batch_rescue_seconds: Annotated[int, Field(ge=60, le=86_400)] = 1_800
+    aijobs_batch_rescue_seconds: Annotated[int, Field(ge=1, le=86_400)] = 1_800
     # The service role Bedrock's batch inference jobs read their input and write their output with.
     aijobs_batch_role_arn: Annotated[str | None, Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/\S+$")] = None
     # The EventBridge bus completion events go to (a name or an ARN; "default": the account's own).

@@ -1,0 +1,166 @@
+"""Background jobs through a batch API with `aijobs dev`, against a batch-capable provider of the test's own.
+
+`aijobs dev` runs in a process of its own with AIJOBS_BATCH_API=on and short batch settings, and
+AI_BASE_URL naming a local provider this test started (its Files and Batches APIs, its faults asked
+for by a marker in a job's input). Each case waits for its jobs' ends, never for a time: the batch
+path and its price, failed lines, an expired batch, a stalled one (cancelled at its rescue time,
+its jobs answered in real time before their deadlines), and answers that fail validation.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from decimal import Decimal
+
+import pytest
+
+from aijobs.local.provider import LocalProvider
+from engine.config import load_settings
+from engine.core import AttemptRecord, Job, JobStatus, Via
+from engine.gateway import PriceTable
+from engine.store import DynamoJobStore
+from engine.wiring import Aws, build_store
+from tests.support.dev_process import DevProcess, clean_environment
+from tests.support.waiting import eventually
+
+MODEL = "gpt-4o-mini"
+WINDOW, POLL, RESCUE = 2, 1, 20
+# Far enough for a batch (rescue + window + poll + 60 s), near enough for a stalled batch's rescue
+# to come within the test.
+NEAR_DEADLINE_SECONDS = RESCUE + WINDOW + POLL + 60 + 10
+WAIT_SECONDS = 60.0
+
+
+@pytest.fixture(scope="module")
+def provider() -> Iterator[LocalProvider]:
+    started = LocalProvider(api_key="their-key", latency_seconds=0.0, batch_delay_seconds=0.5).start()
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def dev(provider: LocalProvider, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevProcess]:
+    environment = clean_environment() | {
+        "AI_BASE_URL": provider.url,
+        "AI_API_KEY": "their-key",
+        "AI_MODEL_PRIMARY": MODEL,
+        "AIJOBS_BATCH_API": "on",
+        "AIJOBS_BATCH_WINDOW_SECONDS": str(WINDOW),
+        "AIJOBS_BATCH_POLL_SECONDS": str(POLL),
+        "AIJOBS_BATCH_RESCUE_SECONDS": str(RESCUE),
+    }
+    with DevProcess(["--port", "0", "--provider-port", "0"], environment, tmp_path_factory.mktemp("dev")) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def store(dev: DevProcess) -> DynamoJobStore:
+    settings = load_settings(dev.exported)
+    return build_store(settings, Aws(settings))
+
+
+def submit(dev: DevProcess, count: int, text: str, deadline_seconds: int | None = None) -> list[str]:
+    run = uuid.uuid4().hex[:6]
+    ids = [f"batch-{run}-{n}" for n in range(count)]
+    for job_id in ids:
+        job_input = {"text": f"{text} ({job_id})", "labels": ["spam", "ham"]}
+        args = ["submit", "--type", "classify", "--user", "u-batch", "--input", json.dumps(job_input)]
+        args += ["--job-id", job_id, "--lane", "background"]
+        if deadline_seconds is not None:
+            args += ["--deadline-seconds", str(deadline_seconds)]
+        done = dev.aijobs(*args)
+        assert done.returncode == 0, done.stderr
+    return ids
+
+
+def ended(store: DynamoJobStore, ids: list[str], dev: DevProcess) -> dict[str, Job]:
+    def all_ended() -> dict[str, Job] | None:
+        jobs = store.get_jobs(ids)
+        return jobs if len(jobs) == len(ids) and all(job.status.is_terminal for job in jobs.values()) else None
+
+    try:
+        return eventually(all_ended, timeout=WAIT_SECONDS + NEAR_DEADLINE_SECONDS, what="every job ended")
+    except BaseException:
+        print(dev.log[-4000:])
+        raise
+
+
+def attempts(store: DynamoJobStore, ids: list[str]) -> list[AttemptRecord]:
+    return [attempt for job_id in ids for attempt in store.attempts(job_id)]
+
+
+def realtime_usd(attempt: AttemptRecord) -> Decimal:
+    return PriceTable().cost(MODEL, attempt).usd
+
+
+def test_background_jobs_with_a_day_to_spare_are_answered_through_a_batch_at_half_price(
+    dev: DevProcess, store: DynamoJobStore, provider: LocalProvider
+) -> None:
+    ids = submit(dev, 3, "Win a free cruise now!")
+
+    jobs = ended(store, ids, dev)
+
+    assert {job.status for job in jobs.values()} == {JobStatus.SUCCEEDED}
+    records = attempts(store, ids)
+    assert [attempt.via for attempt in records] == [Via.BATCH] * 3
+    assert len({attempt.batch_id for attempt in records}) == 1
+    for attempt in records:
+        assert attempt.cost_usd == realtime_usd(attempt) / 2
+    inspection = dev.aijobs("inspect", ids[0], "--json")
+    assert inspection.returncode == 0, inspection.stderr
+    assert json.loads(inspection.stdout)["job"]["usage"]["cost_usd"] == pytest.approx(float(records[0].cost_usd))
+
+
+def test_failed_lines_of_a_batch_are_answered_in_real_time(dev: DevProcess, store: DynamoJobStore) -> None:
+    ids = submit(dev, 4, "batch-fault:failed_lines Win a free cruise now!")
+
+    jobs = ended(store, ids, dev)
+
+    assert {job.status for job in jobs.values()} == {JobStatus.SUCCEEDED}
+    assert sorted(attempt.via for attempt in attempts(store, ids)) == [Via.BATCH] * 2 + [Via.REALTIME] * 2
+    assert {job.attempt_count for job in jobs.values()} == {1}
+
+
+def test_an_expired_batch_s_unanswered_jobs_are_answered_in_real_time(dev: DevProcess, store: DynamoJobStore) -> None:
+    ids = submit(dev, 4, "batch-fault:expire_half Win a free cruise now!")
+
+    jobs = ended(store, ids, dev)
+
+    assert {job.status for job in jobs.values()} == {JobStatus.SUCCEEDED}
+    assert sorted(attempt.via for attempt in attempts(store, ids)) == [Via.BATCH] * 2 + [Via.REALTIME] * 2
+
+
+def test_a_stalled_batch_s_jobs_end_before_their_deadlines_paying_for_one_answer(
+    dev: DevProcess, store: DynamoJobStore
+) -> None:
+    ids = submit(dev, 3, "batch-fault:stall Win a free cruise now!", deadline_seconds=NEAR_DEADLINE_SECONDS)
+
+    jobs = ended(store, ids, dev)
+
+    for job in jobs.values():
+        assert job.status is JobStatus.SUCCEEDED
+        assert job.finished_at is not None
+        assert job.deadline_at is not None
+        assert job.finished_at < job.deadline_at
+    assert [attempt.via for attempt in attempts(store, ids)] == [Via.REALTIME] * 3
+
+
+def test_a_batch_answer_that_fails_validation_is_re_asked_in_real_time(dev: DevProcess, store: DynamoJobStore) -> None:
+    ids = submit(dev, 2, "fault:repairable Win a free cruise now!")
+
+    jobs = ended(store, ids, dev)
+
+    assert {job.status for job in jobs.values()} == {JobStatus.SUCCEEDED}
+    for attempt in attempts(store, ids):
+        assert attempt.via is Via.BATCH
+        assert attempt.calls == 2
+        # The batch's call at the batch price, the re-ask at the real-time price.
+        assert realtime_usd(attempt) / 2 < attempt.cost_usd < realtime_usd(attempt)
+
+
+def test_aijobs_batches_lists_the_batches(dev: DevProcess) -> None:
+    listed = dev.aijobs("batches", "--all", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert len(json.loads(listed.stdout)) >= 1
