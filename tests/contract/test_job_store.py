@@ -17,6 +17,7 @@ import pytest
 from engine.core import (
     AttemptOutcome,
     AttemptRecord,
+    BatchTerms,
     Cancelled,
     ClaimRefusal,
     DeadLetterEntry,
@@ -1252,3 +1253,66 @@ def test_settling_a_job_to_a_status_it_cannot_reach_raises_value_error(
 
     # Then nothing is written
     assert job_store.get_job("job-1") is None
+
+
+# --- claims into a provider's batch (docs/batches.md) -----------------------------------------------
+
+BATCH = BatchTerms(window="1799999700000", eligible_at_ms=NOW + 2_000_000, lease_before_deadline_ms=600_000)
+
+
+def background_job(deadline_seconds: int = DEADLINE_SECONDS) -> NewJob:
+    return replace(new_job(deadline_seconds=deadline_seconds), lane=Lane.BACKGROUND)
+
+
+def test_a_batch_claim_of_a_new_background_job_holds_it_until_before_its_deadline(job_store: JobStore) -> None:
+    # When a new background job is claimed into a batch window
+    job = job_store.claim_job("job-1", "batch-a", LEASE_MS, NOW, background_job(), BATCH)
+
+    # Then it runs for the batch, held until the terms' time before its deadline
+    deadline = NOW + DEADLINE_SECONDS * 1000
+    assert (job.status, job.batch, job.lease_owner) == (JobStatus.RUNNING, BATCH.window, "batch-a")
+    assert job.lease_expires_at == deadline - BATCH.lease_before_deadline_ms
+    assert (job.attempt_count, job.claim_count) == (1, 1)
+    assert current(job_store) == job
+
+
+def test_a_batch_claim_of_an_existing_job_too_near_its_deadline_is_refused_as_not_batchable(
+    job_store: JobStore,
+) -> None:
+    # Given a submitted background job whose deadline is nearer than the batch's terms ask
+    created, _ = job_store.create_job("job-1", background_job(deadline_seconds=600), JOB_INPUT, NOW)
+
+    # When it is claimed into a batch, it is refused as not batchable, and is unchanged
+    with pytest.raises(ClaimRefusedError) as refused:
+        job_store.claim_job("job-1", "batch-a", LEASE_MS, NOW + 1_000, None, BATCH)
+    assert refused.value.reason is ClaimRefusal.NOT_BATCHABLE
+    assert current(job_store) == created
+
+    # And a claim without the terms takes it to run now, its batch cleared
+    job = job_store.claim_job("job-1", "worker-a", LEASE_MS, NOW + 2_000, None)
+    assert (job.status, job.batch, job.lease_expires_at) == (JobStatus.RUNNING, None, NOW + 2_000 + LEASE_MS)
+
+
+def test_an_interactive_job_is_not_batchable(job_store: JobStore) -> None:
+    job_store.create_job("job-1", new_job(deadline_seconds=86_400), JOB_INPUT, NOW)
+
+    with pytest.raises(ClaimRefusedError) as refused:
+        job_store.claim_job("job-1", "batch-a", LEASE_MS, NOW + 1_000, None, BATCH)
+
+    assert refused.value.reason is ClaimRefusal.NOT_BATCHABLE
+
+
+def test_cancelling_a_job_waiting_in_a_batch_ends_it_at_once(job_store: JobStore) -> None:
+    # Given a job held by its batch
+    job = job_store.claim_job("job-1", "batch-a", LEASE_MS, NOW, background_job(), BATCH)
+
+    # When its cancel is requested, it is cancelled at once (no worker will reach its fence)
+    cancelled = job_store.request_cancel("job-1", NOW + 1_000)
+
+    assert cancelled.status is JobStatus.CANCELLED
+    assert cancelled.batch is None
+    assert cancelled.lease_owner is None
+    assert cancelled.finished_at == NOW + 1_000
+    # And the batch's answer, when it comes, finds the job no longer its own
+    with pytest.raises(LeaseLostError):
+        job_store.finish_job(job, Succeeded(OUTPUT, "hash-out"), NOW + 2_000)
