@@ -28,7 +28,8 @@ class _CloudFormationLoader(yaml.SafeLoader):
 
 
 def _construct_tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
-    name = "Ref" if suffix == "Ref" else f"Fn::{suffix}"
+    # !Ref and !Condition stand for Ref and Condition; every other tag for its Fn:: function.
+    name = suffix if suffix in {"Ref", "Condition"} else f"Fn::{suffix}"
     value: Any
     if isinstance(node, yaml.ScalarNode):
         value = loader.construct_scalar(node)

@@ -24,18 +24,31 @@ from typing import Any
 
 import boto3
 
-from engine.config import load_settings
+from engine.config import Settings, load_settings
 from engine.core.errors import ConfigurationError
 from engine.observability import log_unexpected, logger
 from engine.text import one_line
-from engine.wiring import build_events, build_reconciler, build_recorder, build_worker
+from engine.wiring import build_batcher, build_events, build_reconciler, build_recorder, build_worker
 
 # The physical id of the check: one per stack, never replaced.
 PHYSICAL_ID = "aijobs-settings-check"
 # Seconds to deliver the answer: CloudFormation's pre-signed URL is an S3 object.
 RESPONSE_TIMEOUT_SECONDS = 30
+
+
+def build_batcher_if_on(settings: Settings, session: boto3.Session | None = None) -> object:
+    """The batcher's parts, when the settings turn batches on (the stack has BatchFunction only then)."""
+    return build_batcher(settings, session) if settings.aijobs_batch_api else None
+
+
 # Each function's parts, built as its handler builds them on the first invocation.
-BUILDS: tuple[Callable[..., object], ...] = (build_worker, build_recorder, build_events, build_reconciler)
+BUILDS: tuple[Callable[..., object], ...] = (
+    build_worker,
+    build_recorder,
+    build_events,
+    build_reconciler,
+    build_batcher_if_on,
+)
 
 Respond = Callable[[str, dict[str, Any]], None]
 

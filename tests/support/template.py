@@ -63,6 +63,28 @@ def role_policies(role: str) -> list[Any]:
         else:
             documents.append(policy["PolicyDocument"])
     for arn in properties.get("ManagedPolicyArns", []):
-        assert set(arn) == {"Ref"}, f"{role} attaches a managed policy that is not the template's: {arn}"
-        documents.append(resources[arn["Ref"]]["Properties"]["PolicyDocument"])
+        if set(arn) == {"Fn::If"}:
+            condition, if_true, if_false = arn["Fn::If"]
+            documents.append({"Fn::If": [condition, managed_policy(role, if_true), if_false]})
+        else:
+            documents.append(managed_policy(role, arn))
     return documents
+
+
+def managed_policy(role: str, arn: Any) -> Any:
+    """The document of a managed policy the role attaches, which must be one of the template's own."""
+    resources = transformed_template()["Resources"]
+    assert set(arn) == {"Ref"}, f"{role} attaches a managed policy that is not the template's: {arn}"
+    assert resources[arn["Ref"]]["Type"] == "AWS::IAM::ManagedPolicy", f"{role} attaches {arn}"
+    return resources[arn["Ref"]]["Properties"]["PolicyDocument"]
+
+
+def attached_policies(role: str) -> list[str]:
+    """The template's managed policies a role attaches, on either side of an Fn::If."""
+    names = []
+    for arn in transformed_template()["Resources"][role]["Properties"].get("ManagedPolicyArns", []):
+        for branch in arn["Fn::If"][1:] if set(arn) == {"Fn::If"} else [arn]:
+            if branch != {"Ref": "AWS::NoValue"}:
+                managed_policy(role, branch)
+                names.append(str(branch["Ref"]))
+    return names

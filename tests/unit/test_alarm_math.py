@@ -202,8 +202,40 @@ def test_the_dead_letter_backlog_alarm_sees_messages_held_in_flight(situation: s
     assert fires("DeadLetterBacklogAlarm", periods) is expected
 
 
+# Five minutes of the batcher each: its invocations that failed and the batches it could not move on.
+BATCHER: dict[str, tuple[list[dict[str, Value]], bool]] = {
+    "no batch in flight, no pass failed": ([{"failed": None, "caught": None}] * 3, False),
+    "one pass crashed, the next ones did not": (
+        [{"failed": 1, "caught": None}, {"failed": 0, "caught": None}, {"failed": 0, "caught": None}],
+        False,
+    ),
+    "the provider refused polls for ten minutes": (
+        [{"failed": 0, "caught": 3}, {"failed": 0, "caught": 2}, {"failed": 0, "caught": None}],
+        False,
+    ),
+    "every pass fails to start (a setting refused)": ([{"failed": 5, "caught": None}] * 3, True),
+    "a batch that cannot be moved on, pass after pass": ([{"failed": 0, "caught": 5}] * 3, True),
+    "passes crashing, then a batch stuck": (
+        [{"failed": 5, "caught": None}, {"failed": 5, "caught": None}, {"failed": 0, "caught": 5}],
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize("situation", sorted(BATCHER))
+def test_the_batch_errors_alarm_fires_on_errors_that_do_not_pass(situation: str) -> None:
+    periods, expected = BATCHER[situation]
+    assert fires("BatchErrorsAlarm", periods) is expected
+
+
 def test_the_expressions_of_every_metric_math_alarm_can_be_read() -> None:
-    for alarm in ("OldestMessageAlarm", "DeadLetterBacklogAlarm", "FailedJobRateAlarm", "RateLimitedShareAlarm"):
+    for alarm in (
+        "OldestMessageAlarm",
+        "DeadLetterBacklogAlarm",
+        "FailedJobRateAlarm",
+        "RateLimitedShareAlarm",
+        "BatchErrorsAlarm",
+    ):
         for metric in properties(alarm)["Metrics"]:
             if "Expression" in metric:
                 Expression(metric["Expression"])

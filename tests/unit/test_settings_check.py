@@ -38,7 +38,14 @@ GOOD = {
     "AIJOBS_PROVIDER_LIMITS": "",
     "AIJOBS_DEFAULT_DAILY_BUDGET_USD": "",
     "AIJOBS_EVENT_BUS": "aijobs-jobs",
+    "AIJOBS_BATCH_API": "off",
+    "AIJOBS_BATCH_WINDOW_SECONDS": "300",
+    "AIJOBS_BATCH_POLL_SECONDS": "60",
+    "AIJOBS_BATCH_RESCUE_SECONDS": "1800",
+    "AIJOBS_BATCH_ROLE_ARN": "",
 }
+BEDROCK = {"AI_PROVIDER": "bedrock", "AI_MODEL_PRIMARY": "amazon.nova-lite-v1:0", "AI_API_KEY_SECRET_ARN": ""}
+BATCH_ROLE = "arn:aws:iam::123456789012:role/aijobs-BedrockBatchRole-1A2B3C"
 
 
 class CloudFormation:
@@ -169,6 +176,17 @@ def test_good_settings_succeed_with_a_fingerprint_and_no_aws_request(
             "AIJOBS_JOB_MODULES: cannot import 'myapp.no_such_jobs': No module named 'myapp'",
         ),
         ({"AIJOBS_REPAIR_ATTEMPTS": "4"}, "AIJOBS_REPAIR_ATTEMPTS: Input should be less than or equal to 3"),
+        ({"AIJOBS_BATCH_API": "maybe"}, "AIJOBS_BATCH_API: Value error, must be on or off, not 'maybe'"),
+        (
+            {"AIJOBS_BATCH_RESCUE_SECONDS": "30"},
+            "AIJOBS_BATCH_RESCUE_SECONDS: Input should be greater than or equal to 60",
+        ),
+        (
+            # The batcher's own refusal: Bedrock's batch jobs need the template's service role
+            BEDROCK | {"AIJOBS_BATCH_API": "on"},
+            "AIJOBS_BATCH_ROLE_ARN: not set; Bedrock's batch inference jobs need the service role the template "
+            "makes (BatchApi=on)",
+        ),
     ],
 )
 def test_settings_a_function_would_refuse_fail_the_deployment_with_the_engine_s_line(
@@ -191,6 +209,24 @@ def test_a_keyless_endpoint_on_the_function_s_own_machine_is_taken(cloudformatio
     )
 
     assert cloudformation.answers[0]["Status"] == "SUCCESS"
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"AIJOBS_BATCH_API": "on"},
+        BEDROCK | {"AIJOBS_BATCH_API": "on", "AIJOBS_BATCH_ROLE_ARN": BATCH_ROLE},
+        # Batches off: no batcher, so no service role needed
+        BEDROCK,
+    ],
+)
+def test_batch_settings_a_batcher_takes_succeed_with_no_aws_request(
+    cloudformation: CloudFormation, no_aws_requests: list[str], changed: dict[str, str]
+) -> None:
+    invoke(cloudformation.request("Create", GOOD | changed))
+
+    assert cloudformation.answers[0]["Status"] == "SUCCESS"
+    assert no_aws_requests == []
 
 
 def test_the_fingerprint_follows_the_settings_and_nothing_else() -> None:

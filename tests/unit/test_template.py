@@ -16,8 +16,12 @@ import pytest
 
 from aijobs.stack import TemplateResolver, load_template
 from aijobs.target import StackTarget
+from engine.batching.batcher import STOP_MARGIN_MS
 from engine.config import load_settings
 from engine.definitions import MAX_INPUT_BYTES
+from engine.gateway.batch_files import SPOOL_MEMORY_BYTES
+from engine.gateway.bedrock_batch import JOB_NAME_PREFIX, KEY_PREFIX
+from engine.gateway.bedrock_batch import MAX_INPUT_BYTES as BEDROCK_MAX_INPUT_BYTES
 from engine.worker import FUNCTION_TIMEOUT_SECONDS, QUEUE_VISIBILITY_SECONDS
 from tests.support.template import function_role, role_policies, transformed_template
 
@@ -66,14 +70,24 @@ def properties(name: str, **parameters: Any) -> dict[str, Any]:
 
 def statements(function: str, **parameters: Any) -> list[dict[str, Any]]:
     """Every statement of the role the function runs as once deployed (the SAM-transformed template)."""
-    documents = resolver(**parameters).resolve(role_policies(function_role(function)))
+    return role_statements(function_role(function), **parameters)
+
+
+def role_statements(role: str, **parameters: Any) -> list[dict[str, Any]]:
+    """Every statement of a role, its inline policies and the managed ones it attaches, resolved."""
+    documents = resolver(**parameters).resolve(role_policies(role))
     return [statement for document in documents for statement in document["Statement"]]
 
 
 def grants(function: str, **parameters: Any) -> dict[str, set[str]]:
     """{resource: actions} the function's role allows, resolved for `parameters`."""
+    return role_grants(function_role(function), **parameters)
+
+
+def role_grants(role: str, **parameters: Any) -> dict[str, set[str]]:
+    """{resource: actions} a role allows, resolved for `parameters`."""
     allowed: dict[str, set[str]] = {}
-    for found in statements(function, **parameters):
+    for found in role_statements(role, **parameters):
         assert found["Effect"] == "Allow"
         actions = found["Action"] if isinstance(found["Action"], list) else [found["Action"]]
         resources = found["Resource"] if isinstance(found["Resource"], list) else [found["Resource"]]
@@ -83,13 +97,18 @@ def grants(function: str, **parameters: Any) -> dict[str, set[str]]:
 
 
 def statement(function: str, sid: str, **parameters: Any) -> dict[str, Any]:
-    for found in statements(function, **parameters):
+    return role_statement(function_role(function), sid, **parameters)
+
+
+def role_statement(role: str, sid: str, **parameters: Any) -> dict[str, Any]:
+    for found in role_statements(role, **parameters):
         if found.get("Sid") == sid:
             return dict(found)
-    raise AssertionError(f"{function} has no statement {sid}")
+    raise AssertionError(f"{role} has no statement {sid}")
 
 
 TABLE = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:JobsTable"
+BUCKET = f"arn:aws:s3:{REGION}:{ACCOUNT}:PayloadBucket"
 QUEUE = f"arn:aws:sqs:{REGION}:{ACCOUNT}:JobsQueue"
 BACKGROUND_QUEUE = f"arn:aws:sqs:{REGION}:{ACCOUNT}:BackgroundJobsQueue"
 DLQ = f"arn:aws:sqs:{REGION}:{ACCOUNT}:JobsDeadLetterQueue"
@@ -320,6 +339,172 @@ def reconciler_permissions(text: str) -> None:
         assert claim in text
 
 
+BATCHES_ON = {"BatchApi": "on"}
+BEDROCK_BATCHES = {"BatchApi": "on", "AiProvider": "bedrock", "AiModelPrimary": "us.amazon.nova-lite-v1:0"}
+BATCH_JOBS = f"arn:aws:bedrock:{REGION}:{ACCOUNT}:model-invocation-job/*"
+BATCH_SERVICE_ROLE = f"arn:aws:iam:{REGION}:{ACCOUNT}:BedrockBatchRole"
+BATCH_RESOURCES = ("BatchLogGroup", "BatchFunction", "BatchRole", "BatchErrorsAlarm")
+
+
+def batches(text: str) -> None:
+    # Only with BatchApi=on; the service role only with Bedrock too.
+    for name in BATCH_RESOURCES:
+        assert RESOURCES[name]["Condition"] == "BatchApiOn", name
+    assert TEMPLATE["Outputs"]["BatchFunctionName"]["Condition"] == "BatchApiOn"
+    assert RESOURCES["BedrockBatchRole"]["Condition"] == "UsesBedrockBatches"
+    assert TEMPLATE["Parameters"]["BatchApi"]["Default"] == "off"
+    assert not resolver().condition("BatchApiOn")
+    assert resolver(**BATCHES_ON).condition("BatchApiOn")
+    assert not resolver(**BATCHES_ON).condition("UsesBedrockBatches")
+    assert not resolver(AiProvider="bedrock").condition("UsesBedrockBatches")
+    assert resolver(**BEDROCK_BATCHES).condition("UsesBedrockBatches")
+    function = properties("BatchFunction", **BATCHES_ON)
+    assert function["Handler"] == "handlers.batches.lambda_handler"
+    assert function["CodeUri"] == RESOURCES["WorkerFunction"]["Properties"]["CodeUri"]
+    (schedule,) = function["Events"].values()
+    assert (schedule["Type"], schedule["Properties"]) == ("ScheduleV2", {"ScheduleExpression": "rate(1 minute)"})
+    assert function["ReservedConcurrentExecutions"] == 1
+    assert function["EventInvokeConfig"] == {"MaximumEventAgeInSeconds": 60, "MaximumRetryAttempts": 0}
+    # A pass stops with STOP_MARGIN_MS left: the timeout leaves it most of the invocation.
+    assert function["Timeout"] == 900 > 10 * STOP_MARGIN_MS / 1000
+    assert function["MemorySize"] == 1024
+    # Past SPOOL_MEMORY_BYTES a result file is on /tmp, and a Bedrock one repeats its job's input;
+    # SnapStart takes no ephemeral storage past 512 MB.
+    storage_bytes = function["EphemeralStorage"]["Size"] * 1024 * 1024
+    assert storage_bytes > BEDROCK_MAX_INPUT_BYTES > SPOOL_MEMORY_BYTES
+    assert function["SnapStart"] == {"ApplyOn": "None"}
+    # Every function gets the batch settings, from their parameters.
+    environment = TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]
+    for variable, parameter in BATCH_SETTINGS.items():
+        assert environment[variable] == {"Ref": parameter}
+    role_arn = environment["AIJOBS_BATCH_ROLE_ARN"]
+    assert resolver(**BATCHES_ON).resolve(role_arn) == ""
+    assert resolver(**BEDROCK_BATCHES).resolve(role_arn) == BATCH_SERVICE_ROLE
+    for claim in (
+        "`BatchApi=on` (default `off`",
+        "`rate(1 minute)`",
+        "one pass at a time (reserved concurrency 1",
+        "dropped",
+        "900 s",
+        "1024 MB and 10,240 MB of `/tmp`",
+        "`AIJOBS_BATCH_ROLE_ARN` names `BedrockBatchRole`",
+        "none of it exists",
+    ):
+        assert claim in text
+
+
+# The batch settings and the parameters that set them (tests/unit/test_template_settings.py: bounds).
+BATCH_SETTINGS = {
+    "AIJOBS_BATCH_API": "BatchApi",
+    "AIJOBS_BATCH_WINDOW_SECONDS": "BatchWindowSeconds",
+    "AIJOBS_BATCH_POLL_SECONDS": "BatchPollSeconds",
+    "AIJOBS_BATCH_RESCUE_SECONDS": "BatchRescueSeconds",
+}
+
+
+def batcher_permissions(text: str) -> None:
+    # OpenAI-compatible: the table, its files, the queues, its log and traces only.
+    assert grants("BatchFunction", **BATCHES_ON) == {
+        TABLE: {
+            "dynamodb:BatchGetItem",
+            "dynamodb:GetItem",
+            "dynamodb:PutItem",
+            "dynamodb:Query",
+            "dynamodb:UpdateItem",
+        },
+        OBJECTS: {"s3:GetObject", "s3:PutObject"},
+        f"{BUCKET}/batches/*": {"s3:DeleteObject"},
+        BUCKET: {"s3:ListBucket"},
+        QUEUE: {"sqs:SendMessage"},
+        BACKGROUND_QUEUE: {"sqs:SendMessage"},
+        **own_logs("BatchLogGroup"),
+        **TRACES,
+    }
+    listed = statement("BatchFunction", "ListBatchFiles", **BATCHES_ON)
+    assert listed["Condition"] == {"StringLike": {"s3:prefix": "batches/*"}}
+    # The provider key, the models and the table's and bucket's key: the worker's own statements.
+    shared = {
+        "ReadProviderApiKey": {"AiApiKeySecretArn": SECRET_ARN},
+        "DecryptProviderApiKey": {"AiApiKeySecretArn": SECRET_ARN},
+        "UseTableAndPayloadKey": {"KmsKeyArn": KEY_ARN},
+        "InvokeConfiguredModels": {"AiProvider": "bedrock", "AiModelFallback": "amazon.nova-pro-v1:0"},
+        "InvokeModelsThroughConfiguredProfiles": {"AiProvider": "bedrock", "AiModelFallback": "amazon.nova-pro-v1:0"},
+    }
+    for sid, parameters in shared.items():
+        worker = statement("WorkerFunction", sid, **parameters)
+        assert statement("BatchFunction", sid, **BATCHES_ON, **parameters) == worker
+    # Bedrock: its batch inference jobs, the configured models' and no other, and the service role to Bedrock only.
+    bedrock = grants("BatchFunction", **BEDROCK_BATCHES)
+    model = "us.amazon.nova-lite-v1:0"
+    created = {resource for resource, actions in bedrock.items() if "bedrock:CreateModelInvocationJob" in actions}
+    assert created == {
+        BATCH_JOBS,
+        f"arn:aws:bedrock:{REGION}::foundation-model/{model}",
+        f"arn:aws:bedrock:{REGION}:{ACCOUNT}:inference-profile/{model}",
+    }
+    assert bedrock[BATCH_JOBS] == {
+        "bedrock:CreateModelInvocationJob",
+        "bedrock:GetModelInvocationJob",
+        "bedrock:StopModelInvocationJob",
+    }
+    assert bedrock["*"] == {"bedrock:ListModelInvocationJobs"} | TRACES["*"]
+    assert bedrock[BATCH_SERVICE_ROLE] == {"iam:PassRole"}
+    assert statement("BatchFunction", "PassBatchServiceRole", **BEDROCK_BATCHES)["Condition"] == {
+        "StringEquals": {"iam:PassedToService": "bedrock.amazonaws.com"}
+    }
+    assert not any("bedrock" in resource or "iam" in resource for resource in grants("BatchFunction", **BATCHES_ON))
+    for claim in (
+        "Its own role (`BatchRole`)",
+        "`Query`",
+        "`DeleteObject` and `ListBucket` under `batches/` only",
+        "`SendMessage`",
+        "as for the worker",
+        "`CreateModelInvocationJob` of the configured models",
+        "`ListModelInvocationJobs`",
+        "`iam:PassRole` of `BedrockBatchRole` to Bedrock only",
+    ):
+        assert claim in text
+
+
+def bedrock_batch_service_role(text: str) -> None:
+    (trust,) = properties("BedrockBatchRole", **BEDROCK_BATCHES)["AssumeRolePolicyDocument"]["Statement"]
+    assert trust == {
+        "Effect": "Allow",
+        "Principal": {"Service": "bedrock.amazonaws.com"},
+        "Action": "sts:AssumeRole",
+        "Condition": {"StringEquals": {"aws:SourceAccount": ACCOUNT}, "ArnEquals": {"aws:SourceArn": BATCH_JOBS}},
+    }
+    # The files engine.gateway.bedrock_batch names: batches/<aijobs-...>/input.jsonl, and output/ beside it.
+    jobs = f"{BUCKET}/{KEY_PREFIX}{JOB_NAME_PREFIX}*"
+    model = "us.amazon.nova-lite-v1:0"
+    assert role_grants("BedrockBatchRole", **BEDROCK_BATCHES) == {
+        f"{jobs}/input.jsonl": {"s3:GetObject"},
+        f"{jobs}/output/*": {"s3:PutObject"},
+        BUCKET: {"s3:ListBucket"},
+        f"arn:aws:bedrock:{REGION}::foundation-model/{model}": {"bedrock:InvokeModel"},
+        f"arn:aws:bedrock:{REGION}:{ACCOUNT}:inference-profile/{model}": {"bedrock:InvokeModel"},
+        "arn:aws:bedrock:*::foundation-model/*": {"bedrock:InvokeModel"},
+    }
+    listed = role_statement("BedrockBatchRole", "ListBatchFolders", **BEDROCK_BATCHES)
+    assert listed["Condition"] == {"StringLike": {"s3:prefix": f"{KEY_PREFIX}{JOB_NAME_PREFIX}*"}}
+    assert role_grants("BedrockBatchRole", **BEDROCK_BATCHES, KmsKeyArn=KEY_ARN)[KEY_ARN] == {
+        "kms:Decrypt",
+        "kms:GenerateDataKey",
+    }
+    key = role_statement("BedrockBatchRole", "UsePayloadKey", **BEDROCK_BATCHES, KmsKeyArn=KEY_ARN)
+    assert key["Condition"] == {"StringEquals": {"kms:ViaService": f"s3.{REGION}.amazonaws.com"}}
+    for claim in (
+        "`BedrockBatchRole`",
+        "only Bedrock may assume",
+        "`aws:SourceAccount`, `aws:SourceArn`",
+        "`batches/aijobs-*/input.jsonl`",
+        "`batches/aijobs-*/output/`",
+        "`ListBucket` of `batches/aijobs-*` only",
+        "through S3",
+    ):
+        assert claim in text
+
+
 def table_stream(text: str) -> None:
     assert properties("JobsTable")["StreamSpecification"] == {"StreamViewType": "NEW_AND_OLD_IMAGES"}
     assert "`NEW_AND_OLD_IMAGES`" in text
@@ -338,12 +523,10 @@ def completion_events(text: str) -> None:
         == "arn:aws:sqs:eu-west-1:123456789012:EventFailuresQueue"
     )
     assert len(stream["FilterCriteria"]["Filters"]) == 2  # tests/unit/test_events.py checks what they select
-    assert function["Environment"]["Variables"]["AIJOBS_EVENT_BUS"] == "JobEventBus"
+    bus = TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]["AIJOBS_EVENT_BUS"]
+    assert resolver().resolve(bus) == "JobEventBus"
     assert properties("JobEventBus")["Name"] == "aijobs-jobs"
-    assert (
-        properties("EventsFunction", EventBusName="default")["Environment"]["Variables"]["AIJOBS_EVENT_BUS"]
-        == "default"
-    )
+    assert resolver(EventBusName="default").resolve(bus) == "default"
     assert resolver().condition("CreatesEventBus")
     assert not resolver(EventBusName="default").condition("CreatesEventBus")
     assert properties("EventFailuresQueue")["MessageRetentionPeriod"] == 1_209_600
@@ -423,6 +606,7 @@ def alarms(text: str) -> None:
         "RateLimitedShareAlarm",
         "EventFailuresAlarm",
         "EventsLagAlarm",
+        "BatchErrorsAlarm",
     }
     assert properties("EventFailuresAlarm")["Dimensions"] == [{"Name": "QueueName", "Value": "EventFailuresQueue"}]
     lag = properties("EventsLagAlarm")
@@ -471,8 +655,17 @@ def alarms(text: str) -> None:
     ]
     # Sustained: three 5-minute periods on end
     assert (limited["Threshold"], limited["EvaluationPeriods"], limited["DatapointsToAlarm"]) == (0.2, 3, 3)
+    # The batcher's passes that failed and the batches it could not move on (Batches_errors, which
+    # engine.batching.batcher counts), in each of three 5-minute periods (tests/unit/test_alarm_math.py).
+    batcher = properties("BatchErrorsAlarm")
+    assert RESOURCES["BatchErrorsAlarm"]["Condition"] == "BatchApiOn"
+    assert metric_names(batcher) == {"failed": "Errors", "caught": "Batches_errors", "errors": None}
+    (function,) = batcher["Metrics"][0]["MetricStat"]["Metric"]["Dimensions"]
+    assert function == {"Name": "FunctionName", "Value": "BatchFunction"}
+    assert (batcher["EvaluationPeriods"], batcher["DatapointsToAlarm"]) == (3, 3)
     for name in ("OldestMessageAlarmSeconds", "FailedJobRateThreshold", "RateLimitedShareThreshold"):
         assert f"`{name}`" in text
+    assert "with `BatchApi=on`, `BatchErrorsAlarm`" in text
     for claim in ("none is received or none deleted", "parked on purpose", "visible or in flight"):
         assert claim in text
     for name in names:
@@ -546,7 +739,7 @@ def settings_check(text: str) -> None:
     assert function["Handler"] == "handlers.settings_check.lambda_handler"
     assert function["CodeUri"] == RESOURCES["WorkerFunction"]["Properties"]["CodeUri"]  # the same engine
     # Every published version waits for the check, and carries the fingerprint of the settings it checked.
-    for name in ("WorkerFunction", "DeadLetterFunction", "EventsFunction", "ReconcilerFunction"):
+    for name in ("WorkerFunction", "DeadLetterFunction", "EventsFunction", "ReconcilerFunction", "BatchFunction"):
         assert RESOURCES[name]["Properties"]["VersionDescription"] == {
             "Fn::Sub": "settings ${SettingsCheck.Fingerprint}"
         }
@@ -579,6 +772,9 @@ CHECKS: dict[str, Callable[[str], None]] = {
     "Worker permissions": worker_permissions,
     "Dead-letter function permissions": dead_letter_function_permissions,
     "Reconciler permissions": reconciler_permissions,
+    "Batches": batches,
+    "Batcher permissions": batcher_permissions,
+    "Bedrock batch service role": bedrock_batch_service_role,
     "Table stream": table_stream,
     "Completion events": completion_events,
     "Events function permissions": events_function_permissions,
@@ -619,3 +815,21 @@ def test_the_web_dashboard_finds_the_stack_and_its_cloudwatch_dashboard_from_the
 
     assert queue_name == "aijobs-jobs"
     assert (target.name, target.embedded, target.dashboard_url) == ("aijobs", False, output)
+
+
+def test_the_architecture_doc_gives_each_function_its_handler_timeout_memory_and_schedule() -> None:
+    text = (README.parent / "docs" / "architecture.md").read_text()
+    rows = re.findall(
+        r"^\| `(handlers\.\w+\.lambda_handler)` \| `(\w+)` \((\d+) s, (\d+) MB[;)][^|]*\| ([^|]+) \|", text, re.M
+    )
+    functions = {name for name, spec in RESOURCES.items() if spec["Type"] == "AWS::Serverless::Function"}
+    assert sorted(function for _, function, *_ in rows) == sorted(functions)
+    for handler, function, timeout, memory, trigger in rows:
+        spec = RESOURCES[function]["Properties"]
+        assert (spec["Handler"], spec["Timeout"], spec["MemorySize"]) == (handler, int(timeout), int(memory))
+        schedules = [
+            event["Properties"]["ScheduleExpression"]
+            for event in spec.get("Events", {}).values()
+            if event["Type"] == "ScheduleV2"
+        ]
+        assert all(f"`{expression}`" in trigger for expression in schedules), function

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from aijobs.stack import load_template
-from tests.support.template import function_role, transformed_template
+from tests.support.template import attached_policies, function_role, transformed_template
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 TEMPLATE = load_template()
@@ -80,7 +80,7 @@ def owners(name: str) -> set[str]:
     attached = {
         role
         for role, other in RESOURCES.items()
-        if other["Type"] == "AWS::IAM::Role" and {"Ref": name} in other["Properties"].get("ManagedPolicyArns", [])
+        if other["Type"] == "AWS::IAM::Role" and name in attached_policies(role)
     }
     return attached | {role["Ref"] for role in spec["Properties"].get("Roles", [])}
 
@@ -151,14 +151,14 @@ def test_no_role_attaches_an_aws_managed_policy() -> None:
         if spec["Type"] == "AWS::IAM::Role":
             for arn in spec["Properties"].get("ManagedPolicyArns", []):
                 assert not (isinstance(arn, str) and ":iam::aws:policy/" in arn), f"{name} attaches {arn}"
-                assert set(arn) == {"Ref"}, f"{name} attaches {arn}"
-                assert RESOURCES[arn["Ref"]]["Type"] == "AWS::IAM::ManagedPolicy"
+            # Each one the template's own (a Ref to its ManagedPolicy, maybe on a side of an Fn::If)
+            attached_policies(name)
 
 
 def test_each_function_runs_as_a_role_of_its_own_that_only_lambda_assumes() -> None:
     functions = [name for name, spec in RESOURCES.items() if spec["Type"] == "AWS::Lambda::Function"]
     roles = [function_role(name) for name in functions]
-    assert len(set(roles)) == len(functions) == 5
+    assert len(set(roles)) == len(functions) == 6
     for role in roles:
         (trust,) = RESOURCES[role]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
         assert trust == {
@@ -168,19 +168,43 @@ def test_each_function_runs_as_a_role_of_its_own_that_only_lambda_assumes() -> N
         }
 
 
-def test_every_role_of_the_stack_is_the_template_s_own_or_a_schedule_s_that_invokes_one_alias() -> None:
-    # SAM makes one role of its own: the schedule's, allowed to invoke the reconciler's alias and nothing else
+@pytest.mark.parametrize(
+    ("role", "function"),
+    [("ReconcilerFunctionEvery5MinutesRole", "ReconcilerFunction"), ("BatchFunctionEveryMinuteRole", "BatchFunction")],
+)
+def test_every_role_sam_makes_is_a_schedule_s_that_invokes_its_function_s_alias_only(role: str, function: str) -> None:
     made_by_sam = {
         name
         for name, spec in RESOURCES.items()
         if spec["Type"] == "AWS::IAM::Role" and name not in TEMPLATE["Resources"]
     }
-    assert made_by_sam == {"ReconcilerFunctionEvery5MinutesRole"}
-    ((_, statement),) = [found for found in allowed_statements() if found[0] in made_by_sam]
-    assert (statement["Action"], statement["Resource"]) == (
-        "lambda:InvokeFunction",
-        {"Ref": "ReconcilerFunctionAliaslive"},
-    )
+    assert made_by_sam == {"ReconcilerFunctionEvery5MinutesRole", "BatchFunctionEveryMinuteRole"}
+    ((_, statement),) = [found for found in allowed_statements() if found[0] == role]
+    assert (statement["Action"], statement["Resource"]) == ("lambda:InvokeFunction", {"Ref": f"{function}Aliaslive"})
+    # Made only when its function is
+    assert RESOURCES[role].get("Condition") == TEMPLATE["Resources"][function].get("Condition")
+
+
+def test_the_only_role_no_function_runs_as_is_bedrock_s_batch_service_role() -> None:
+    # Besides the roles of the functions, of the schedules and of the webhook (EventBridge's)
+    functions = {name for name, spec in RESOURCES.items() if spec["Type"] == "AWS::Lambda::Function"}
+    roles = {name for name, spec in RESOURCES.items() if spec["Type"] == "AWS::IAM::Role"}
+    schedules = {"ReconcilerFunctionEvery5MinutesRole", "BatchFunctionEveryMinuteRole"}
+    assert roles - {function_role(name) for name in functions} - schedules == {"BedrockBatchRole", "WebhookRole"}
+    (trust,) = RESOURCES["BedrockBatchRole"]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert trust == {
+        "Effect": "Allow",
+        "Principal": {"Service": "bedrock.amazonaws.com"},
+        "Action": "sts:AssumeRole",
+        "Condition": {
+            "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}},
+            "ArnEquals": {
+                "aws:SourceArn": {
+                    "Fn::Sub": "arn:${AWS::Partition}:bedrock:${AWS::Region}:${AWS::AccountId}:model-invocation-job/*"
+                }
+            },
+        },
+    }
 
 
 def parameters_in_iam_resources() -> set[str]:

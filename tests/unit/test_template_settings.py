@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = load_template()
 RESOURCES = TEMPLATE["Resources"]
 BASE = {"JOBS_TABLE_NAME": "aijobs-jobs", "JOBS_QUEUE_URL": "https://sqs/q", "JOBS_PAYLOAD_BUCKET": "aijobs-payloads"}
-FUNCTIONS = ("WorkerFunction", "DeadLetterFunction", "EventsFunction", "ReconcilerFunction")
+FUNCTIONS = ("WorkerFunction", "DeadLetterFunction", "EventsFunction", "ReconcilerFunction", "BatchFunction")
 # Settings no deployed function is given, and why (docs/configuration.md says the same).
 NOT_DEPLOYED = {
     "AWS_ENDPOINT_URL": "a local endpoint; in Lambda every client talks to AWS",
@@ -98,12 +98,40 @@ def test_the_structured_output_parameter_allows_exactly_the_engine_s_modes() -> 
     assert parameter_of("AI_STRUCTURED_OUTPUT")["AllowedValues"] == list(modes)
 
 
-def test_the_repair_attempts_parameter_has_the_engine_s_bounds() -> None:
-    metadata = Settings.model_fields["aijobs_repair_attempts"].metadata
-    low = next(item.ge for item in metadata if isinstance(item, Ge))
-    high = next(item.le for item in metadata if isinstance(item, Le))
-    spec = parameter_of("AIJOBS_REPAIR_ATTEMPTS")
-    assert (spec["MinValue"], spec["MaxValue"]) == (low, high)
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "AIJOBS_REPAIR_ATTEMPTS",
+        "AIJOBS_BATCH_WINDOW_SECONDS",
+        "AIJOBS_BATCH_POLL_SECONDS",
+        "AIJOBS_BATCH_RESCUE_SECONDS",
+    ],
+)
+def test_the_number_parameters_have_the_engine_s_bounds_and_default(variable: str) -> None:
+    field = Settings.model_fields[variable.lower()]
+    low = next(item.ge for item in field.metadata if isinstance(item, Ge))
+    high = next(item.le for item in field.metadata if isinstance(item, Le))
+    spec = parameter_of(variable)
+    assert (spec["MinValue"], spec["MaxValue"], spec["Default"]) == (low, high, field.default)
+
+
+def test_the_batch_api_parameter_takes_on_and_off_as_the_engine_reads_them() -> None:
+    spec = parameter_of("AIJOBS_BATCH_API")
+    assert spec["AllowedValues"] == ["on", "off"]
+    read = {
+        value: load_settings(BASE | {"AIJOBS_BATCH_API": value}).aijobs_batch_api for value in spec["AllowedValues"]
+    }
+    assert read == {"on": True, "off": False}
+    assert spec["Default"] == "off"
+
+
+def test_the_batch_role_is_the_service_role_with_bedrock_batches_and_unset_otherwise() -> None:
+    assert merged()["AIJOBS_BATCH_ROLE_ARN"] == {
+        "Fn::If": ["UsesBedrockBatches", {"Fn::GetAtt": ["BedrockBatchRole", "Arn"]}, ""]
+    }
+    assert load_settings(BASE | {"AIJOBS_BATCH_ROLE_ARN": ""}).aijobs_batch_role_arn is None
+    role = "arn:aws:iam::123456789012:role/aijobs-BedrockBatchRole-1A2B3C"
+    assert load_settings(BASE | {"AIJOBS_BATCH_ROLE_ARN": role}).aijobs_batch_role_arn == role
 
 
 @pytest.mark.parametrize(
