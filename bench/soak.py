@@ -1,27 +1,38 @@
-"""The soak: N jobs with injected faults and duplicated deliveries, through the whole stack in one process.
+"""The soak: N jobs in both lanes, some through a provider's batch, with injected faults and duplicated
+deliveries, through the whole stack in one process.
 
-A moto server holds the template's queues and table, the local OpenAI-compatible provider answers,
-and the worker runs behind the local event source mapping with several pollers. One job in five
-carries a fault: a `fault:<kind>[*K]` marker the provider obeys, or a message the engine must
-reject, so each job's final status, error code, attempt count and provider calls are known in
-advance. Every message is sent two or three times, the extra copies delayed a little. The run ends
-when every job is terminal (or the time budget passes); the queue is then drained, the completion
-events the events function made from the table's stream are counted (exactly one per job), and
-one table compares what happened with the plan. The exit status is 1 when any check fails.
+A moto server holds the template's queues and table, the local OpenAI-compatible provider answers
+(its Files and Batches APIs too), and the worker runs behind one local event source mapping per
+lane, each with its own pollers and the template's batching window; the batcher runs on its
+schedule (AIJOBS_BATCH_API=on, short windows, polls and rescue time, so that batches end within the
+run). Jobs go to three routes: interactive, background with a deadline too near for a batch (real
+time), and background with one far enough for a batch. One job in five carries a fault of its
+route: a `fault:<kind>[*K]` marker the provider obeys (in a batch's line as in a real-time call), or
+a message the engine must reject, so each job's final status, error code, lane, attempt count and
+provider calls (and which of them a batch made) are known in advance. Every message is sent two or
+three times, the extra copies delayed a little. The run ends when every job is terminal (or the time
+budget passes); the queues are then drained, the completion events the events function made from
+the table's stream are counted (exactly one per job, of the job's lane), and one table compares what
+happened with the plan: every job ended as planned and by its deadline, and its recorded tokens and
+cost equal the calls the provider's log shows for it, a batch's line at the batch price (AIJOBS_PRICES'
+`batch` factor) and its re-asks in real time. The exit status is 1 when any check fails.
 
 Concessions to the harness, none to the engine (the table's caption repeats them):
 - moto is fitted as everywhere else (aijobs.local.moto_patches): DynamoDB operations one at a time
   (moto alone is not linearizable), transaction rollbacks of the touched items only and server
   routing cached (same results, far less time); messages are fed keeping at most --queue-depth on
-  the queue, because moto's SQS requests cost time in proportion to the queue's depth;
-- the visibility the engine sets (backoff, Retry-After, a held duplicate's remaining lease) is capped
-  at --visibility-clamp seconds, so that retries happen within the run; the table counts the capped
-  ones and the longest delay asked for;
+  the queues, because moto's SQS requests cost time in proportion to a queue's depth;
+- the visibility the engine sets (backoff, Retry-After, a held duplicate's remaining lease, a batched
+  job's included) is capped at --visibility-clamp seconds, so that retries happen within the run; the
+  table counts the capped ones and the longest delay asked for;
 - the engine asks for `json_object` output (AI_STRUCTURED_OUTPUT): the schema then travels in the
   system message, and the local provider answers from it alone, the soak's own quick classify type
-  (1 s timeout, for the hangs) like any other.
+  (1 s timeout, for the hangs) like any other;
+- the batcher runs every second (every minute in AWS), and the local provider answers a batch two
+  seconds after its creation (most real batches take minutes).
 
-Usage: python -m bench.soak [--jobs 1000] [--concurrency 3] [--budget 300] [--seed 7] (or make soak)
+Usage: python -m bench.soak [--jobs 1000] [--batch-share 0.2] [--background-share 0.2] [--budget 300]
+[--seed 7] (or make soak; make soak SOAK_ARGS="--jobs 200" for a short run)
 """
 
 from __future__ import annotations
@@ -56,7 +67,14 @@ from aijobs.local.poller import EventSourceMapping
 from aijobs.local.provider import LocalProvider, ServedRequest
 from aijobs.local.schedule import Schedule
 from aijobs.local.streams import TableStream
-from aijobs.stack import StackResources, create_stack_resources
+from aijobs.stack import (
+    DEFAULT_TEMPLATE,
+    StackResources,
+    batching_window,
+    create_stack_resources,
+    function_timeout,
+    load_template,
+)
 from engine.batching.files import MANIFESTS_PREFIX, PARTS_PREFIX
 from engine.batching.records import BatchPhase
 from engine.config import Settings, load_settings
@@ -75,6 +93,9 @@ REGION = "us-east-1"
 # USD per million input, cached input and output tokens of the local model, so that costs reconcile
 # too; the local provider's prompt cache and reasoning tokens make every kind count.
 PRICES = {"input": Decimal("0.15"), "cached_input": Decimal("0.075"), "output": Decimal("0.60")}
+# What a line of a provider's batch costs, as a share of the same call in real time (AIJOBS_PRICES'
+# `batch`): not the engine's default (half), so that the reconciliation shows the configured one applied.
+BATCH_PRICE_SHARE = Decimal("0.4")
 REASONING_TOKENS = 8
 # classify with a 1 s provider timeout: a hanging provider (3 s) costs an attempt about a second.
 QUICK_CLASSIFY = replace(CLASSIFY, name="soak_quick_classify", timeout_seconds=1.0)
@@ -82,19 +103,17 @@ HANG_SECONDS = 3.0
 PROVIDER_LATENCY_SECONDS = 0.01
 # The shortest deadline a message may set (docs/messages.md): how long a job rate-limited for ever lasts.
 SHORT_DEADLINE_SECONDS = 60
-# Batches (docs/batches.md): 5 s windows, polled every second; the batcher runs every second, as in the
-# embedded stack, and the local provider answers a batch 2 s after it is created.
-BATCH_WINDOW_SECONDS, BATCH_POLL_SECONDS, BATCH_RESCUE_SECONDS = 5, 1, 300
+# Batches (docs/batches.md): 5 s windows polled every second, and a rescue time of a minute and a half
+# (the defaults, 300 / 60 / 1800 s, would keep a batch longer than a soak runs); the batcher runs every
+# second, as in the embedded stack, and the local provider answers a batch 2 s after its creation.
+BATCH_WINDOW_SECONDS, BATCH_POLL_SECONDS, BATCH_RESCUE_SECONDS = 5, 1, 90
 BATCH_DELAY_SECONDS = 2.0
-# The batcher's invocations are given as long as the worker's (a pass stops 30 s before its end).
-BATCHER_TIMEOUT_SECONDS = 300.0
-# A background job joins a batch when its deadline is at least this far; the soak's real-time background
-# jobs have theirs a minute nearer (the batched ones keep their job type's, a day).
-BATCH_ELIGIBLE_SECONDS = BATCH_RESCUE_SECONDS + BATCH_WINDOW_SECONDS + BATCH_POLL_SECONDS + 60
-NEAR_DEADLINE_SECONDS = BATCH_ELIGIBLE_SECONDS - 60
-# What a call through the batch API costs, as a share of its real-time price (docs/batches.md: the
-# engine's default, left unset in AIJOBS_PRICES).
-BATCH_SHARE = Decimal("0.5")
+# A background job joins a batch when its deadline is at least rescue + window + poll + 60 s away
+# (156 s). The soak's batched jobs have theirs four minutes away, so that they must end within the run
+# (their rescue time comes 150 s after their creation); its background jobs in real time two minutes
+# away, too near for a batch.
+BATCHED_DEADLINE_SECONDS = 240
+NEAR_DEADLINE_SECONDS = 120
 DRAIN_SECONDS = 30.0
 # Every ended job's completion event has arrived within this long after the queue drained.
 EVENTS_WAIT_SECONDS = 30.0
@@ -114,6 +133,11 @@ class Route(StrEnum):
     @property
     def lane(self) -> Lane:
         return Lane.INTERACTIVE if self is Route.INTERACTIVE else Lane.BACKGROUND
+
+    @property
+    def deadline_seconds(self) -> int | None:
+        """The deadline its jobs' messages set (unless their plan sets one); None: the job type's, a day."""
+        return {Route.BACKGROUND: NEAR_DEADLINE_SECONDS, Route.BATCH: BATCHED_DEADLINE_SECONDS}.get(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,8 +215,9 @@ BATCH_CLEAN_PLANS: tuple[Plan, ...] = tuple(
 BATCH_FAULT_PLANS: tuple[Plan, ...] = (
     # The batch's answer is invalid; the re-ask (in real time, by the batcher) repairs it.
     Plan("batch: repairable", "classify", "fault:repairable", calls=2, batch_calls=(1,)),
-    # The batch's answer and the real-time re-ask both fail validation.
+    # The batch's answer and the real-time re-ask both fail validation: its schema, business or reference rules.
     Plan("batch: non_json", "summarize", "fault:non_json", FAILED, SCHEMA, calls=2, batch_calls=(1,)),
+    Plan("batch: business_invalid", "summarize", "fault:business_invalid", FAILED, BUSINESS, calls=2, batch_calls=(1,)),
     Plan(
         "batch: reference_invalid",
         "answer_with_citations",
@@ -274,8 +299,8 @@ def plan_jobs(count: int, shares: Shares, rng: random.Random, registry: JobRegis
             "input": raw_input,
             **plan.fields,
         }
-        if route is Route.BACKGROUND:
-            message.setdefault("deadline_seconds", NEAR_DEADLINE_SECONDS)
+        if route.deadline_seconds is not None:
+            message.setdefault("deadline_seconds", route.deadline_seconds)
         prompt_key = None
         if plan.calls != 0:
             definition = registry.get(plan.job_type)
@@ -517,18 +542,47 @@ class CallTally:
     valid_answers: int = 0
     tokens: Tokens = (0, 0, 0, 0)
     cost: Decimal = Decimal(0)
-    # Its calls that were lines of a provider's batch, and those batches.
+    # Its calls that were lines of a provider's batch.
     batch_calls: int = 0
-    batch_ids: set[str] = field(default_factory=set)
+    # Its calls in the log's order.
+    entries: list[ServedRequest] = field(default_factory=list)
 
     def add(self, entry: ServedRequest) -> None:
         self.calls += 1
         self.valid_answers += entry.status == 200 and entry.fault is None
         self.tokens = add_tokens(self.tokens, logged_tokens(entry))
         self.cost += call_cost(entry)
-        if entry.batch_id is not None:
-            self.batch_calls += 1
-            self.batch_ids.add(entry.batch_id)
+        self.batch_calls += entry.batch_id is not None
+        self.entries.append(entry)
+
+    def batch_attempts(self) -> dict[str, tuple[Tokens, Decimal]]:
+        """The attempts a batch answered, by batch id: the tokens and cost of its line (at the batch
+        price) and of the re-asks made in real time after it, as the engine must record them."""
+        attempts: dict[str, list[ServedRequest]] = {}
+        current: list[ServedRequest] | None = None
+        for entry in self.entries:
+            if entry.batch_id is not None and entry.status == 200:
+                current = attempts[entry.batch_id] = [entry]
+            elif current is not None and entry.batch_id is None and entry.repair:
+                current.append(entry)
+            else:
+                current = None
+        return {
+            batch_id: (total_tokens(logged_tokens(entry) for entry in calls), sum(map(call_cost, calls), Decimal(0)))
+            for batch_id, calls in attempts.items()
+        }
+
+
+def recorded_batch_attempts(attempts: Iterable[Mapping[str, Any]]) -> dict[str, tuple[Tokens, Decimal]] | None:
+    """A job's attempt items made through a batch, by batch id: their tokens and cost. None when an
+    item's `via` does not say whether it has a batch id."""
+    if any((attempt.get("via") == "batch") != bool(attempt.get("batch_id")) for attempt in attempts):
+        return None
+    return {
+        str(attempt["batch_id"]): (item_tokens(attempt), Decimal(attempt["cost_usd"]))
+        for attempt in attempts
+        if attempt.get("batch_id")
+    }
 
 
 # Token counts as (input, output, cached input, reasoning): how the engine records them, and how
@@ -615,6 +669,8 @@ def evaluate(
         report.check(f"error {code}", expected_codes[code], actual_codes[code])
 
     off_plan, off_attempts, off_calls, duplicate_answers, double_success, off_usage = [], [], [], 0, [], []
+    off_batch_usage, late = [], []
+    spare: dict[Route, list[float]] = defaultdict(list)
     for planned, job in zip(jobs, found, strict=True):
         plan = planned.plan
         tally = by_prompt.get(planned.prompt_key or "", CallTally())
@@ -640,11 +696,23 @@ def evaluate(
         cost = job.usage.cost_usd if job else Decimal(0)
         if planned.prompt_key is not None and not (recorded == itemized == tally.tokens and cost == tally.cost):
             off_usage.append(planned.job_id)
+        if recorded_batch_attempts(attempts) != tally.batch_attempts():
+            off_batch_usage.append(planned.job_id)
+        if job is not None and plan.code is not ErrorCode.DEADLINE_EXCEEDED:
+            if not ended_in_time(job):
+                late.append(planned.job_id)
+            elif job.deadline_at is not None and job.finished_at is not None:
+                spare[planned.route].append((job.deadline_at - job.finished_at) / 1000)
     report.check("jobs off plan (status, code, lane)", 0, len(off_plan), not off_plan)
     report.check("attempt counts off plan", 0, len(off_attempts), not off_attempts)
     report.check("provider calls off plan (per job: all, via a batch)", 0, len(off_calls), not off_calls)
     report.check("duplicate successful provider calls", 0, duplicate_answers)
     report.check("jobs with >1 succeeded attempt record", 0, len(double_success))
+    report.check("jobs ended after their deadline (but those meant to)", 0, len(late))
+    report.figure(
+        f"least time to spare before a deadline (s): {' / '.join(route.value for route in Route)}",
+        " / ".join(f"{min(spare[route]):.0f}" if spare[route] else "-" for route in Route),
+    )
 
     billed = total_tokens(logged_tokens(entry) for entry in provider_log)
     on_jobs = total_tokens(usage_tokens(job.usage) for job in found if job)
@@ -673,7 +741,10 @@ def evaluate(
         sum(job.usage.attempts for job in found if job),
     )
     report.check("jobs whose usage (tokens, cost) differs from their calls", 0, len(off_usage))
-    suspects = [*off_plan, *off_attempts, *off_calls, *double_success, *off_usage]
+    report.check(
+        "jobs whose attempts via a batch differ from its line (batch price) + re-asks", 0, len(off_batch_usage)
+    )
+    suspects = [*off_plan, *off_attempts, *off_calls, *double_success, *late, *off_usage, *off_batch_usage]
     return list(dict.fromkeys(job_id.split(" ", 1)[0] for job_id in suspects))
 
 
@@ -704,6 +775,13 @@ def evaluate_batches(
     prompts = {job.prompt_key for job in jobs if job.route is Route.BATCH}
     batches_per_prompt = Counter(
         entry.prompt_hash for entry in {(entry.prompt_hash, entry.batch_id): entry for entry in lines}.values()
+    )
+    through_batch = sum(
+        1 for job in jobs if any(attempt.get("batch_id") for attempt in contents.attempts.get(job.job_id, []))
+    )
+    report.figure(
+        "jobs with an attempt via a batch (jobs sent to batch)",
+        f"{through_batch} ({sum(1 for job in jobs if job.route is Route.BATCH)})",
     )
     report.figure(
         "handed-back jobs batched again by a duplicate copy",
@@ -742,7 +820,7 @@ def call_cost(entry: ServedRequest, batch_price: bool = True) -> Decimal:
     """What one logged call costs at the soak's prices (a batch's line at the batch price, unless not
     `batch_price`), rounded as the engine's price table rounds."""
     uncached = entry.prompt_tokens - entry.cached_tokens
-    share = BATCH_SHARE if entry.batch_id is not None and batch_price else Decimal(1)
+    share = BATCH_PRICE_SHARE if entry.batch_id is not None and batch_price else Decimal(1)
     cost = (
         (
             uncached * PRICES["input"]
@@ -753,6 +831,11 @@ def call_cost(entry: ServedRequest, batch_price: bool = True) -> Decimal:
         / 1_000_000
     )
     return cost.quantize(Decimal("0.000000001"))
+
+
+def ended_in_time(job: Job) -> bool:
+    """Whether a job ended by its deadline (a job failed for its message before it had one has none)."""
+    return job.finished_at is not None and (job.deadline_at is None or job.finished_at <= job.deadline_at)
 
 
 def format_tokens(counts: tuple[int, ...]) -> str:
@@ -775,13 +858,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=0.2,
         help="share of jobs sent as background jobs too near their deadline for a batch (default 0.2)",
     )
-    parser.add_argument("--concurrency", type=int, default=3, help="pollers of the jobs queue (default 3)")
+    parser.add_argument(
+        "--concurrency", type=int, default=3, help="pollers of the jobs queue, the interactive lane's (default 3)"
+    )
     parser.add_argument(
         "--background-concurrency", type=int, default=2, help="pollers of the background queue (default 2)"
     )
     parser.add_argument("--budget", type=float, default=300.0, help="seconds until every job must be terminal")
     parser.add_argument("--visibility-clamp", type=int, default=2, help="cap on the visibility the engine sets (s)")
-    parser.add_argument("--queue-depth", type=int, default=200, help="messages kept on the queue while feeding")
+    parser.add_argument("--queue-depth", type=int, default=200, help="messages kept on the queues while feeding")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
     shares = (args.fault_share, args.batch_share, args.background_share)
@@ -804,6 +889,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Credentials that go nowhere but the local endpoint: the soak never touches a real account.
     session = local_session()
     stack: StackResources = create_stack_resources("soak", session=session, endpoint_url=endpoint)
+    template = load_template(DEFAULT_TEMPLATE)
     provider = LocalProvider(
         api_key=API_KEY,
         latency_seconds=PROVIDER_LATENCY_SECONDS,
@@ -825,7 +911,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 # json_object mode: the schema rides in the system message (after SCHEMA_PREAMBLE), from
                 # which the local provider answers any job type, soak_quick_classify included.
                 "AI_STRUCTURED_OUTPUT": "json_object",
-                "AIJOBS_PRICES": json.dumps({MODEL: {**{kind: str(price) for kind, price in PRICES.items()}, "batch": "0.6"}}),
+                "AIJOBS_PRICES": json.dumps(
+                    {MODEL: {**{kind: str(price) for kind, price in PRICES.items()}, "batch": str(BATCH_PRICE_SHARE)}}
+                ),
                 "AIJOBS_BATCH_API": "on",
                 "AIJOBS_BATCH_WINDOW_SECONDS": str(BATCH_WINDOW_SECONDS),
                 "AIJOBS_BATCH_POLL_SECONDS": str(BATCH_POLL_SECONDS),
@@ -856,19 +944,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                     sqs_client=sqs,
                     concurrency=concurrency,
                     wait_seconds=1,
-                    batching_window_seconds=1.0,
-                    function_timeout_seconds=300,
+                    batching_window_seconds=batching_window(template, "WorkerFunction", queue),
+                    function_timeout_seconds=function_timeout(template, "WorkerFunction"),
                 )
-                for queue_url, concurrency in (
-                    (stack.queue_url, args.concurrency),
-                    (stack.background_queue_url, args.background_concurrency),
+                for queue_url, queue, concurrency in (
+                    (stack.queue_url, "JobsQueue", args.concurrency),
+                    (stack.background_queue_url, "BackgroundJobsQueue", args.background_concurrency),
                 )
             ]
             # The batcher on its schedule, as the embedded stack runs it (every minute in AWS).
             batcher = Schedule(
                 build_batcher(settings, session).handle,
                 LOCAL_BATCHER_SECONDS,
-                BATCHER_TIMEOUT_SECONDS,
+                function_timeout(template, "BatchFunction"),
                 "soak-batches",
             )
             # The events function on the table's stream, as deployed: one completion event per job.
@@ -924,6 +1012,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{len(jobs)} ({sum(1 for job in jobs if job.plan.faulty)} with a fault): {routes[Route.INTERACTIVE]}"
             f" / {routes[Route.BACKGROUND]} / {routes[Route.BATCH]}",
         )
+        planned_lanes = Counter(job.route.lane for job in jobs)
+        recorded_lanes = Counter(job.lane for job in contents.jobs.values())
+        report.check(
+            "jobs per lane: interactive / background",
+            " / ".join(str(planned_lanes[lane]) for lane in Lane),
+            " / ".join(str(recorded_lanes[lane]) for lane in Lane),
+        )
         report.check("messages sent (2-3 copies a job, some delayed)", len(deliveries), feeder.sent)
         suspects = evaluate(report, jobs, contents, provider_log)
         s3 = session.client("s3", endpoint_url=endpoint)
@@ -962,6 +1057,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         report.figure("all terminal after", f"{terminal_at:.1f}s" if all_terminal else "never (budget spent)")
         report.check("queues drained", True, drained)
         report.check("jobs with exactly one completion event", len(jobs), sum(per_job[job.job_id] == 1 for job in jobs))
+        lanes = {job.job_id: job.route.lane.value for job in jobs}
+        report.check(
+            "completion events not of their job's lane",
+            0,
+            sum(1 for event in events_read if event["detail"].get("lane") != lanes.get(event["detail"]["job_id"])),
+        )
         report.check(
             "completion events of jobs not planned",
             0,
@@ -978,8 +1079,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         + f"; engine-set visibilities capped at {args.visibility_clamp}s (a batched job's duplicates included:"
         f" they would wait for its batch's lease); messages fed keeping at most {args.queue_depth} on the queues;"
         f" the batcher run every {LOCAL_BATCHER_SECONDS:g}s (every minute in AWS), batch windows of"
-        f" {BATCH_WINDOW_SECONDS}s polled every {BATCH_POLL_SECONDS}s, and batches answered"
-        f" {BATCH_DELAY_SECONDS:g}s after their creation. Engine log: {log_path}"
+        f" {BATCH_WINDOW_SECONDS}s polled every {BATCH_POLL_SECONDS}s with a rescue time of {BATCH_RESCUE_SECONDS}s,"
+        f" and batches answered {BATCH_DELAY_SECONDS:g}s after their creation. Engine log: {log_path}"
     )
     title = (
         f"aijobs soak: {args.jobs} jobs, {args.fault_share:.0%} faults, {args.batch_share:.0%} batched,"
