@@ -67,14 +67,7 @@ from aijobs.local.poller import EventSourceMapping
 from aijobs.local.provider import LocalProvider, ServedRequest
 from aijobs.local.schedule import Schedule
 from aijobs.local.streams import TableStream
-from aijobs.stack import (
-    DEFAULT_TEMPLATE,
-    StackResources,
-    batching_window,
-    create_stack_resources,
-    function_timeout,
-    load_template,
-)
+from aijobs.stack import batching_window, create_stack_resources, function_timeout, load_template
 from engine.batching.files import MANIFESTS_PREFIX, PARTS_PREFIX
 from engine.batching.records import BatchPhase
 from engine.config import Settings, load_settings
@@ -888,8 +881,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     endpoint = aws.endpoint_url
     # Credentials that go nowhere but the local endpoint: the soak never touches a real account.
     session = local_session()
-    stack: StackResources = create_stack_resources("soak", session=session, endpoint_url=endpoint)
-    template = load_template(DEFAULT_TEMPLATE)
+    stack = create_stack_resources("soak", session=session, endpoint_url=endpoint)
+    template = load_template()
     provider = LocalProvider(
         api_key=API_KEY,
         latency_seconds=PROVIDER_LATENCY_SECONDS,
