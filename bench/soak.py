@@ -1,33 +1,45 @@
-"""The soak: N jobs with injected faults and duplicated deliveries, through the whole stack in one process.
+"""The soak: N jobs in both lanes, some through a provider's batch, with injected faults and duplicated
+deliveries, through the whole stack in one process.
 
-A moto server holds the template's queues and table, the local OpenAI-compatible provider answers,
-and the worker runs behind the local event source mapping with several pollers. One job in five
-carries a fault: a `fault:<kind>[*K]` marker the provider obeys, or a message the engine must
-reject, so each job's final status, error code, attempt count and provider calls are known in
-advance. Every message is sent two or three times, the extra copies delayed a little. The run ends
-when every job is terminal (or the time budget passes); the queue is then drained, the completion
-events the events function made from the table's stream are counted (exactly one per job), and
-one table compares what happened with the plan. The exit status is 1 when any check fails.
+A moto server holds the template's queues and table, the local OpenAI-compatible provider answers
+(its Files and Batches APIs too), and the worker runs behind one local event source mapping per
+lane, each with its own pollers and the template's batching window; the batcher runs on its
+schedule (AIJOBS_BATCH_API=on, short windows, polls and rescue time, so that batches end within the
+run). Jobs go to three routes: interactive, background with a deadline too near for a batch (real
+time), and background with one far enough for a batch. One job in five carries a fault of its
+route: a `fault:<kind>[*K]` marker the provider obeys (in a batch's line as in a real-time call), or
+a message the engine must reject, so each job's final status, error code, lane, attempt count and
+provider calls (and which of them a batch made) are known in advance. Every message is sent two or
+three times, the extra copies delayed a little. The run ends when every job is terminal (or the time
+budget passes); the queues are then drained, the completion events the events function made from
+the table's stream are counted (exactly one per job, of the job's lane), and one table compares what
+happened with the plan: every job ended as planned and by its deadline, and its recorded tokens and
+cost equal the calls the provider's log shows for it, a batch's line at the batch price (AIJOBS_PRICES'
+`batch` factor) and its re-asks in real time. The exit status is 1 when any check fails.
 
 Concessions to the harness, none to the engine (the table's caption repeats them):
 - moto is fitted as everywhere else (aijobs.local.moto_patches): DynamoDB operations one at a time
   (moto alone is not linearizable), transaction rollbacks of the touched items only and server
   routing cached (same results, far less time); messages are fed keeping at most --queue-depth on
-  the queue, because moto's SQS requests cost time in proportion to the queue's depth;
-- the visibility the engine sets (backoff, Retry-After, a held duplicate's remaining lease) is capped
-  at --visibility-clamp seconds, so that retries happen within the run; the table counts the capped
-  ones and the longest delay asked for;
+  the queues, because moto's SQS requests cost time in proportion to a queue's depth;
+- the visibility the engine sets (backoff, Retry-After, a held duplicate's remaining lease, a batched
+  job's included) is capped at --visibility-clamp seconds, so that retries happen within the run; the
+  table counts the capped ones and the longest delay asked for;
 - the engine asks for `json_object` output (AI_STRUCTURED_OUTPUT): the schema then travels in the
   system message, and the local provider answers from it alone, the soak's own quick classify type
-  (1 s timeout, for the hangs) like any other.
+  (1 s timeout, for the hangs) like any other;
+- the batcher runs every second (every minute in AWS), and the local provider answers a batch two
+  seconds after its creation (most real batches take minutes).
 
-Usage: python -m bench.soak [--jobs 1000] [--concurrency 3] [--budget 300] [--seed 7] (or make soak)
+Usage: python -m bench.soak [--jobs 1000] [--batch-share 0.2] [--background-share 0.2] [--budget 300]
+[--seed 7] (or make soak; make soak SOAK_ARGS="--jobs 200" for a short run)
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -40,7 +52,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from enum import StrEnum
+from typing import Any
 
 import boto3
 from rich.console import Console
@@ -48,23 +61,24 @@ from rich.table import Table
 
 from aijobs.events import EventsTap
 from aijobs.local.aws import LocalAws
-from aijobs.local.devstack import local_session
+from aijobs.local.devstack import LOCAL_BATCHER_SECONDS, local_session
 from aijobs.local.faults import prompt_hash
 from aijobs.local.poller import EventSourceMapping
 from aijobs.local.provider import LocalProvider, ServedRequest
+from aijobs.local.schedule import Schedule
 from aijobs.local.streams import TableStream
-from aijobs.stack import StackResources, create_stack_resources
+from aijobs.stack import batching_window, create_stack_resources, function_timeout, load_template
+from engine.batching.files import MANIFESTS_PREFIX, PARTS_PREFIX
+from engine.batching.records import BatchPhase
 from engine.config import Settings, load_settings
-from engine.core import ErrorCode, Job, JobStatus, Usage
+from engine.core import ErrorCode, Job, JobStatus, Lane, Usage
 from engine.definitions import BUILTIN_DEFINITIONS, JobRegistry
 from engine.definitions.classify import CLASSIFY
-from engine.queue import JobQueue
+from engine.queue import JobQueue, JobQueues
+from engine.store.batches import BATCHES_PK
 from engine.store.items import from_item, job_from_item, job_key
-from engine.wiring import Aws, build_events, build_worker
+from engine.wiring import Aws, build_batcher, build_events, build_worker
 from engine.worker import Worker
-
-if TYPE_CHECKING:
-    pass
 
 API_KEY = "sk-soak"
 MODEL = "local-model"
@@ -72,6 +86,9 @@ REGION = "us-east-1"
 # USD per million input, cached input and output tokens of the local model, so that costs reconcile
 # too; the local provider's prompt cache and reasoning tokens make every kind count.
 PRICES = {"input": Decimal("0.15"), "cached_input": Decimal("0.075"), "output": Decimal("0.60")}
+# What a line of a provider's batch costs, as a share of the same call in real time (AIJOBS_PRICES'
+# `batch`): not the engine's default (half), so that the reconciliation shows the configured one applied.
+BATCH_PRICE_SHARE = Decimal("0.4")
 REASONING_TOKENS = 8
 # classify with a 1 s provider timeout: a hanging provider (3 s) costs an attempt about a second.
 QUICK_CLASSIFY = replace(CLASSIFY, name="soak_quick_classify", timeout_seconds=1.0)
@@ -79,6 +96,17 @@ HANG_SECONDS = 3.0
 PROVIDER_LATENCY_SECONDS = 0.01
 # The shortest deadline a message may set (docs/messages.md): how long a job rate-limited for ever lasts.
 SHORT_DEADLINE_SECONDS = 60
+# Batches (docs/batches.md): 5 s windows polled every second, and a rescue time of a minute and a half
+# (the defaults, 300 / 60 / 1800 s, would keep a batch longer than a soak runs); the batcher runs every
+# second, as in the embedded stack, and the local provider answers a batch 2 s after its creation.
+BATCH_WINDOW_SECONDS, BATCH_POLL_SECONDS, BATCH_RESCUE_SECONDS = 5, 1, 90
+BATCH_DELAY_SECONDS = 2.0
+# A background job joins a batch when its deadline is at least rescue + window + poll + 60 s away
+# (156 s). The soak's batched jobs have theirs four minutes away, so that they must end within the run
+# (their rescue time comes 150 s after their creation); its background jobs in real time two minutes
+# away, too near for a batch.
+BATCHED_DEADLINE_SECONDS = 240
+NEAR_DEADLINE_SECONDS = 120
 DRAIN_SECONDS = 30.0
 # Every ended job's completion event has arrived within this long after the queue drained.
 EVENTS_WAIT_SECONDS = 30.0
@@ -86,6 +114,23 @@ PROGRESS_SECONDS = 5.0
 
 
 # --- the plan --------------------------------------------------------------------------------------
+
+
+class Route(StrEnum):
+    """Which queue a job's messages go to, and how it is meant to run."""
+
+    INTERACTIVE = "interactive"  # the jobs queue
+    BACKGROUND = "background"  # the background queue, its deadline too near for a batch: real time
+    BATCH = "batch"  # the background queue, its deadline far: through the provider's batch API
+
+    @property
+    def lane(self) -> Lane:
+        return Lane.INTERACTIVE if self is Route.INTERACTIVE else Lane.BACKGROUND
+
+    @property
+    def deadline_seconds(self) -> int | None:
+        """The deadline its jobs' messages set (unless their plan sets one); None: the job type's, a day."""
+        return {Route.BACKGROUND: NEAR_DEADLINE_SECONDS, Route.BATCH: BATCHED_DEADLINE_SECONDS}.get(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +146,12 @@ class Plan:
     calls: int | None = 1
     fields: Mapping[str, Any] = field(default_factory=dict)
     bad_input: bool = False
+    # How many of its calls a provider's batch makes (logged with a batch_id): any of these counts.
+    batch_calls: tuple[int, ...] = (0,)
+
+    @property
+    def faulty(self) -> bool:
+        return self.marker is not None or self.code is not None
 
 
 FAILED, MAX_ATTEMPTS = JobStatus.FAILED, ErrorCode.MAX_ATTEMPTS_EXCEEDED
@@ -139,8 +190,40 @@ FAULT_PLANS: tuple[Plan, ...] = (
     Plan("unknown job type", "no_such_type", None, FAILED, ErrorCode.UNKNOWN_JOB_TYPE, 0, 0),
     Plan("schema version 2", "summarize", None, FAILED, ErrorCode.SCHEMA_VERSION_MISMATCH, 0, 0, {"schema_version": 2}),
 )
+# Background jobs in real time meet the same faults, but for the messages the engine rejects: the job
+# such a message fails is recorded without a lane (engine.dead_letters.DeadLetterRecorder.fail_bad_message),
+# so it reads as interactive whichever queue the message came from.
+BACKGROUND_FAULT_PLANS: tuple[Plan, ...] = tuple(plan for plan in FAULT_PLANS if plan.calls != 0)
 CLEAN_PLANS: tuple[Plan, ...] = tuple(
     Plan("no fault", job_type) for job_type in ("classify", "summarize", "answer_with_citations")
+)
+# Batched jobs: their first call is a line of a provider's batch, and their faults ones that leave
+# each job's end and calls known in advance. Batch-wide faults (`batch-fault:stall`, `expire_half`,
+# `failed_lines`) are not among them: a batch gathers whatever jobs of its model share its window,
+# so such a fault would reach other planned jobs, and `failed_lines` fails lines by their place in
+# the batch. Built-in job types only: the batcher registers the job types its settings name.
+BATCH_CLEAN_PLANS: tuple[Plan, ...] = tuple(
+    replace(plan, label="batch: no fault", batch_calls=(1,)) for plan in CLEAN_PLANS
+)
+BATCH_FAULT_PLANS: tuple[Plan, ...] = (
+    # The batch's answer is invalid; the re-ask (in real time, by the batcher) repairs it.
+    Plan("batch: repairable", "classify", "fault:repairable", calls=2, batch_calls=(1,)),
+    # The batch's answer and the real-time re-ask both fail validation: its schema, business or reference rules.
+    Plan("batch: non_json", "summarize", "fault:non_json", FAILED, SCHEMA, calls=2, batch_calls=(1,)),
+    Plan("batch: business_invalid", "summarize", "fault:business_invalid", FAILED, BUSINESS, calls=2, batch_calls=(1,)),
+    Plan(
+        "batch: reference_invalid",
+        "answer_with_citations",
+        "fault:reference_invalid",
+        FAILED,
+        REFERENCE,
+        calls=2,
+        batch_calls=(1,),
+    ),
+    # Its line fails (a 500): the job is handed back, its attempt refunded, and its next call answers:
+    # in real time, or in a second batch when a duplicate copy (not marked for real time) claims the
+    # job before the handed-back message does.
+    Plan("batch: server_error*1", "classify", "fault:server_error*1", calls=2, batch_calls=(1, 2)),
 )
 
 
@@ -148,6 +231,7 @@ CLEAN_PLANS: tuple[Plan, ...] = tuple(
 class PlannedJob:
     job_id: str
     plan: Plan
+    route: Route
     message: dict[str, Any]
     copies: int
     # The prompt the provider logs the job's calls under; None when no call is expected.
@@ -172,14 +256,34 @@ def job_input(job_type: str, job_id: str, marker: str | None, bad: bool) -> dict
     return {"text": f"Ticket {job_id}: you have won a free cruise, click here now!{tail}", "labels": labels}
 
 
-def plan_jobs(count: int, fault_share: float, rng: random.Random, registry: JobRegistry) -> list[PlannedJob]:
-    """`count` jobs; a `fault_share` of them, spread at random, take the fault plans in turn."""
-    faulty = set(rng.sample(range(count), round(count * fault_share)))
-    fault_cycle = iter(FAULT_PLANS * (len(faulty) // len(FAULT_PLANS) + 1))
+@dataclass(frozen=True, slots=True)
+class Shares:
+    """The shares of the jobs given a fault, sent as batched background jobs, and as background jobs
+    whose deadline is too near for a batch; the rest are interactive."""
+
+    faults: float
+    batched: float
+    background: float
+
+
+def plan_jobs(count: int, shares: Shares, rng: random.Random, registry: JobRegistry) -> list[PlannedJob]:
+    """`count` jobs in their routes, spread at random; a share of them, also spread at random, take the
+    fault plans of their route in turn."""
+    numbers = range(count)
+    batched = set(rng.sample(numbers, round(count * shares.batched)))
+    background = set(rng.sample([n for n in numbers if n not in batched], round(count * shares.background)))
+    faulty = set(rng.sample(numbers, round(count * shares.faults)))
+    faults = {
+        Route.INTERACTIVE: itertools.cycle(FAULT_PLANS),
+        Route.BACKGROUND: itertools.cycle(BACKGROUND_FAULT_PLANS),
+        Route.BATCH: itertools.cycle(BATCH_FAULT_PLANS),
+    }
     jobs = []
-    for number in range(count):
+    for number in numbers:
         job_id = f"soak-{number:05d}"
-        plan = next(fault_cycle) if number in faulty else CLEAN_PLANS[number % len(CLEAN_PLANS)]
+        route = Route.BATCH if number in batched else Route.BACKGROUND if number in background else Route.INTERACTIVE
+        clean = BATCH_CLEAN_PLANS if route is Route.BATCH else CLEAN_PLANS
+        plan = next(faults[route]) if number in faulty else clean[number % len(clean)]
         raw_input = job_input(plan.job_type, job_id, plan.marker, plan.bad_input)
         message = {
             "job_id": job_id,
@@ -188,11 +292,13 @@ def plan_jobs(count: int, fault_share: float, rng: random.Random, registry: JobR
             "input": raw_input,
             **plan.fields,
         }
+        if route.deadline_seconds is not None:
+            message.setdefault("deadline_seconds", route.deadline_seconds)
         prompt_key = None
         if plan.calls != 0:
             definition = registry.get(plan.job_type)
             prompt_key = prompt_hash(definition.render_prompt(definition.parse_input(raw_input)).user)
-        jobs.append(PlannedJob(job_id, plan, message, rng.choice((2, 3)), prompt_key))
+        jobs.append(PlannedJob(job_id, plan, route, message, rng.choice((2, 3)), prompt_key))
     return jobs
 
 
@@ -214,12 +320,20 @@ class ClampedQueue(JobQueue):
         super().change_visibility(receipt_handle, min(seconds, self.clamp_seconds))
 
 
-def build_soak_worker(settings: Settings, session: boto3.Session, clamp_seconds: int) -> tuple[Worker, ClampedQueue]:
-    """engine.wiring.build_worker, with the quick job type and the clamp."""
+def build_soak_worker(
+    settings: Settings, session: boto3.Session, clamp_seconds: int
+) -> tuple[Worker, list[ClampedQueue]]:
+    """engine.wiring.build_worker, with the quick job type and the clamp on each lane's queue."""
     registry = JobRegistry([*BUILTIN_DEFINITIONS, QUICK_CLASSIFY])
     registry.load_modules(settings.aijobs_job_modules)
-    queue = ClampedQueue(settings.jobs_queue_url, Aws(settings, session).client("sqs"), clamp_seconds)
-    return build_worker(settings, session, registry=registry, queue=queue), queue
+    sqs = Aws(settings, session).client("sqs")
+    assert settings.jobs_background_queue_url is not None  # create_stack_resources makes the queue
+    queues = {
+        Lane.INTERACTIVE: ClampedQueue(settings.jobs_queue_url, sqs, clamp_seconds),
+        Lane.BACKGROUND: ClampedQueue(settings.jobs_background_queue_url, sqs, clamp_seconds),
+    }
+    worker = build_worker(settings, session, registry=registry, queue=JobQueues(queues))
+    return worker, list(queues.values())
 
 
 class LogTally(logging.Handler):
@@ -257,34 +371,38 @@ def engine_output_to(path: str, tally: LogTally) -> Iterator[None]:
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
+    queue_url: str
     body: str
     delay_seconds: int
 
 
-def delivery_order(jobs: Sequence[PlannedJob], rng: random.Random) -> list[Delivery]:
-    """Every job's message 2-3 times: a second copy close behind the first (it meets the job held or
-    just finished), a third anywhere later (it meets the job long finished); extra copies delayed 0-3 s."""
+def delivery_order(jobs: Sequence[PlannedJob], queues: Mapping[Route, str], rng: random.Random) -> list[Delivery]:
+    """Every job's message 2-3 times, to its route's queue: a second copy close behind the first (it
+    meets the job held or just finished), a third anywhere later (it meets the job long finished);
+    extra copies delayed 0-3 s."""
     keyed: list[tuple[float, Delivery]] = []
     for position, job in enumerate(rng.sample(list(jobs), len(jobs))):
-        body = json.dumps(job.message)
-        keyed.append((position, Delivery(body, 0)))
+        queue_url, body = queues[job.route], json.dumps(job.message)
+        keyed.append((position, Delivery(queue_url, body, 0)))
         later = (rng.uniform(0, 20), rng.uniform(0, len(jobs)))
-        keyed.extend((position + later[copy - 1], Delivery(body, rng.randint(0, 3))) for copy in range(1, job.copies))
+        keyed.extend(
+            (position + later[copy - 1], Delivery(queue_url, body, rng.randint(0, 3))) for copy in range(1, job.copies)
+        )
     keyed.sort(key=lambda pair: pair[0])
     return [delivery for _, delivery in keyed]
 
 
 class Feeder(threading.Thread):
-    """Sends the deliveries in order, keeping at most `depth` messages on the queue.
+    """Sends the deliveries in order, keeping at most `depth` messages on the queues together.
 
     Jobs arrive over time, as they would; and moto's SQS requests cost time in proportion to the
     messages on the queue, so a queue thousands deep would measure moto rather than the engine.
     """
 
-    def __init__(self, sqs: Any, queue_url: str, deliveries: Sequence[Delivery], depth: int) -> None:
+    def __init__(self, sqs: Any, deliveries: Sequence[Delivery], depth: int) -> None:
         super().__init__(name="soak-feeder", daemon=True)
         self._sqs = sqs
-        self._queue_url = queue_url
+        self._queue_urls = list(dict.fromkeys(delivery.queue_url for delivery in deliveries))
         self._deliveries = deliveries
         self._depth = depth
         self.sent = 0
@@ -302,7 +420,7 @@ class Feeder(threading.Thread):
     def run(self) -> None:
         try:
             while not self.done and not self._stopping.is_set():
-                room = self._depth - queue_depth(self._sqs, self._queue_url)
+                room = self._depth - sum(queue_depth(self._sqs, queue_url) for queue_url in self._queue_urls)
                 while room >= 10 and not self.done:
                     room -= self._send(self._deliveries[self.sent : self.sent + 10])
                 # Each look at the queue's depth costs moto a pass over its messages: look twice a second.
@@ -311,13 +429,16 @@ class Feeder(threading.Thread):
             self.error = exc
 
     def _send(self, chunk: Sequence[Delivery]) -> int:
-        entries = [
-            {"Id": str(index), "MessageBody": delivery.body, "DelaySeconds": delivery.delay_seconds}
-            for index, delivery in enumerate(chunk)
-        ]
-        response = self._sqs.send_message_batch(QueueUrl=self._queue_url, Entries=entries)
-        if response.get("Failed"):
-            raise RuntimeError(f"SQS refused messages: {response['Failed'][:1]}")
+        """Send the chunk's deliveries, one request per queue."""
+        for queue_url in dict.fromkeys(delivery.queue_url for delivery in chunk):
+            entries = [
+                {"Id": str(index), "MessageBody": delivery.body, "DelaySeconds": delivery.delay_seconds}
+                for index, delivery in enumerate(chunk)
+                if delivery.queue_url == queue_url
+            ]
+            response = self._sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
+            if response.get("Failed"):
+                raise RuntimeError(f"SQS refused messages: {response['Failed'][:1]}")
         self.sent += len(chunk)
         return len(chunk)
 
@@ -380,6 +501,8 @@ class TableContents:
     jobs: dict[str, Job] = field(default_factory=dict)
     attempts: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
     dead_letters: int = 0
+    # The records of the batches (engine.batching.records), as items.
+    batches: list[dict[str, Any]] = field(default_factory=list)
 
 
 def read_table(client: Any, table_name: str) -> TableContents:
@@ -397,6 +520,8 @@ def read_table(client: Any, table_name: str) -> TableContents:
                 contents.attempts[str(item["job_id"])].append(item)
             elif pk.startswith("DEADLETTER#"):
                 contents.dead_letters += 1
+            elif pk == BATCHES_PK:
+                contents.batches.append(from_item(raw))
         if "LastEvaluatedKey" not in page:
             return contents
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
@@ -409,11 +534,48 @@ class CallTally:
     calls: int = 0
     valid_answers: int = 0
     tokens: Tokens = (0, 0, 0, 0)
+    cost: Decimal = Decimal(0)
+    # Its calls that were lines of a provider's batch.
+    batch_calls: int = 0
+    # Its calls in the log's order.
+    entries: list[ServedRequest] = field(default_factory=list)
 
     def add(self, entry: ServedRequest) -> None:
         self.calls += 1
         self.valid_answers += entry.status == 200 and entry.fault is None
         self.tokens = add_tokens(self.tokens, logged_tokens(entry))
+        self.cost += call_cost(entry)
+        self.batch_calls += entry.batch_id is not None
+        self.entries.append(entry)
+
+    def batch_attempts(self) -> dict[str, tuple[Tokens, Decimal]]:
+        """The attempts a batch answered, by batch id: the tokens and cost of its line (at the batch
+        price) and of the re-asks made in real time after it, as the engine must record them."""
+        attempts: dict[str, list[ServedRequest]] = {}
+        current: list[ServedRequest] | None = None
+        for entry in self.entries:
+            if entry.batch_id is not None and entry.status == 200:
+                current = attempts[entry.batch_id] = [entry]
+            elif current is not None and entry.batch_id is None and entry.repair:
+                current.append(entry)
+            else:
+                current = None
+        return {
+            batch_id: (total_tokens(logged_tokens(entry) for entry in calls), sum(map(call_cost, calls), Decimal(0)))
+            for batch_id, calls in attempts.items()
+        }
+
+
+def recorded_batch_attempts(attempts: Iterable[Mapping[str, Any]]) -> dict[str, tuple[Tokens, Decimal]] | None:
+    """A job's attempt items made through a batch, by batch id: their tokens and cost. None when an
+    item's `via` does not say whether it has a batch id."""
+    if any((attempt.get("via") == "batch") != bool(attempt.get("batch_id")) for attempt in attempts):
+        return None
+    return {
+        str(attempt["batch_id"]): (item_tokens(attempt), Decimal(attempt["cost_usd"]))
+        for attempt in attempts
+        if attempt.get("batch_id")
+    }
 
 
 # Token counts as (input, output, cached input, reasoning): how the engine records them, and how
@@ -500,28 +662,50 @@ def evaluate(
         report.check(f"error {code}", expected_codes[code], actual_codes[code])
 
     off_plan, off_attempts, off_calls, duplicate_answers, double_success, off_usage = [], [], [], 0, [], []
+    off_batch_usage, late = [], []
+    spare: dict[Route, list[float]] = defaultdict(list)
     for planned, job in zip(jobs, found, strict=True):
         plan = planned.plan
         tally = by_prompt.get(planned.prompt_key or "", CallTally())
         attempts = contents.attempts.get(planned.job_id, [])
-        if job is None or job.status is not plan.status or (job.error.code if job.error else None) != plan.code:
+        if (
+            job is None
+            or job.status is not plan.status
+            or (job.error.code if job.error else None) != plan.code
+            or job.lane is not planned.route.lane
+        ):
             off_plan.append(planned.job_id)
         if job is not None and plan.attempts is not None and job.attempt_count != plan.attempts:
             off_attempts.append(f"{planned.job_id} ({plan.label}: {job.attempt_count})")
-        if plan.calls is not None and planned.prompt_key is not None and tally.calls != plan.calls:
-            off_calls.append(f"{planned.job_id} ({plan.label}: {tally.calls})")
+        if planned.prompt_key is not None and (
+            (plan.calls is not None and tally.calls != plan.calls) or tally.batch_calls not in plan.batch_calls
+        ):
+            off_calls.append(f"{planned.job_id} ({plan.label}: {tally.calls}, {tally.batch_calls} via a batch)")
         duplicate_answers += max(0, tally.valid_answers - 1)
         if sum(1 for attempt in attempts if attempt.get("outcome") == "succeeded") > 1:
             double_success.append(planned.job_id)
         recorded = usage_tokens(job.usage) if job else (0, 0, 0, 0)
         itemized = total_tokens(item_tokens(attempt) for attempt in attempts)
-        if planned.prompt_key is not None and not recorded == itemized == tally.tokens:
+        cost = job.usage.cost_usd if job else Decimal(0)
+        if planned.prompt_key is not None and not (recorded == itemized == tally.tokens and cost == tally.cost):
             off_usage.append(planned.job_id)
-    report.check("jobs off plan (status, code)", 0, len(off_plan), not off_plan)
+        if recorded_batch_attempts(attempts) != tally.batch_attempts():
+            off_batch_usage.append(planned.job_id)
+        if job is not None and plan.code is not ErrorCode.DEADLINE_EXCEEDED:
+            if not ended_in_time(job):
+                late.append(planned.job_id)
+            elif job.deadline_at is not None and job.finished_at is not None:
+                spare[planned.route].append((job.deadline_at - job.finished_at) / 1000)
+    report.check("jobs off plan (status, code, lane)", 0, len(off_plan), not off_plan)
     report.check("attempt counts off plan", 0, len(off_attempts), not off_attempts)
-    report.check("provider calls off plan (per job)", 0, len(off_calls), not off_calls)
+    report.check("provider calls off plan (per job: all, via a batch)", 0, len(off_calls), not off_calls)
     report.check("duplicate successful provider calls", 0, duplicate_answers)
     report.check("jobs with >1 succeeded attempt record", 0, len(double_success))
+    report.check("jobs ended after their deadline (but those meant to)", 0, len(late))
+    report.figure(
+        f"least time to spare before a deadline (s): {' / '.join(route.value for route in Route)}",
+        " / ".join(f"{min(spare[route]):.0f}" if spare[route] else "-" for route in Route),
+    )
 
     billed = total_tokens(logged_tokens(entry) for entry in provider_log)
     on_jobs = total_tokens(usage_tokens(job.usage) for job in found if job)
@@ -549,9 +733,56 @@ def evaluate(
         len(all_attempts),
         sum(job.usage.attempts for job in found if job),
     )
-    report.check("jobs whose usage differs from their calls", 0, len(off_usage))
-    suspects = [*off_plan, *off_attempts, *off_calls, *double_success, *off_usage]
+    report.check("jobs whose usage (tokens, cost) differs from their calls", 0, len(off_usage))
+    report.check(
+        "jobs whose attempts via a batch differ from its line (batch price) + re-asks", 0, len(off_batch_usage)
+    )
+    suspects = [*off_plan, *off_attempts, *off_calls, *double_success, *late, *off_usage, *off_batch_usage]
     return list(dict.fromkeys(job_id.split(" ", 1)[0] for job_id in suspects))
+
+
+def evaluate_batches(
+    report: Report,
+    jobs: Sequence[PlannedJob],
+    contents: TableContents,
+    provider_log: Sequence[ServedRequest],
+    files_left: int,
+) -> None:
+    """Add the batches' rows to `report`: every batch recorded and ended, its files gone, and what it did."""
+    lines = [entry for entry in provider_log if entry.batch_id is not None]
+    answered = {entry.batch_id for entry in lines}
+    recorded = {str(record["batch_id"]) for record in contents.batches if record.get("batch_id")}
+    report.check(
+        "provider batches: recorded = in the provider's log", len(answered), len(recorded), answered == recorded
+    )
+    in_flight = sum(1 for record in contents.batches if record["phase"] != BatchPhase.ENDED)
+    report.check("batch records not ended", 0, in_flight)
+    report.check("batch parts and manifests left in the payload bucket", 0, files_left)
+    finished = sum(int(record.get("finished", 0)) for record in contents.batches)
+    returned = sum(int(record.get("returned", 0)) for record in contents.batches)
+    failed = sum(1 for entry in lines if entry.status != 200)
+    report.figure(
+        "batches / lines answered (failed) / jobs finished / handed back",
+        f"{len(recorded)} / {len(lines)} ({failed}) / {finished} / {returned}",
+    )
+    prompts = {job.prompt_key for job in jobs if job.route is Route.BATCH}
+    batches_per_prompt = Counter(
+        entry.prompt_hash for entry in {(entry.prompt_hash, entry.batch_id): entry for entry in lines}.values()
+    )
+    through_batch = sum(
+        1 for job in jobs if any(attempt.get("batch_id") for attempt in contents.attempts.get(job.job_id, []))
+    )
+    report.figure(
+        "jobs with an attempt via a batch (jobs sent to batch)",
+        f"{through_batch} ({sum(1 for job in jobs if job.route is Route.BATCH)})",
+    )
+    report.figure(
+        "handed-back jobs batched again by a duplicate copy",
+        sum(1 for prompt, count in batches_per_prompt.items() if prompt in prompts and count > 1),
+    )
+    at_batch_price = sum((call_cost(entry) for entry in lines), Decimal(0))
+    in_real_time = sum((call_cost(entry, batch_price=False) for entry in lines), Decimal(0))
+    report.figure("batch lines' cost USD (the same calls in real time)", f"{at_batch_price} ({in_real_time})")
 
 
 def explain(job: PlannedJob, contents: TableContents, provider_log: Sequence[ServedRequest]) -> list[str]:
@@ -562,14 +793,15 @@ def explain(job: PlannedJob, contents: TableContents, provider_log: Sequence[Ser
     else:
         error = f" {found.error.code.value}: {found.error.message}" if found.error else ""
         end = f"{found.status.value}{error} (attempt_count {found.attempt_count})"
-    lines = [f"{job.job_id} [{job.plan.label}, {job.copies} copies] -> {end}"]
+    lines = [f"{job.job_id} [{job.plan.label}, {job.route.value}, {job.copies} copies] -> {end}"]
     for attempt in sorted(contents.attempts.get(job.job_id, []), key=lambda item: int(item["attempt"])):
         lines.append(
             f"    attempt {attempt['attempt']}: {attempt['outcome']} {attempt.get('error_code') or ''}"
             f" calls {attempt.get('calls')} tokens {attempt['input_tokens']}/{attempt['output_tokens']}"
+            f" via {attempt.get('via', 'realtime')} cost {attempt['cost_usd']}"
         )
     calls = [
-        f"{entry.fault or 'answer'}/{entry.status}{'/re-ask' if entry.repair else ''}"
+        f"{'batch:' * bool(entry.batch_id)}{entry.fault or 'answer'}/{entry.status}{'/re-ask' * entry.repair}"
         for entry in provider_log
         if job.prompt_key is not None and entry.prompt_hash == job.prompt_key
     ]
@@ -577,15 +809,26 @@ def explain(job: PlannedJob, contents: TableContents, provider_log: Sequence[Ser
     return lines
 
 
-def call_cost(entry: ServedRequest) -> Decimal:
-    """What one logged call costs at the soak's prices, rounded as the engine's price table rounds."""
+def call_cost(entry: ServedRequest, batch_price: bool = True) -> Decimal:
+    """What one logged call costs at the soak's prices (a batch's line at the batch price, unless not
+    `batch_price`), rounded as the engine's price table rounds."""
     uncached = entry.prompt_tokens - entry.cached_tokens
+    share = BATCH_PRICE_SHARE if entry.batch_id is not None and batch_price else Decimal(1)
     cost = (
-        uncached * PRICES["input"]
-        + entry.cached_tokens * PRICES["cached_input"]
-        + entry.completion_tokens * PRICES["output"]
-    ) / 1_000_000
+        (
+            uncached * PRICES["input"]
+            + entry.cached_tokens * PRICES["cached_input"]
+            + entry.completion_tokens * PRICES["output"]
+        )
+        * share
+        / 1_000_000
+    )
     return cost.quantize(Decimal("0.000000001"))
+
+
+def ended_in_time(job: Job) -> bool:
+    """Whether a job ended by its deadline (a job failed for its message before it had one has none)."""
+    return job.finished_at is not None and (job.deadline_at is None or job.finished_at <= job.deadline_at)
 
 
 def format_tokens(counts: tuple[int, ...]) -> str:
@@ -599,14 +842,31 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=1000, help="number of jobs (default 1000)")
     parser.add_argument("--fault-share", type=float, default=0.2, help="share of jobs given a fault (default 0.2)")
-    parser.add_argument("--concurrency", type=int, default=3, help="pollers of the event source mapping (default 3)")
+    parser.add_argument(
+        "--batch-share", type=float, default=0.2, help="share of jobs sent as background jobs to batch (default 0.2)"
+    )
+    parser.add_argument(
+        "--background-share",
+        type=float,
+        default=0.2,
+        help="share of jobs sent as background jobs too near their deadline for a batch (default 0.2)",
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=3, help="pollers of the jobs queue, the interactive lane's (default 3)"
+    )
+    parser.add_argument(
+        "--background-concurrency", type=int, default=2, help="pollers of the background queue (default 2)"
+    )
     parser.add_argument("--budget", type=float, default=300.0, help="seconds until every job must be terminal")
     parser.add_argument("--visibility-clamp", type=int, default=2, help="cap on the visibility the engine sets (s)")
-    parser.add_argument("--queue-depth", type=int, default=200, help="messages kept on the queue while feeding")
+    parser.add_argument("--queue-depth", type=int, default=200, help="messages kept on the queues while feeding")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
-    if args.jobs < 1 or not 0 <= args.fault_share <= 1 or args.concurrency < 1 or args.visibility_clamp < 0:
-        parser.error("--jobs and --concurrency must be positive, --fault-share within 0..1, the clamp >= 0")
+    shares = (args.fault_share, args.batch_share, args.background_share)
+    if args.jobs < 1 or min(args.concurrency, args.background_concurrency) < 1 or args.visibility_clamp < 0:
+        parser.error("--jobs and the concurrencies must be positive, the clamp >= 0")
+    if not all(0 <= share <= 1 for share in shares) or args.batch_share + args.background_share > 1:
+        parser.error("the shares must be within 0..1, --batch-share and --background-share 1 at most together")
     return args
 
 
@@ -621,13 +881,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     endpoint = aws.endpoint_url
     # Credentials that go nowhere but the local endpoint: the soak never touches a real account.
     session = local_session()
-    stack: StackResources = create_stack_resources("soak", session=session, endpoint_url=endpoint)
+    stack = create_stack_resources("soak", session=session, endpoint_url=endpoint)
+    template = load_template()
     provider = LocalProvider(
         api_key=API_KEY,
         latency_seconds=PROVIDER_LATENCY_SECONDS,
         retry_after_seconds=1,
         hang_seconds=HANG_SECONDS,
         reasoning_tokens=REASONING_TOKENS,
+        batch_delay_seconds=BATCH_DELAY_SECONDS,
     ).start()
     report = Report()
     suspects: list[str] = []
@@ -642,27 +904,53 @@ def main(argv: Sequence[str] | None = None) -> int:
                 # json_object mode: the schema rides in the system message (after SCHEMA_PREAMBLE), from
                 # which the local provider answers any job type, soak_quick_classify included.
                 "AI_STRUCTURED_OUTPUT": "json_object",
-                "AIJOBS_PRICES": json.dumps({MODEL: {kind: str(price) for kind, price in PRICES.items()}}),
+                "AIJOBS_PRICES": json.dumps(
+                    {MODEL: {**{kind: str(price) for kind, price in PRICES.items()}, "batch": str(BATCH_PRICE_SHARE)}}
+                ),
+                "AIJOBS_BATCH_API": "on",
+                "AIJOBS_BATCH_WINDOW_SECONDS": str(BATCH_WINDOW_SECONDS),
+                "AIJOBS_BATCH_POLL_SECONDS": str(BATCH_POLL_SECONDS),
+                "AIJOBS_BATCH_RESCUE_SECONDS": str(BATCH_RESCUE_SECONDS),
             }
         )
         settings = load_settings(environment)
         registry = JobRegistry([*BUILTIN_DEFINITIONS, QUICK_CLASSIFY])
-        jobs = plan_jobs(args.jobs, args.fault_share, rng, registry)
+        shares = Shares(args.fault_share, args.batch_share, args.background_share)
+        jobs = plan_jobs(args.jobs, shares, rng, registry)
         sqs = session.client("sqs", endpoint_url=endpoint)
         dynamodb = session.client("dynamodb", endpoint_url=endpoint)
-        deliveries = delivery_order(jobs, rng)
-        feeder = Feeder(sqs, stack.queue_url, deliveries, args.queue_depth)
+        queue_urls = {
+            Route.INTERACTIVE: stack.queue_url,
+            Route.BACKGROUND: stack.background_queue_url,
+            Route.BATCH: stack.background_queue_url,
+        }
+        deliveries = delivery_order(jobs, queue_urls, rng)
+        feeder = Feeder(sqs, deliveries, args.queue_depth)
 
         with engine_output_to(log_path, tally):
-            worker, queue = build_soak_worker(settings, session, args.visibility_clamp)
-            mapping = EventSourceMapping(
-                stack.queue_url,
-                worker.handle,
-                sqs_client=sqs,
-                concurrency=args.concurrency,
-                wait_seconds=1,
-                batching_window_seconds=1.0,
-                function_timeout_seconds=300,
+            worker, queues = build_soak_worker(settings, session, args.visibility_clamp)
+            # One worker function with an event source mapping per lane, as the template has them.
+            mappings = [
+                EventSourceMapping(
+                    queue_url,
+                    worker.handle,
+                    sqs_client=sqs,
+                    concurrency=concurrency,
+                    wait_seconds=1,
+                    batching_window_seconds=batching_window(template, "WorkerFunction", queue),
+                    function_timeout_seconds=function_timeout(template, "WorkerFunction"),
+                )
+                for queue_url, queue, concurrency in (
+                    (stack.queue_url, "JobsQueue", args.concurrency),
+                    (stack.background_queue_url, "BackgroundJobsQueue", args.background_concurrency),
+                )
+            ]
+            # The batcher on its schedule, as the embedded stack runs it (every minute in AWS).
+            batcher = Schedule(
+                build_batcher(settings, session).handle,
+                LOCAL_BATCHER_SECONDS,
+                function_timeout(template, "BatchFunction"),
+                "soak-batches",
             )
             # The events function on the table's stream, as deployed: one completion event per job.
             events = TableStream(stack.table_name, build_events(settings, session).handle, session, endpoint)
@@ -672,49 +960,82 @@ def main(argv: Sequence[str] | None = None) -> int:
             def show_progress() -> None:
                 if not feeder.done:
                     reader.refresh()  # once the feeder is done, the wait below refreshes every second
-                stats = mapping.stats
+                stats = [mapping.stats for mapping in mappings]
                 progress.print(
                     f"  {time.monotonic() - started:5.0f}s  sent {feeder.sent}/{len(deliveries)}"
-                    f"  terminal {len(jobs) - len(reader.pending)}/{len(jobs)}  invocations {stats.batches}"
-                    f"  records {stats.records}  deleted {stats.deleted}  provider calls {len(provider.log)}",
+                    f"  terminal {len(jobs) - len(reader.pending)}/{len(jobs)}"
+                    f"  invocations {sum(stat.batches for stat in stats)}"
+                    f"  records {sum(stat.records for stat in stats)}  deleted {sum(stat.deleted for stat in stats)}"
+                    f"  batcher passes {batcher.invocations}  provider calls {len(provider.log)}",
                     highlight=False,
                 )
 
+            def queues_empty() -> bool:
+                return all(
+                    queue_depth(sqs, queue_url) == 0 for queue_url in (stack.queue_url, stack.background_queue_url)
+                )
+
             feeder.start()
-            mapping.start()
+            for mapping in mappings:
+                mapping.start()
+            batcher.start()
             events.start()
             try:
                 # Reading 1000 jobs' status holds moto's lock for a while: only once all are sent.
                 all_terminal = wait_for(lambda: feeder.done and reader.refresh() == 0, args.budget, show_progress)
                 terminal_at = time.monotonic() - started
-                drained = wait_for(
-                    lambda: feeder.done and queue_depth(sqs, stack.queue_url) == 0, DRAIN_SECONDS, show_progress
-                )
+                drained = wait_for(lambda: feeder.done and queues_empty(), DRAIN_SECONDS, show_progress)
                 events_read = EventsTap(sqs, stack.events_queue_url).collect(
                     {job.job_id for job in jobs}, EVENTS_WAIT_SECONDS, late_seconds=2
                 )
                 per_job = Counter(event["detail"]["job_id"] for event in events_read)
             finally:
                 feeder.stop()
-                mapping.stop(timeout=30)
+                batcher.stop()
+                for mapping in mappings:
+                    mapping.stop(timeout=30)
                 events.stop()
         elapsed = time.monotonic() - started
 
         contents = read_table(dynamodb, stack.table_name)
         provider_log = provider.log
-        report.figure("jobs", f"{len(jobs)} ({sum(1 for job in jobs if job.plan.label != 'no fault')} with a fault)")
+        routes = Counter(job.route for job in jobs)
+        report.figure(
+            "jobs: interactive / background in real time / background to batch",
+            f"{len(jobs)} ({sum(1 for job in jobs if job.plan.faulty)} with a fault): {routes[Route.INTERACTIVE]}"
+            f" / {routes[Route.BACKGROUND]} / {routes[Route.BATCH]}",
+        )
+        planned_lanes = Counter(job.route.lane for job in jobs)
+        recorded_lanes = Counter(job.lane for job in contents.jobs.values())
+        report.check(
+            "jobs per lane: interactive / background",
+            " / ".join(str(planned_lanes[lane]) for lane in Lane),
+            " / ".join(str(recorded_lanes[lane]) for lane in Lane),
+        )
         report.check("messages sent (2-3 copies a job, some delayed)", len(deliveries), feeder.sent)
         suspects = evaluate(report, jobs, contents, provider_log)
+        s3 = session.client("s3", endpoint_url=endpoint)
+        files_left = sum(
+            s3.list_objects_v2(Bucket=stack.payload_bucket, Prefix=prefix)["KeyCount"]
+            for prefix in (PARTS_PREFIX, MANIFESTS_PREFIX)
+        )
+        evaluate_batches(report, jobs, contents, provider_log, files_left)
         report.check("dead letters recorded in the table", 0, contents.dead_letters)
         report.check("messages on the dead-letter queue", 0, queue_depth(sqs, stack.dlq_url))
-        report.check(f"messages left on the queue ({DRAIN_SECONDS:.0f}s drain)", 0, queue_depth(sqs, stack.queue_url))
-        stats = mapping.stats
-        report.check("invocations failed as a whole", 0, stats.batch_errors)
-        report.figure(
-            "invocations / records / deleted / returned",
-            f"{stats.batches} / {stats.records} / {stats.deleted} / {stats.failed}",
+        report.check(
+            f"messages left on the queues ({DRAIN_SECONDS:.0f}s drain)",
+            0,
+            queue_depth(sqs, stack.queue_url) + queue_depth(sqs, stack.background_queue_url),
         )
-        asked = queue.asked
+        report.check("invocations failed as a whole", 0, sum(mapping.stats.batch_errors for mapping in mappings))
+        for lane, mapping in zip(Lane, mappings, strict=True):
+            stats = mapping.stats
+            report.figure(
+                f"{lane.value} invocations / records / deleted / returned",
+                f"{stats.batches} / {stats.records} / {stats.deleted} / {stats.failed}",
+            )
+        report.figure("batcher passes", batcher.invocations)
+        asked = sum((queue.asked for queue in queues), Counter[int]())
         clamped = sum(count for seconds, count in asked.items() if seconds > args.visibility_clamp)
         report.figure(
             f"visibility changes / capped at {args.visibility_clamp}s (longest asked)",
@@ -727,8 +1048,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         report.figure("engine warnings / errors logged", f"{tally.levels['WARNING']} / {tally.levels['ERROR']}")
         report.figure("all terminal after", f"{terminal_at:.1f}s" if all_terminal else "never (budget spent)")
-        report.check("queue drained", True, drained)
+        report.check("queues drained", True, drained)
         report.check("jobs with exactly one completion event", len(jobs), sum(per_job[job.job_id] == 1 for job in jobs))
+        lanes = {job.job_id: job.route.lane.value for job in jobs}
+        report.check(
+            "completion events not of their job's lane",
+            0,
+            sum(1 for event in events_read if event["detail"].get("lane") != lanes.get(event["detail"]["job_id"])),
+        )
         report.check(
             "completion events of jobs not planned",
             0,
@@ -742,10 +1069,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     caption = (
         "Harness: moto fitted by aijobs.local.moto_patches (DynamoDB operations one at a time,"
         " transaction rollback of the touched items only, server routing cached)"
-        + f"; engine-set visibilities capped at {args.visibility_clamp}s; messages fed keeping at most"
-        f" {args.queue_depth} on the queue. Engine log: {log_path}"
+        + f"; engine-set visibilities capped at {args.visibility_clamp}s (a batched job's duplicates included:"
+        f" they would wait for its batch's lease); messages fed keeping at most {args.queue_depth} on the queues;"
+        f" the batcher run every {LOCAL_BATCHER_SECONDS:g}s (every minute in AWS), batch windows of"
+        f" {BATCH_WINDOW_SECONDS}s polled every {BATCH_POLL_SECONDS}s with a rescue time of {BATCH_RESCUE_SECONDS}s,"
+        f" and batches answered {BATCH_DELAY_SECONDS:g}s after their creation. Engine log: {log_path}"
     )
-    console.print(report.table(f"aijobs soak: {args.jobs} jobs, {args.fault_share:.0%} faults", caption))
+    title = (
+        f"aijobs soak: {args.jobs} jobs, {args.fault_share:.0%} faults, {args.batch_share:.0%} batched,"
+        f" {args.background_share:.0%} background in real time"
+    )
+    console.print(report.table(title, caption))
     planned = {job.job_id: job for job in jobs}
     if suspects:
         console.print(f"jobs that broke a per-job check: {len(suspects)}; the first few:")
