@@ -27,7 +27,7 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from engine.core import ErrorCode, Job, JobErrorInfo, JobStatus
+from engine.core import ErrorCode, Job, JobErrorInfo, JobStatus, Lane
 from engine.core.ports import DeadLetterStore
 from engine.definitions import JobRegistry
 from engine.intake import BadMessageError, JobRequest, parse_message, sha256_hex
@@ -134,8 +134,11 @@ class DeadLetterRecorder:
         self._store.record_dead_letter(message_id, body, attributes, receive_count, reason, now, job_id)
         return now
 
-    def fail_bad_message(self, bad: BadMessageError, body: str, now_ms: int) -> Job | None:
-        """Record the job a bad message names as `failed` with the message's error.
+    def fail_bad_message(
+        self, bad: BadMessageError, body: str, now_ms: int, lane: Lane = Lane.INTERACTIVE
+    ) -> Job | None:
+        """Record the job a bad message names as `failed` with the message's error, in the lane the
+        message names when that is valid, else in `lane` (the lane of the queue it came from).
 
         Returns None when recorded, or the job that exists already under that id (whose
         `request_hash` is the body's hash when it was recorded from this same message).
@@ -151,6 +154,7 @@ class DeadLetterRecorder:
             user_id=bad.known("user_id"),
             max_attempts=bad.known("max_attempts") or 0,
             message_hash=sha256_hex(body),
+            lane=Lane(bad.known("lane") or lane),
         )
 
     def _parse(self, body: str, message_id: str) -> tuple[JobRequest | None, BadMessageError | None]:

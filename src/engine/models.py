@@ -28,6 +28,8 @@ UserId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=
 JobTypeName = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_]*$")]
 
 MaxAttempts = Annotated[int, Field(ge=1, le=10)]
+# A lane as a message names it (engine.core.Lane).
+LaneName = Literal["interactive", "background"]
 # Bounded so that every number a message carries fits a DynamoDB number.
 SchemaVersion = Annotated[int, Field(ge=1, le=1_000_000)]
 
@@ -48,7 +50,7 @@ class JobMessage(BaseModel):
     max_attempts: MaxAttempts | None = None
     deadline_seconds: Annotated[int, Field(ge=MIN_DEADLINE_SECONDS, le=MAX_DEADLINE_SECONDS)] | None = None
     # Absent: the lane of the queue the message was sent to.
-    lane: Literal["interactive", "background"] | None = None
+    lane: LaneName | None = None
 
     @property
     def is_reference(self) -> bool:

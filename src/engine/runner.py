@@ -284,7 +284,7 @@ class JobRunner:
     def _reject(self, delivery: Delivery, bad: BadMessageError) -> Disposition:
         if bad.job_id is None:
             return self._dead_letter(delivery, bad.error.message)
-        existing = self._recorder.fail_bad_message(bad, delivery.body, self._now_ms())
+        existing = self._recorder.fail_bad_message(bad, delivery.body, self._now_ms(), delivery.lane)
         if existing is not None:
             if existing.request_hash == sha256_hex(delivery.body):
                 return Ack(Fate.DUPLICATE)

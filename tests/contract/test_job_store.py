@@ -934,7 +934,14 @@ def test_a_failed_job_is_recorded_for_a_message_that_could_not_run(job_store: Jo
     # Given no job "job-1"
     # When a message naming it is given up on
     recorded = job_store.create_failed_job(
-        "job-1", REJECTED, NOW, job_type="classify", user_id="user-1", max_attempts=3, message_hash="msg-hash"
+        "job-1",
+        REJECTED,
+        NOW,
+        job_type="classify",
+        user_id="user-1",
+        max_attempts=3,
+        message_hash="msg-hash",
+        lane=Lane.BACKGROUND,
     )
 
     # Then the job is recorded failed with what the message said and no input
@@ -950,6 +957,7 @@ def test_a_failed_job_is_recorded_for_a_message_that_could_not_run(job_store: Jo
         request_hash="msg-hash",
         finished_at=NOW,
         error=replace(REJECTED, message="refused:\\nthe prompt"),
+        lane=Lane.BACKGROUND,
     )
     assert job_store.get_input("job-1") is None
 

@@ -10,6 +10,7 @@ import json
 import logging
 import random
 from collections.abc import Callable
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -26,6 +27,7 @@ from engine.core import (
     Job,
     JobErrorInfo,
     JobStatus,
+    Lane,
     NewJob,
     Retry,
     Succeeded,
@@ -640,6 +642,33 @@ def test_a_bad_message_with_a_job_id_fails_its_job(
     assert (job.job_type, job.user_id, job.attempt_count) == ("classify", "user-1", 0)
     assert job.request_hash == sha256_hex(body)
     assert (job.input_stored, store.get_input("bad-1")) == (False, None)
+
+
+@pytest.mark.parametrize(
+    ("queue_lane", "named", "lane"),
+    [
+        (Lane.BACKGROUND, None, Lane.BACKGROUND),
+        (Lane.INTERACTIVE, None, Lane.INTERACTIVE),
+        (Lane.INTERACTIVE, "background", Lane.BACKGROUND),
+        (Lane.BACKGROUND, "nowhere", Lane.BACKGROUND),
+    ],
+)
+def test_a_bad_message_fails_its_job_in_the_lane_it_names_or_its_queue_s(
+    runner: JobRunner, store: InMemoryJobStore, queue_lane: Lane, named: str | None, lane: Lane
+) -> None:
+    # Given a bad message naming a lane (or none, or one that does not exist), from one lane's queue
+    bad = job_message("classify", "bad-lane", input={"text": "hi", "labels": ["only-one"]})
+    if named is not None:
+        bad["lane"] = named
+    body = json.dumps(bad)
+
+    # When it is delivered
+    disposition = runner.process(replace(delivery(body), lane=queue_lane))
+
+    # Then its job is failed in the lane the message names, else in its queue's: retried or listed by lane, it
+    # stays where its user sent it
+    assert disposition == Ack(Fate.FAILED)
+    assert job_of(store, "bad-lane").lane is lane
 
 
 def test_the_same_bad_message_again_is_a_duplicate_and_another_is_a_dead_letter(

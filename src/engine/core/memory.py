@@ -268,6 +268,7 @@ class InMemoryJobStore:
         user_id: str | None = None,
         max_attempts: int = 0,
         message_hash: str | None = None,
+        lane: Lane = Lane.INTERACTIVE,
     ) -> Job | None:
         with self._lock:
             existing = self._jobs.get(job_id)
@@ -283,6 +284,7 @@ class InMemoryJobStore:
                 max_attempts=max_attempts,
                 request_hash=message_hash,
                 finished_at=now_ms,
+                lane=lane,
                 error=_kept(error),
             )
             return None

@@ -22,6 +22,7 @@ from engine.core.job import (
     JobErrorInfo,
     JobHistory,
     JobStatus,
+    Lane,
     NewJob,
 )
 from engine.core.open_jobs import OpenJobsWalk
@@ -148,6 +149,7 @@ class DeadLetterStore(Protocol):
         user_id: str | None = None,
         max_attempts: int = 0,
         message_hash: str | None = None,
+        lane: Lane = Lane.INTERACTIVE,
     ) -> Job | None:
         """Record a job whose message could not run; None when recorded, else the job already there."""
         ...

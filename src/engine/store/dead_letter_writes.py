@@ -8,7 +8,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from engine.aws_errors import CONDITION_FAILED, cancellation_codes
-from engine.core import Job, JobErrorInfo, JobStatus, NewJob
+from engine.core import Job, JobErrorInfo, JobStatus, Lane, NewJob
 from engine.store.items import (
     OPEN_SHARD,
     Item,
@@ -111,6 +111,7 @@ class DeadLetterWrites(JobTable):
         user_id: str | None = None,
         max_attempts: int = 0,
         message_hash: str | None = None,
+        lane: Lane = Lane.INTERACTIVE,
     ) -> Job | None:
         """Record a job whose message could not be run at all.
 
@@ -126,6 +127,7 @@ class DeadLetterWrites(JobTable):
                 "status": JobStatus.FAILED.value,
                 "error": error_attribute(error),
                 "max_attempts": max_attempts,
+                "lane": lane.value,
                 "attempt_count": 0,
                 "claim_count": 0,
                 "cancel_requested": False,
