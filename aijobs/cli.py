@@ -20,6 +20,7 @@ from rich.live import Live
 
 from aijobs.client import AiJobsClient
 from aijobs.render import (
+    batches_table,
     budget_json,
     budgets_table,
     dead_letters_table,
@@ -36,6 +37,7 @@ from engine.config import REQUIRED_SETTINGS, load_settings
 from engine.core import JobStatus, Lane
 from engine.core.errors import AiJobsError, ConfigurationError, MissingSettingsError
 from engine.models import JobView
+from engine.store.batches import ENDED_RETENTION_DAYS
 from engine.worker import FUNCTION_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
@@ -299,6 +301,24 @@ def usage(
         print_json([usage_json(row) for row in rows])
     else:
         out.print(usage_table(rows, title=f"usage over the last {since}"))
+
+
+@app.command()
+@one_line_errors
+def batches(
+    show_all: Annotated[
+        bool, typer.Option("--all", help=f"Also the batches that ended (kept {ENDED_RETENTION_DAYS} days after).")
+    ] = False,
+    as_json: JsonFlag = False,
+    stack: StackOption = None,
+) -> None:
+    """Background jobs' batches at the provider, oldest first: in flight, or with --all those ended too."""
+    views = client(stack).batches(in_flight_only=not show_all)
+    if as_json:
+        print_json([view.model_dump(mode="json") for view in views])
+    else:
+        title = "batches in flight and ended" if show_all else "batches in flight"
+        out.print(batches_table(views, int(time.time() * 1000), title=title))
 
 
 budget_app = typer.Typer(help="Daily spending caps per user (UTC days).", no_args_is_help=True)

@@ -20,6 +20,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from aijobs.deployed import load_stack_settings
 from aijobs.target import StackTarget
+from engine.batching.records import BatchRecords
 from engine.config import Settings, load_settings
 from engine.core import JobStatus, Lane
 from engine.core.errors import (
@@ -33,9 +34,18 @@ from engine.core.ports import AdminStore
 from engine.definitions import JobRegistry
 from engine.fleet.budgets import BudgetDay
 from engine.intake import BadMessageError, parse_message
-from engine.models import DeadLetterView, JobDetailsView, JobInspection, JobView, UserId, iso_timestamp
+from engine.models import (
+    BatchView,
+    DeadLetterView,
+    JobDetailsView,
+    JobInspection,
+    JobView,
+    UserId,
+    iso_timestamp,
+)
 from engine.queue import JobQueue, JobQueues, QueueDepth
 from engine.store import JobListing, UsageLedger, UsageReport, UsageRow
+from engine.store.batches import BatchTable
 from engine.store.budgets import BudgetTable
 from engine.store.listing import JobFilter, ListingCursor
 from engine.wiring import Aws, build_queues, build_store
@@ -112,6 +122,7 @@ class AiJobsClient:
         clock: Callable[[], float] = time.time,
         dead_letter_queue: JobQueue | None = None,
         target: StackTarget | None = None,
+        batches: BatchRecords | None = None,
     ) -> None:
         self._store = store
         # Each lane's queue: jobs are sent to their own lane's, and the health strip shows each.
@@ -122,6 +133,7 @@ class AiJobsClient:
         self._listing = listing
         self._ledger = ledger
         self._budgets = budgets
+        self._batches = batches
         # The cap of users without their own, as the workers have it (AIJOBS_DEFAULT_DAILY_BUDGET_USD).
         self._default_budget = default_budget_usd
         self._clock = clock
@@ -142,6 +154,7 @@ class AiJobsClient:
             default_budget_usd=settings.default_daily_budget_usd,
             dead_letter_queue=JobQueue(settings.jobs_dlq_url, sqs) if settings.jobs_dlq_url else None,
             target=StackTarget.from_settings(settings, region=sqs.meta.region_name),
+            batches=BatchTable(settings.jobs_table_name, dynamodb),
         )
 
     @classmethod
@@ -285,6 +298,13 @@ class AiJobsClient:
             oldest_at=iso_timestamp(page.oldest_ms),
             next_cursor=page.next.token() if page.next else None,
         )
+
+    def batches(self, in_flight_only: bool = True) -> list[BatchView]:
+        """The provider batches in flight, oldest first; with `in_flight_only` False, also the ended ones
+        still kept (ENDED_RETENTION_DAYS after they end). One Query of the batch records' partition."""
+        if self._batches is None:
+            raise ConfigurationError("this client has no batch records")
+        return [BatchView.from_record(record) for record in self._batches.listed(in_flight_only)]
 
     def health(self) -> Health:
         """Each queue's depth (one GetQueueAttributes each) and the last day's dead letters (a Query a day)."""

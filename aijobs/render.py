@@ -15,7 +15,7 @@ from rich.text import Text
 from aijobs.client import RedriveOutcome, RedriveResult
 from engine.core import JobStatus
 from engine.fleet.budgets import BudgetDay
-from engine.models import AttemptView, DeadLetterView, JobInspection, JobView, LeaseView
+from engine.models import AttemptView, BatchView, DeadLetterView, JobInspection, JobView, LeaseView
 from engine.store import UsageRow
 
 STATUS_STYLES = {
@@ -39,13 +39,15 @@ def job_table(view: JobView) -> Table:
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
-    rows: list[tuple[str, str]] = [
+    status = Text.from_markup(status_text(view.status) + (" (cancel requested)" if view.cancel_requested else ""))
+    rows: list[tuple[str, str | Text]] = [
         ("job", view.job_id),
         ("type", view.job_type or "-"),
         ("user", view.user_id or "-"),
-        ("status", status_text(view.status) + (" (cancel requested)" if view.cancel_requested else "")),
+        ("status", status),
         ("lane", view.lane.value),
         ("attempts", f"{view.attempt_count} of {view.max_attempts}"),
+        ("via", via_text(view)),
         ("created", view.created_at or "-"),
         ("started", view.started_at or "-"),
         ("finished", view.finished_at or "-"),
@@ -53,12 +55,22 @@ def job_table(view: JobView) -> Table:
         ("cost", f"${view.usage.cost_usd:.6f}"),
     ]
     if view.error:
-        rows.append(("error", f"[red]{view.error.code.value}[/]: {view.error.message}"))
+        rows.append(("error", Text.assemble((view.error.code.value, "red"), f": {view.error.message}")))
     if view.output is not None:
         rows.append(("output", json.dumps(view.output, ensure_ascii=False)))
     for name, value in rows:
-        table.add_row(name, value, end_section=False)
+        # Text, not markup: messages, outputs and batch ids come from outside.
+        table.add_row(name, value if isinstance(value, Text) else Text(value), end_section=False)
     return table
+
+
+def via_text(view: JobView) -> str:
+    """How the job runs or ran: "realtime", "batch batch_abc", "batch: waiting for its batch (...)", or "-"."""
+    if view.via is None:
+        return "-"
+    if view.in_batch:
+        return f"batch: waiting for its batch (window of {view.batch_window_at})"
+    return f"{view.via.value} {view.batch}" if view.batch else view.via.value
 
 
 def tokens_text(view: JobView) -> str:
@@ -88,6 +100,11 @@ def inspection_group(inspection: JobInspection) -> Group:
 def _now_text(view: JobView, lease: LeaseView | None) -> str | None:
     """What a job that has not ended is doing: held by a worker, or waiting (and for what)."""
     if lease is not None:
+        if view.in_batch and not lease.expired:
+            return (
+                f"in a provider's batch (window of {view.batch_window_at}), held for it until "
+                f"{lease.expires_at}: `aijobs batches` lists the batches in flight"
+            )
         if lease.expired:
             return f"lease of {lease.owner} expired at {lease.expires_at}: its next delivery takes the job over"
         return f"running: lease held by {lease.owner} until {lease.expires_at}"
@@ -101,11 +118,17 @@ def _now_text(view: JobView, lease: LeaseView | None) -> str | None:
 
 
 def attempts_table(attempts: Sequence[AttemptView]) -> Table:
-    table = Table(title="attempts", caption=None if attempts else "no attempt recorded")
-    for column in ("#", "started", "duration", "model", "calls", "input", "cached", "output", "reasoning", "cost"):
-        table.add_column(column, justify="left" if column in {"started", "model"} else "right")
-    table.add_column("outcome")
-    table.add_column("error")
+    """Each attempt a row; those of a provider's batch are named under the table (batch ids are long)."""
+    batched = [f"#{attempt.attempt} ran in batch {attempt.batch_id}" for attempt in attempts if attempt.batch_id]
+    caption = "; ".join(batched) if batched else None
+    table = Table(title="attempts", caption=caption if attempts else "no attempt recorded")
+    # The model wraps first when the terminal is narrow: times, codes and figures stay whole.
+    for column in ("#", "started", "duration", "model", "via", "calls", "input", "cached", "output", "reasoning"):
+        left = column in {"started", "model", "via"}
+        table.add_column(column, justify="left" if left else "right", no_wrap=column != "model")
+    table.add_column("cost", justify="right", no_wrap=True)
+    table.add_column("outcome", no_wrap=True)
+    table.add_column("error", no_wrap=True)
     for attempt in attempts:
         model = attempt.model or "-"
         table.add_row(
@@ -113,6 +136,7 @@ def attempts_table(attempts: Sequence[AttemptView]) -> Table:
             attempt.started_at or "-",
             f"{attempt.duration_ms} ms" if attempt.duration_ms < 1000 else f"{attempt.duration_ms / 1000:.1f} s",
             Text(f"{model} ({attempt.tier})" if attempt.tier else model),
+            attempt.via.value,
             str(attempt.calls),
             str(attempt.input_tokens),
             str(attempt.cached_input_tokens),
@@ -142,6 +166,49 @@ def dead_letters_table(letters: Sequence[DeadLetterView], title: str = "dead let
             Text(letter.reason),
         )
     return table
+
+
+def batches_table(batches: Sequence[BatchView], now_ms: int, title: str) -> Table:
+    """`aijobs batches`: each batch's key over its provider id, model, lines, phase over the provider's
+    state, age, rescue time, and its lines answered / failed and its jobs finished / returned so far."""
+    table = Table(title=title, caption=None if batches else "none")
+    table.add_column("batch / provider id", overflow="fold")
+    table.add_column("model")
+    table.add_column("lines", justify="right")
+    table.add_column("phase / provider")
+    table.add_column("age", justify="right")
+    table.add_column("rescue")
+    table.add_column("answered/failed", justify="right")
+    table.add_column("finished/returned", justify="right")
+    for batch in batches:
+        rescue = batch.rescue_in_ms(now_ms)
+        table.add_row(
+            # Text, not markup: ids and the provider's words come from outside.
+            Text(f"{batch.key}\n{batch.batch_id or 'not created yet'}"),
+            Text(batch.model),
+            str(batch.lines),
+            Text(f"{batch.phase.value}\n{batch.provider_status}"),
+            span(batch.age_ms(now_ms)),
+            "-" if rescue is None else f"in {span(rescue)}" if rescue > 0 else "passed",
+            f"{batch.answered} / {batch.failed}",
+            f"{batch.finished} / {batch.returned}",
+            end_section=True,
+        )
+    return table
+
+
+def span(ms: int) -> str:
+    """A stretch of time, to the unit that matters: 45s, 23m, 2h 5m, 3d 4h."""
+    seconds = ms // 1000
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes = seconds // 60
+    if minutes < 60:
+        return f"{minutes}m"
+    hours = minutes // 60
+    if hours < 24:
+        return f"{hours}h {minutes % 60}m"
+    return f"{hours // 24}d {hours % 24}h"
 
 
 def redrive_line(result: RedriveResult) -> str:

@@ -6,11 +6,13 @@ itself, its states and rules are in engine.core.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from engine.batching.records import BatchPhase, BatchRecord
 from engine.core import (
     AttemptOutcome,
     AttemptRecord,
@@ -21,7 +23,9 @@ from engine.core import (
     JobHistory,
     JobStatus,
     Lane,
+    Via,
 )
+from engine.gateway.batches import BatchState
 
 JobId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
 UserId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@-]+$")]
@@ -64,6 +68,11 @@ def iso_timestamp(epoch_ms: int | None) -> str | None:
     return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def epoch_ms(iso: str) -> int:
+    """A time as the views write it (iso_timestamp), in epoch milliseconds."""
+    return int(datetime.fromisoformat(iso).timestamp() * 1000)
+
+
 class ErrorView(BaseModel):
     code: ErrorCode
     message: str
@@ -82,7 +91,8 @@ class UsageView(BaseModel):
 
 
 class JobView(BaseModel):
-    """The public view of a job (`aijobs status ID --json`, docs/messages.md)."""
+    """The public view of a job (`aijobs status ID --json`, docs/messages.md). Fields added after the
+    first ones come last, so that those keep their places."""
 
     job_id: str
     job_type: str | None
@@ -100,10 +110,17 @@ class JobView(BaseModel):
     cancel_requested: bool
     lane: Lane
     usage: UsageView
+    # How the job runs: while it runs, `batch` if it waits in a provider's batch (`batch` is then the
+    # key of the batch window it joined), else `realtime`; once it has stopped, how its latest attempt
+    # ran (and that batch's provider id) where its attempts were read, else null (docs/messages.md).
+    via: Via | None
+    batch: str | None
 
     @classmethod
-    def from_job(cls, job: Job) -> JobView:
+    def from_job(cls, job: Job, latest: AttemptRecord | None = None) -> JobView:
+        """The job's view; `latest`, its latest attempt record when they were read."""
         error = job.error
+        via, batch = _how_it_runs(job, latest)
         return cls(
             job_id=job.job_id,
             job_type=job.job_type,
@@ -129,7 +146,30 @@ class JobView(BaseModel):
                 cache_write_input_tokens=job.usage.cache_write_input_tokens,
                 reasoning_tokens=job.usage.reasoning_tokens,
             ),
+            via=via,
+            batch=batch,
         )
+
+    @property
+    def in_batch(self) -> bool:
+        """Whether the job waits in a provider's batch now (`batch` is the key of its window)."""
+        return self.status is JobStatus.RUNNING and self.via is Via.BATCH
+
+    @property
+    def batch_window_at(self) -> str | None:
+        """While it waits in a batch, when the window it joined opened (the window's key is that time in
+        epoch milliseconds; a key of another form is given as it is)."""
+        if not self.in_batch or self.batch is None:
+            return None
+        return iso_timestamp(int(self.batch)) if self.batch.isdigit() else self.batch
+
+
+def _how_it_runs(job: Job, latest: AttemptRecord | None) -> tuple[Via | None, str | None]:
+    if job.status is JobStatus.RUNNING:
+        return (Via.BATCH, job.batch) if job.batch is not None else (Via.REALTIME, None)
+    if latest is not None:
+        return latest.via, latest.batch_id
+    return None, None
 
 
 class AttemptView(BaseModel):
@@ -157,6 +197,9 @@ class AttemptView(BaseModel):
     latency_ms: int
     # False: a call went to a model with no price, so cost_usd is unknown (recorded as 0).
     priced: bool
+    # How its first call was made, and for a batch the provider's batch id.
+    via: Via
+    batch_id: str | None
 
     @classmethod
     def from_record(cls, record: AttemptRecord) -> AttemptView:
@@ -182,6 +225,8 @@ class AttemptView(BaseModel):
             cache_savings_usd=float(record.cache_savings_usd),
             latency_ms=record.latency_ms,
             priced=record.priced,
+            via=record.via,
+            batch_id=record.batch_id,
         )
 
 
@@ -231,7 +276,7 @@ class JobInspection(BaseModel):
                 expired=job.lease_remaining_ms(now_ms) == 0,
             )
         return cls(
-            job=JobView.from_job(job),
+            job=JobView.from_job(job, history.attempts[-1] if history.attempts else None),
             attempts=[AttemptView.from_record(record) for record in history.attempts],
             dead_letters=[DeadLetterView.from_entry(entry) for entry in history.dead_letters],
             lease=lease,
@@ -247,3 +292,59 @@ class JobDetailsView(JobInspection):
     def of_details(cls, details: JobDetails, now_ms: int) -> JobDetailsView:
         inspection = JobInspection.of(details.job, details.history, now_ms)
         return cls(**dict(inspection), input_json=details.input_json)
+
+
+# The times of a batch record, in epoch milliseconds there and written as ISO in its view.
+_BATCH_TIMES = ("created_at", "updated_at", "rescue_at", "abandon_at", "ended_at")
+
+
+class BatchView(BaseModel):
+    """A batch's record (engine.batching.records) as `aijobs batches` shows it (docs/batches.md)."""
+
+    key: str
+    model: str
+    provider: str
+    phase: BatchPhase
+    # The provider's state as last read, and what the provider said of it.
+    state: BatchState | None
+    detail: str
+    lines: int
+    batch_id: str | None
+    created_at: str
+    updated_at: str
+    # When it is cancelled (its jobs' earliest deadline less the rescue time), and when what it has
+    # not answered goes back to real time.
+    rescue_at: str
+    abandon_at: str
+    ended_at: str | None
+    # Lines the provider answered and failed so far.
+    answered: int
+    failed: int
+    # Its jobs went back to real time at abandon_at, before it ended.
+    handed_back: bool
+    # Of its jobs: finished with its answer, and handed back to real time.
+    finished: int
+    returned: int
+
+    @classmethod
+    def from_record(cls, record: BatchRecord) -> BatchView:
+        """The record's fields of the same names (not its bookkeeping), its times written as the views write them."""
+        fields = asdict(record)
+        return cls.model_validate(fields | {name: iso_timestamp(fields[name]) for name in _BATCH_TIMES})
+
+    @property
+    def in_flight(self) -> bool:
+        return self.phase.in_flight
+
+    @property
+    def provider_status(self) -> str:
+        """The provider's state as last read, and what it said when that says more: "pending: in_progress"."""
+        state = self.state.value if self.state else "-"
+        return f"{state}: {self.detail}" if self.detail and self.detail != state else state
+
+    def age_ms(self, now_ms: int) -> int:
+        return max(now_ms - epoch_ms(self.created_at), 0)
+
+    def rescue_in_ms(self, now_ms: int) -> int | None:
+        """How long until its rescue time (0 or less: it has passed); None once it has ended."""
+        return epoch_ms(self.rescue_at) - now_ms if self.in_flight else None

@@ -1,4 +1,5 @@
-"""The whole stack over HTTP: a moto server on 127.0.0.1 with the template's resources."""
+"""The whole stack over HTTP: a moto server on 127.0.0.1 with the template's resources, or the embedded
+stack of a module's own `dev_stack` fixture."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
+from aijobs.local.devstack import DevStack
 from aijobs.stack import StackResources, create_stack_resources
 
 
@@ -32,3 +34,12 @@ def endpoint_env(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> StackRe
     for name, value in resources.environment().items():
         monkeypatch.setenv(name, value)
     return resources
+
+
+@pytest.fixture
+def dev_env(dev_stack: DevStack, aws_environment: None, monkeypatch: pytest.MonkeyPatch) -> DevStack:
+    """Point this test (after the suite's own AWS environment) at the embedded stack its module's
+    `dev_stack` fixture started, as `aijobs dev` prints it: the CLI in this process reads it so."""
+    for name, value in dev_stack.environment.items():
+        monkeypatch.setenv(name, value)
+    return dev_stack

@@ -53,14 +53,6 @@ def dev_stack() -> Iterator[DevStack]:
         stack.stop()
 
 
-@pytest.fixture
-def dev_env(dev_stack: DevStack, aws_environment: None, monkeypatch: pytest.MonkeyPatch) -> DevStack:
-    """Point this test (after the suite's own AWS environment) at the embedded stack."""
-    for name, value in dev_stack.environment.items():
-        monkeypatch.setenv(name, value)
-    return dev_stack
-
-
 # --- helpers -----------------------------------------------------------------------------------------
 
 
@@ -631,6 +623,8 @@ ATTEMPT_FIELDS = [
     "cache_savings_usd",
     "latency_ms",
     "priced",
+    "via",
+    "batch_id",
 ]
 DEAD_LETTER_FIELDS = ["message_id", "recorded_at", "job_id", "receive_count", "reason"]
 
@@ -645,9 +639,11 @@ def test_inspect_shows_every_attempt_with_its_tokens_and_cost(dev_env: DevStack)
     assert result.exit_code == 0, result.output
     inspection = json_out(result)
     assert list(inspection) == INSPECTION_FIELDS
-    assert inspection["job"] == view_of(job_id)
+    # The job's view, and how its latest attempt ran (its attempts were read)
+    assert inspection["job"] == view_of(job_id) | {"via": "realtime"}
     first, second = inspection["attempts"]
     assert list(first) == list(second) == ATTEMPT_FIELDS
+    assert [(attempt["via"], attempt["batch_id"]) for attempt in (first, second)] == [("realtime", None)] * 2
     assert (first["attempt"], first["outcome"], first["error_code"]) == (1, "retryable", "provider_unavailable")
     assert (second["attempt"], second["outcome"], second["error_code"]) == (2, "succeeded", None)
     assert (second["model"], second["calls"]) == ("gpt-4o-mini", 1)

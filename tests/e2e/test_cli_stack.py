@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +17,9 @@ from typer.testing import CliRunner, Result
 
 from aijobs.cli import app
 from aijobs.stack import StackResources, create_stack_resources
+from engine.store.batches import BatchTable
+from tests.support.batches import batch_record, ended_batch
+from tests.support.contract import BATCH_FIELDS
 from tests.support.deployed import deploy_stand_in
 
 CLASSIFY_INPUT = json.dumps({"text": "Win a cruise!", "labels": ["spam", "ham"]})
@@ -112,6 +117,51 @@ def test_dead_letters_without_a_command_takes_the_stack(deploy: Deploy) -> None:
 
     assert listed.exit_code == 0, listed.output
     assert json.loads(listed.stdout) == []
+
+
+def test_batches_lists_the_stack_s_batches_in_flight_and_with_all_the_ended_ones(deploy: Deploy) -> None:
+    # Given a deployed stack whose batcher recorded a batch in flight and one that ended
+    stack, resources = deploy()
+    assert run("batches", "--stack", stack, "--json").stdout.strip() == "[]"
+    now = int(time.time() * 1000)
+    window = f"{now - now % 300_000:013d}"
+    pending = batch_record(window, f"{now:013d}-000000000001", now, "batch_pending", lines=40, answered=12)
+    ended = ended_batch(
+        batch_record(window, f"{now:013d}-000000000000", now - 6_600_000, "batch_ended", lines=40),
+        now - 3_600_000,
+        answered=39,
+        failed=1,
+        finished=39,
+        returned=1,
+    )
+    records = BatchTable(resources.table_name, boto3.client("dynamodb"))
+    assert records.create(pending)
+    assert records.create(ended)
+
+    # When they are listed with --stack: in flight, with --all, and as a table
+    in_flight = run("batches", "--stack", stack, "--json")
+    every = run("batches", "--all", "--stack", stack, "--json")
+    table = run("batches", "--stack", stack)
+
+    # Then the batch in flight alone, then both oldest first, each with the documented fields
+    assert in_flight.exit_code == 0, in_flight.output
+    [listed] = json.loads(in_flight.stdout)
+    assert list(listed) == BATCH_FIELDS
+    assert (listed["batch_id"], listed["phase"], listed["state"], listed["lines"]) == (
+        "batch_pending",
+        "pending",
+        "pending",
+        40,
+    )
+    assert [batch["batch_id"] for batch in json.loads(every.stdout)] == ["batch_ended", "batch_pending"]
+    assert json.loads(every.stdout)[0]["ended_at"] is not None
+    assert table.exit_code == 0, table.output
+    for cell in ("batches in flight", "batch_pending", "pending: in_progress", "12 / 0"):
+        assert cell in table.stdout
+    # Its age, and its rescue time to come (within minutes of the test's own times: the machine may be slow)
+    assert re.search(r"\b1\dm\b", table.stdout), table.stdout
+    assert re.search(r"\bin 5\dm\b", table.stdout), table.stdout
+    assert "batch_ended" not in table.stdout
 
 
 def test_an_unknown_stack_is_one_line(deploy: Deploy) -> None:

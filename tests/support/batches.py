@@ -1,14 +1,15 @@
-"""A provider's batch API in memory, for tests of the batching decisions, and queues that record
-what is sent to them."""
+"""A provider's batch API in memory, for tests of the batching decisions, queues that record what is
+sent to them, and batch records as the batcher keeps them, for the tests of what lists them."""
 
 from __future__ import annotations
 
 import json
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from engine.batching.records import BatchPhase, BatchRecord
 from engine.core import Lane
 from engine.core.errors import JobError
 from engine.gateway import Completion
@@ -137,3 +138,30 @@ class RecordingQueues:
 
     def __getitem__(self, lane: Lane) -> RecordingQueue:
         return self.lanes[lane]
+
+
+def batch_record(window: str, first_part: str, now_ms: int, batch_id: str, **changes: Any) -> BatchRecord:
+    """A batch record as the batcher keeps one in flight: of `window`'s parts from `first_part` on, its
+    provider's batch created ten minutes before `now_ms` and pending, its rescue time an hour away;
+    `changes` replace any of its fields."""
+    record = BatchRecord(
+        key=f"{window}.0a1b2c3d.{first_part}",
+        model="gpt-4o-mini",
+        provider="openai",
+        lines=2,
+        phase=BatchPhase.PENDING,
+        created_at=now_ms - 600_000,
+        updated_at=now_ms,
+        rescue_at=now_ms + 3_600_000,
+        abandon_at=now_ms + 4_200_000,
+        batch_id=batch_id,
+        state=BatchState.PENDING,
+        detail="in_progress",
+    )
+    return replace(record, **changes)
+
+
+def ended_batch(record: BatchRecord, ended_at: int, **changes: Any) -> BatchRecord:
+    """`record` once its batch completed and the batcher concluded it at `ended_at`."""
+    ended = {"phase": BatchPhase.ENDED, "state": BatchState.COMPLETED, "detail": "completed", "ended_at": ended_at}
+    return replace(record, **(ended | changes))

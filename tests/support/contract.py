@@ -1,6 +1,6 @@
 """Facts of the documented contract (docs/messages.md) that several test tiers check."""
 
-# The job view's fields, in the order docs/messages.md gives.
+# The job view's fields, in the order docs/messages.md gives: fields added later come last.
 VIEW_FIELDS = [
     "job_id",
     "job_type",
@@ -18,6 +18,8 @@ VIEW_FIELDS = [
     "cancel_requested",
     "lane",
     "usage",
+    "via",
+    "batch",
 ]
 
 # The view's usage fields: the four of the spec's example, then the token kinds that are parts of
@@ -47,4 +49,26 @@ USAGE_ROW_FIELDS = [
     "cost_usd",
     "cache_savings_usd",
     "unpriced_attempts",
+]
+
+# A batch of `aijobs batches --json` (docs/batches.md).
+BATCH_FIELDS = [
+    "key",
+    "model",
+    "provider",
+    "phase",
+    "state",
+    "detail",
+    "lines",
+    "batch_id",
+    "created_at",
+    "updated_at",
+    "rescue_at",
+    "abandon_at",
+    "ended_at",
+    "answered",
+    "failed",
+    "handed_back",
+    "finished",
+    "returned",
 ]

@@ -120,6 +120,13 @@ class Fleet:
         self.clock.now_ms = max(self.clock.now_ms, TIMING.closes_at(TIMING.window_of(self.clock.now_ms)))
         return self.batcher.run()
 
+    def end_batch(self, state: BatchState = BatchState.COMPLETED) -> Counter[str]:
+        """The provider ends the only batch in `state` (a completed one answers every line first); the
+        batcher's next poll reads its end."""
+        self.batches.end(self.batches.only, state)
+        self.clock.now_ms += POLL_MS
+        return self.batcher.run()
+
     def redeliver(self) -> list[Any]:
         """Deliver the messages the batcher sent again (as a real-time worker would), once each."""
         queue = self.queues[Lane.BACKGROUND]
@@ -266,10 +273,8 @@ def test_parts_a_stopped_pass_recorded_but_did_not_delete_join_no_second_batch(f
 def test_answers_finish_their_jobs_at_the_batch_price(fleet: Fleet) -> None:
     ids = fleet.submit(3)
     fleet.gather()
-    fleet.batches.end(fleet.batches.only)
-    fleet.clock.now_ms += POLL_MS
 
-    report = fleet.batcher.run()
+    report = fleet.end_batch()
 
     assert report["jobs_finished"] == 3
     assert report["ended"] == 1
@@ -296,10 +301,8 @@ def test_an_invalid_answer_is_re_asked_in_real_time() -> None:
     fleet = Fleet(ScriptedBatchProvider(lambda line: '{"label": "not a label", "confidence": 2}'))
     [job_id] = fleet.submit(1)
     fleet.gather()
-    fleet.batches.end(fleet.batches.only)
-    fleet.clock.now_ms += POLL_MS
 
-    fleet.batcher.run()
+    fleet.end_batch()
 
     job = fleet.job(job_id)
     assert job.status is JobStatus.SUCCEEDED
@@ -315,10 +318,8 @@ def test_a_failed_line_goes_back_to_real_time_with_its_attempt_refunded() -> Non
     fleet = Fleet(ScriptedBatchProvider(lambda line: failing if line.custom_id.endswith("1") else valid_line(line)))
     ids = fleet.submit(2)
     fleet.gather()
-    fleet.batches.end(fleet.batches.only)
-    fleet.clock.now_ms += POLL_MS
 
-    report = fleet.batcher.run()
+    report = fleet.end_batch()
 
     assert report["jobs_finished"] == 1
     assert report["jobs_returned"] == 1
@@ -340,12 +341,9 @@ def test_a_failed_line_goes_back_to_real_time_with_its_attempt_refunded() -> Non
 def test_an_expired_batch_s_answers_are_used_and_its_other_jobs_go_back_to_real_time(fleet: Fleet) -> None:
     ids = fleet.submit(4)
     fleet.gather()
-    batch = fleet.batches.only
-    fleet.batches.answer(batch, 2)
-    fleet.batches.end(batch, BatchState.EXPIRED)
-    fleet.clock.now_ms += POLL_MS
+    fleet.batches.answer(fleet.batches.only, 2)
 
-    fleet.batcher.run()
+    fleet.end_batch(BatchState.EXPIRED)
     fleet.redeliver()
 
     assert [fleet.job(job_id).status for job_id in ids] == [JobStatus.SUCCEEDED] * 4
@@ -365,9 +363,7 @@ def test_a_batch_still_running_at_its_rescue_time_is_cancelled_and_its_jobs_end_
     fleet.batcher.run()
     assert fleet.batches.cancels == [batch.batch_id]
     assert fleet.records.listed()[0].phase is BatchPhase.CANCELLING
-    fleet.batches.end(batch, BatchState.CANCELLED)  # the provider stops it, nothing answered
-    fleet.clock.now_ms += POLL_MS
-    fleet.batcher.run()
+    fleet.end_batch(BatchState.CANCELLED)  # the provider stops it, nothing answered
     fleet.redeliver()
 
     for job_id in ids:
@@ -385,7 +381,6 @@ def test_a_batch_whose_cancel_has_not_ended_it_hands_its_jobs_back_and_keeps_lat
     ids = fleet.submit(2)
     fleet.gather()
     [record] = fleet.records.listed()
-    batch = fleet.batches.only
     fleet.clock.now_ms = record.rescue_at
     fleet.batcher.run()
 
@@ -394,9 +389,7 @@ def test_a_batch_whose_cancel_has_not_ended_it_hands_its_jobs_back_and_keeps_lat
     assert report["jobs_returned"] == 2
     fleet.redeliver()
     assert [fleet.job(job_id).status for job_id in ids] == [JobStatus.SUCCEEDED] * 2
-    fleet.batches.end(batch)  # it answers after all
-    fleet.clock.now_ms += POLL_MS
-    report = fleet.batcher.run()
+    report = fleet.end_batch()  # it answers after all
 
     assert report["jobs_discarded"] == 2
     for job_id in ids:
@@ -412,10 +405,8 @@ def test_a_batched_job_cancelled_ends_at_once_and_its_answer_is_kept_as_usage(fl
     [job_id] = fleet.submit(1)
     assert fleet.store.request_cancel(job_id, fleet.clock.now_ms).status is JobStatus.CANCELLED
     fleet.gather()
-    fleet.batches.end(fleet.batches.only)
-    fleet.clock.now_ms += POLL_MS
 
-    report = fleet.batcher.run()
+    report = fleet.end_batch()
 
     assert report["jobs_discarded"] == 1
     job = fleet.job(job_id)
@@ -473,9 +464,7 @@ def test_a_capped_user_s_batched_jobs_hold_their_reservation_until_their_answers
     assert spent == 0
 
     fleet.gather()
-    fleet.batches.end(fleet.batches.only)
-    fleet.clock.now_ms += POLL_MS
-    fleet.batcher.run()
+    fleet.end_batch()
 
     cap, headroom, spent = fleet.budget_days.days[("user-1", day)]
     assert spent == 2 * realtime_cost().usd / 2

@@ -90,6 +90,8 @@ def test_the_view_of_a_succeeded_job_matches_the_spec_example() -> None:
             "cache_write_input_tokens": 0,
             "reasoning_tokens": 16,
         },
+        "via": None,
+        "batch": None,
     }
 
 

@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console, RenderableType
 
 from aijobs.client import RedriveOutcome, RedriveResult
-from aijobs.render import dead_letters_table, inspection_group, redrive_json, redrive_line
+from aijobs.render import dead_letters_table, inspection_group, job_table, redrive_json, redrive_line
 from engine.core import (
     AttemptOutcome,
     AttemptRecord,
@@ -22,7 +22,7 @@ from engine.core import (
     JobHistory,
     JobStatus,
 )
-from engine.models import DeadLetterView, JobInspection
+from engine.models import DeadLetterView, JobInspection, JobView
 
 NOW = 1_800_000_000_000  # 2027-01-15T08:00:00Z
 
@@ -144,6 +144,19 @@ def test_dead_letters_are_shown_as_written_never_as_markup() -> None:
 
     assert "m-[bold]1" in text
     assert "message body is [red]not[/] JSON" in text
+
+
+def test_a_job_s_error_and_output_are_shown_as_written_never_as_markup() -> None:
+    failed = job(
+        JobStatus.FAILED,
+        error=JobErrorInfo(ErrorCode.PROVIDER_REJECTED, "model [bold]x[/] refused [/]", False),
+        output={"label": "[red]spam[/]"},
+    )
+
+    text = text_of(job_table(JobView.from_job(failed)))
+
+    assert "provider_rejected: model [bold]x[/] refused [/]" in text
+    assert '{"label": "[red]spam[/]"}' in text
 
 
 def test_redrive_results_read_as_one_line_each_and_as_json() -> None:
