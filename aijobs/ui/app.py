@@ -1,7 +1,7 @@
 """The dashboard's pages: server-rendered HTML over the client the CLI uses, one read of the table per page.
 
 Routes (docs/ui.md): `/jobs` (filters in the query string, a job-id lookup, cursor pages),
-`/jobs/{id}` and its `input.json` / `output.json`, `/dead-letters`, `/usage`, and with
+`/jobs/{id}` and its `input.json` / `output.json`, `/batches`, `/dead-letters`, `/usage`, and with
 `allow_actions` the POSTs `/jobs/{id}/cancel`, `/jobs/{id}/retry` and
 `/dead-letters/{message_id}/redrive`. Every page carries the health strip, which its script fills
 from `/health`: a page's own time is its own read.
@@ -26,9 +26,10 @@ from starlette.routing import Route
 from aijobs.client import AiJobsClient, Health, RedriveOutcome
 from aijobs.ui import present
 from aijobs.ui.guard import LOOPBACK_NAMES, Guard
-from aijobs.ui.queries import LANES, WINDOWS, JobsQuery, user, window
+from aijobs.ui.queries import LANES, WINDOWS, JobsQuery, include_ended, user, window
 from engine.core import JobStatus
 from engine.core.errors import AiJobsError, JobNotFoundError
+from engine.store.batches import ENDED_RETENTION_DAYS
 
 # Seconds between refreshes of a visible page.
 REFRESH_SECONDS = 5
@@ -65,9 +66,7 @@ class Dashboard:
             duration=present.duration,
             when=present.when,
             took=present.took,
-            lane_of=lambda view: present.carried(view, "lane"),
-            via_of=lambda attempt: present.carried(attempt, "via"),
-            batch_of=lambda attempt: present.carried(attempt, "batch_id"),
+            rescue=present.rescue,
             now_utc=lambda: datetime.now(UTC).strftime("%H:%M:%S"),
             notices=NOTICES,
             job_types=client.job_types(),
@@ -90,8 +89,7 @@ class Dashboard:
                 return self.render(request, "jobs.html", 404, query=query, page=None, missing=query.job_id)
             return RedirectResponse(present.job_url(found.job_id), 303)
         page = self.client.list_page(query.where, query.since_seconds, query.until_ms, query.limit, query.cursor)
-        lanes_shown = any(getattr(view, "lane", None) for view in page.jobs)
-        return self.render(request, "jobs.html", query=query, page=page, missing=None, lanes_shown=lanes_shown)
+        return self.render(request, "jobs.html", query=query, page=page, missing=None)
 
     def job(self, request: Request) -> Response:
         details = self.client.details(request.path_params["job_id"])
@@ -104,7 +102,6 @@ class Dashboard:
             view=details.job,
             output=output,
             job_input=job_input,
-            lane=getattr(details.job, "lane", None),
             notice=request.query_params.get("done"),
         )
 
@@ -121,6 +118,14 @@ class Dashboard:
             text.encode(),
             media_type="application/json",
             headers={"content-disposition": f'attachment; filename="{filename}"'},
+        )
+
+    def batches(self, request: Request) -> Response:
+        show_all = include_ended(request.query_params)
+        batches = self.client.batches(in_flight_only=not show_all)
+        now_ms = int(datetime.now(UTC).timestamp() * 1000)
+        return self.render(
+            request, "batches.html", batches=batches, show_all=show_all, now_ms=now_ms, kept_days=ENDED_RETENTION_DAYS
         )
 
     def dead_letters(self, request: Request) -> Response:
@@ -237,6 +242,7 @@ def create_app(
         ("/jobs/{job_id}/output.json", lambda request: board.download(request, "output"), ["GET"]),
         ("/jobs/{job_id}/cancel", board.cancel, ["POST"]),
         ("/jobs/{job_id}/retry", board.retry, ["POST"]),
+        ("/batches", board.batches, ["GET"]),
         ("/dead-letters", board.dead_letters, ["GET"]),
         ("/dead-letters/{message_id}/redrive", board.redrive, ["POST"]),
         ("/usage", board.usage, ["GET"]),

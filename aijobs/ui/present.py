@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import quote
 
-from engine.models import JobView
+from engine.models import BatchView, JobView
 from engine.store import UsageRow
 
 # Inputs and outputs longer than this are shown cut, with a link to the whole as a download.
@@ -57,10 +57,12 @@ def took(view: JobView) -> str:
     return duration(int((finished - created).total_seconds() * 1000))
 
 
-def carried(record: object, name: str) -> Any:
-    """A field a view carries once the engine records it (a job's `lane`, an attempt's `via` and
-    `batch_id`), or None until then."""
-    return getattr(record, name, None)
+def rescue(batch: BatchView, now_ms: int) -> str:
+    """When a batch in flight is cancelled and its jobs taken back: "in 23 min 4 s", or "passed"."""
+    left = batch.rescue_in_ms(now_ms)
+    if left is None:
+        return "-"
+    return f"in {duration(left)}" if left > 0 else "passed"
 
 
 def job_url(job_id: str, suffix: str = "") -> str:

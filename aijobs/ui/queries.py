@@ -39,6 +39,14 @@ def window(params: Mapping[str, str], default: str, allowed: tuple[str, ...] = t
     return value
 
 
+def include_ended(params: Mapping[str, str]) -> bool:
+    """`all=1`: the batches page lists the ended batches too."""
+    value = params.get("all") or ""
+    if value not in {"", "1"}:
+        raise ValueError(f"all: {value[:20]!r} is not 1 (or empty)")
+    return value == "1"
+
+
 def user(params: Mapping[str, str]) -> str | None:
     return _checked(params, "user", _USER_ID, "a user id")
 

@@ -12,6 +12,7 @@ import json
 import os
 import random
 import tempfile
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -29,15 +30,18 @@ from aijobs.local.devstack import local_session
 from aijobs.stack import create_stack_resources
 from aijobs.ui.server import DashboardServer
 from engine.aws_errors import is_transient
+from engine.batching.records import BatchRecord
 from engine.config import Settings, load_settings
-from engine.core import Delivery
+from engine.core import BatchTerms, Delivery, Lane
 from engine.core.errors import ProviderRejectedError, ProviderUnavailableError
 from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
-from engine.gateway import ModelGateway, ModelTiers
-from engine.runner import JobRunner
+from engine.gateway import Answered, Completion, ModelGateway, ModelTiers
+from engine.runner import Claimed, JobRunner
 from engine.store import DynamoJobStore
+from engine.store.batches import BatchTable
 from engine.wiring import Aws, build_store
+from tests.support.batches import batch_record, ended_batch
 from tests.support.providers import FakeProvider, valid_answer
 
 SYSTEM_CHROMIUM = Path("/usr/bin/chromium")
@@ -57,6 +61,10 @@ LONG_SUMMARY = " ".join(f"sentence-{n:05d}" for n in range(1_100))
 LONG_INPUT = {"text": "".join(f"paragraph {n:05d} of a long input. " for n in range(1_500)), "max_words": 1_000}
 SUMMARIZE_INPUT = {"text": "SQS stores messages redundantly and delivers them at least once.", "max_words": 30}
 CLASSIFY_INPUT = {"text": "Win a free cruise now!", "labels": ["spam", "ham"]}
+# The batch window a background job joins (AIJOBS_BATCH_WINDOW_SECONDS' default), and how long before
+# its deadline its batch holds it.
+BATCH_WINDOW_MS = 300_000
+BATCH_HOLD_MS = 600_000
 
 
 @dataclass
@@ -77,11 +85,24 @@ class Jobs:
     failed: str
     dead_lettered: str
     dead_letter_message: str
+    # Background jobs (of a user of their own): one waiting in a provider's batch, one its batch answered;
+    # and the batch records the batcher keeps: one in flight, one ended.
+    background_user: str
+    in_batch: str
+    batch_answered: str
+    batch_answered_by: str
+    batch_in_flight: BatchRecord
+    batch_ended: BatchRecord
 
     @property
     def all(self) -> list[str]:
-        """Every job, in the order they were made."""
+        """Every job of `user`, in the order they were made."""
         return [self.succeeded, self.flaky, self.hostile, self.long, self.failed, self.dead_lettered, self.queued]
+
+    @property
+    def background(self) -> list[str]:
+        """Every job of `background_user`, in the order they were made (before `all`)."""
+        return [self.in_batch, self.batch_answered]
 
 
 class ScriptedRuns:
@@ -97,6 +118,19 @@ class ScriptedRuns:
     def __call__(self, job_id: str, answer: Any = valid_answer) -> None:
         self.provider.script = answer if callable(answer) else lambda _request: answer
         self.runner.process(Delivery(uuid.uuid4().hex, json.dumps({"job_id": job_id})))
+
+    def into_batch(self, job_id: str, window: str) -> Claimed:
+        """Claim a background job into a provider's batch window, as a background worker does."""
+        delivery = Delivery(uuid.uuid4().hex, json.dumps({"job_id": job_id}), lane=Lane.BACKGROUND)
+        claimed = self.runner.claim(delivery, batch=BatchTerms(window, 0, BATCH_HOLD_MS))
+        assert isinstance(claimed, Claimed)
+        assert claimed.job.batch == window
+        return claimed
+
+    def answered_by_batch(self, claimed: Claimed, batch_id: str, answer: dict[str, Any]) -> None:
+        """Finish a job its batch answered, as the batcher does."""
+        completion = Completion(json.dumps(answer), "gpt-4o-mini", 100, 20, latency_ms=0)
+        self.runner.conclude(claimed, Answered(completion, batch_id))
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +161,20 @@ def jobs(settings: Settings) -> Jobs:
         job_input = job_input or (SUMMARIZE_INPUT if job_type == "summarize" else CLASSIFY_INPUT)
         return client.submit(job_type, user, job_input, job_id=f"{name}-{tag}").job_id
 
+    # First the background user's jobs: the user's own are the newest, for the pages that list them.
+    background_user = f"{user}-bg"
+    now = int(time.time() * 1000)
+    window = f"{now - now % BATCH_WINDOW_MS:013d}"
+    in_batch = client.submit("classify", background_user, CLASSIFY_INPUT, job_id=f"in-batch-{tag}", lane="background")
+    run.into_batch(in_batch.job_id, window)
+    answered = client.submit("classify", background_user, CLASSIFY_INPUT, job_id=f"by-batch-{tag}", lane="background")
+    answered_by = f"batch_ui_{tag}"
+    run.answered_by_batch(run.into_batch(answered.job_id, window), answered_by, {"label": "spam", "confidence": 0.9})
+    in_flight = batch_record(window, f"{now:013d}-{tag}", now, f"batch_pending_{tag}", answered=1)
+    # The provider's words are outside text too: its detail of the ended batch means to run in the page.
+    ended = ended_batch(
+        batch_record(window, f"{now - 1:013d}-{tag}", now, answered_by), now, detail=HOSTILE, finished=1
+    )
     succeeded = submit("ok", "classify")
     run(succeeded)
     flaky = submit("flaky")
@@ -143,9 +191,14 @@ def jobs(settings: Settings) -> Jobs:
     DeadLetterRecorder(store, JobRegistry()).record(message, json.dumps({"job_id": dead_lettered}), {}, 100)
     queued = submit("queued")
     client.set_budget(user, Decimal(1))
+
+    records = BatchTable(settings.jobs_table_name, Aws(settings, local_session()).client("dynamodb"))
+    assert records.create(in_flight)
+    assert records.create(ended)
     return Jobs(
-        client, requests, store, run, user, succeeded, flaky, hostile, long, queued, failed, dead_lettered, message
-    )
+        client, requests, store, run, user, succeeded, flaky, hostile, long, queued, failed, dead_lettered, message,
+        background_user, in_batch.job_id, answered.job_id, answered_by, in_flight, ended,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,15 @@ from tests.ui.conftest import HOSTILE, Jobs, Watched
 TEMPLATES = Path(__file__).resolve().parents[2] / "aijobs" / "ui" / "templates"
 
 
+def assert_nothing_ran(watched: Watched) -> None:
+    """No element came of the hostile text, nothing of it ran or was even tried (a CSP refusal is logged)."""
+    assert watched.page.locator("script:not([src]), img, [onerror]").count() == 0
+    assert watched.page.evaluate("window.__pwned") is None
+    assert watched.dialogs == []
+    assert watched.errors == []
+    assert not [message for message in watched.console if "Content Security Policy" in message]
+
+
 def test_llm_output_with_script_and_onerror_shows_as_text_and_runs_nothing(
     page: Page, dashboard: DashboardServer, jobs: Jobs, screenshots: Path
 ) -> None:
@@ -31,13 +40,21 @@ def test_llm_output_with_script_and_onerror_shows_as_text_and_runs_nothing(
     expect(page.locator("#output")).to_contain_text(HOSTILE.replace('"', '\\"'))
     expect(page.locator("#input")).to_contain_text("<script>window.__pwned")
     expect(page.locator("#input")).to_contain_text("<img src=x onerror=")
-    # and none of it became an element, ran, or was even tried (a CSP refusal would be logged)
-    assert page.locator("script:not([src]), img, [onerror]").count() == 0
-    assert page.evaluate("window.__pwned") is None
-    assert watched.dialogs == []
-    assert watched.errors == []
-    assert not [message for message in watched.console if "Content Security Policy" in message]
+    # and none of it became an element, ran, or was even tried
+    assert_nothing_ran(watched)
     page.screenshot(path=screenshots / "job-hostile.png")
+
+
+def test_a_provider_s_words_about_a_batch_show_as_text_and_run_nothing(
+    page: Page, dashboard: DashboardServer, jobs: Jobs
+) -> None:
+    watched = Watched(page)
+
+    page.goto(f"{dashboard.url}batches?all=1")
+
+    ended = page.locator("table.batches tbody tr", has_text=jobs.batch_ended.key)
+    expect(ended).to_contain_text(f"completed: {HOSTILE}")
+    assert_nothing_ran(watched)
 
 
 def test_no_template_lets_text_through_unescaped() -> None:

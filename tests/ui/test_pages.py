@@ -10,7 +10,9 @@ from pathlib import Path
 import httpx
 from playwright.sync_api import Page, expect
 
+from aijobs.ui import present
 from aijobs.ui.server import DashboardServer
+from engine.models import iso_timestamp
 from tests.ui.conftest import LONG_SUMMARY, SUMMARIZE_INPUT, Jobs
 
 
@@ -47,7 +49,8 @@ def test_filters_are_kept_in_the_url_and_survive_a_reload(page: Page, dashboard:
     page.reload()
     assert sorted(rows(page)) == sorted([jobs.failed, jobs.dead_lettered])
     expect(page.locator("select[name=status]")).to_have_value("failed")
-    expect(page.locator("#content")).to_contain_text("2 of the 7 jobs")
+    # The page read every job of the window (the filter on the user is applied to what it read)
+    expect(page.locator("#content")).to_contain_text(f"2 of the {len(jobs.all) + len(jobs.background)} jobs")
 
     page.goto(f"{dashboard.url}jobs?user={jobs.user}&type=classify")
     assert sorted(rows(page)) == sorted([jobs.succeeded, jobs.failed])
@@ -117,6 +120,80 @@ def test_a_long_output_is_cut_with_the_whole_as_a_download(
     page.screenshot(path=screenshots / "job-long.png")
 
 
+def test_a_job_waiting_in_a_batch_is_marked_in_the_list_and_its_page_says_what_it_waits_for(
+    page: Page, dashboard: DashboardServer, jobs: Jobs, screenshots: Path
+) -> None:
+    page.goto(f"{dashboard.url}jobs?user={jobs.background_user}")
+    window_at = present.when(iso_timestamp(int(jobs.batch_in_flight.key.split(".")[0])))
+
+    # The job waiting in its batch is running, with a batch badge; the one its batch answered has none
+    waiting = page.locator("tr", has_text=jobs.in_batch)
+    expect(waiting.locator(".status")).to_have_text("running")
+    expect(waiting.locator(".badge.batch")).to_have_text("batch")
+    expect(waiting.locator(".badge.batch")).to_have_attribute(
+        "title", re.compile(f"joined the window of {window_at} UTC")
+    )
+    expect(waiting).to_contain_text("background")
+    answered = page.locator("tr", has_text=jobs.batch_answered)
+    expect(answered.locator(".status")).to_have_text("succeeded")
+    expect(answered.locator(".badge")).to_have_count(0)
+    page.screenshot(path=screenshots / "jobs-batched.png", full_page=True)
+
+    # Its page says it waits for its batch, since the window it joined, with the way to the batches
+    waiting.get_by_role("link", name=jobs.in_batch).click()
+    window = page.locator(".facts dt", has_text="via").locator("xpath=following-sibling::dd[1]")
+    expect(window).to_contain_text("waiting for its batch: it joined the batch window of")
+    expect(window).to_contain_text(window_at)
+    expect(page.locator(".timeline")).to_have_count(0)  # no attempt yet: its batch has not answered
+    expect(page.locator("#content")).to_contain_text("Held by")
+    page.screenshot(path=screenshots / "job-in-batch.png", full_page=True)
+    window.get_by_role("link", name="batches in flight").click()
+    page.wait_for_url(f"{dashboard.url}batches")
+
+
+def test_a_job_its_batch_answered_shows_the_provider_s_batch_on_its_attempt(
+    page: Page, dashboard: DashboardServer, jobs: Jobs, screenshots: Path
+) -> None:
+    page.goto(f"{dashboard.url}jobs/{jobs.batch_answered}")
+
+    expect(page.locator(".facts")).to_contain_text(f"batch {jobs.batch_answered_by}")
+    [attempt] = page.locator(".timeline .attempt").all()
+    expect(attempt).to_contain_text("succeeded")
+    expect(attempt.locator("dt", has_text="via").locator("xpath=following-sibling::dd[1]")).to_have_text(
+        f"batch {jobs.batch_answered_by}"
+    )
+    page.screenshot(path=screenshots / "job-batched.png", full_page=True)
+
+
+def test_the_batches_page_lists_the_batches_in_flight_and_on_asking_the_ended_ones(
+    page: Page, dashboard: DashboardServer, jobs: Jobs, screenshots: Path
+) -> None:
+    page.goto(f"{dashboard.url}jobs")
+    page.get_by_role("link", name="Batches").click()
+    page.wait_for_url(f"{dashboard.url}batches")
+
+    # In flight: the pending batch, with its provider id, state, lines, age and rescue time; not the ended one
+    rows = page.locator("table.batches tbody tr")
+    expect(rows).to_have_count(1)
+    pending = rows.first
+    for text in (jobs.batch_in_flight.key, "gpt-4o-mini", "pending: in_progress", "1 / 0", "0 / 0"):
+        expect(pending).to_contain_text(text)
+    expect(pending.locator("code", has_text="batch_pending")).to_have_text(jobs.batch_in_flight.batch_id or "")
+    expect(pending).to_contain_text(re.compile(r"\b1\d min"))  # about ten minutes old
+    expect(pending).to_contain_text(re.compile(r"in 5\d min"))  # rescued in about an hour
+    page.screenshot(path=screenshots / "batches.png", full_page=True)
+
+    # With the ended ones, kept in the URL: both, oldest first
+    page.select_option("select[name=all]", "1")
+    page.get_by_role("button", name="Show").click()
+    page.wait_for_url(re.compile(r"all=1"))
+    expect(rows).to_have_count(2)
+    expect(rows.first).to_contain_text(jobs.batch_answered_by)
+    expect(rows.first.locator(".phase")).to_have_text("ended")
+    expect(rows.first).to_contain_text("completed")
+    expect(rows.last).to_contain_text(jobs.batch_in_flight.key)
+
+
 def test_the_dead_letters_page_lists_the_message_and_its_job(
     page: Page, dashboard: DashboardServer, jobs: Jobs
 ) -> None:
@@ -160,7 +237,7 @@ def test_a_narrow_window_scrolls_tables_not_the_page(
     page: Page, dashboard: DashboardServer, jobs: Jobs, screenshots: Path
 ) -> None:
     page.set_viewport_size({"width": 390, "height": 844})
-    for path in (f"jobs?user={jobs.user}", f"jobs/{jobs.long}", "usage"):
+    for path in (f"jobs?user={jobs.user}", f"jobs/{jobs.long}", "usage", "batches?all=1"):
         page.goto(f"{dashboard.url}{path}")
         overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
         assert overflow <= 0, f"/{path} is wider than the window by {overflow}px"
@@ -207,6 +284,9 @@ def test_each_page_is_one_read_of_the_table(dashboard: DashboardServer, jobs: Jo
     assert requests(f"jobs?user={jobs.user}&limit=3") == {"dynamodb Query": 8, "dynamodb BatchGetItem": 1}
     # The job-id box: one GetItem
     assert requests(f"jobs?job_id={jobs.flaky}") == {"dynamodb GetItem": 1}
+    # The batches, in flight or all: one Query of the batch records' partition
+    assert requests("batches") == {"dynamodb Query": 1}
+    assert requests("batches?all=1") == {"dynamodb Query": 1}
     # The health strip, on its own: each queue's depth (each lane's, the dead-letter queue), and the dead
     # letters of the two UTC days in 24 h
     assert requests("health") == {"sqs GetQueueAttributes": 3, "dynamodb Query": 2}

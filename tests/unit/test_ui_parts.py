@@ -10,12 +10,14 @@ from starlette.datastructures import Headers
 
 from aijobs.target import StackTarget
 from aijobs.ui.guard import host_name, same_origin
-from aijobs.ui.present import clip, day_chart, duration, money, pretty_json, totals_by
-from aijobs.ui.queries import JobsQuery
+from aijobs.ui.present import clip, day_chart, duration, money, pretty_json, rescue, totals_by
+from aijobs.ui.queries import JobsQuery, include_ended
 from engine.config import load_settings
 from engine.core import JobStatus
+from engine.models import BatchView
 from engine.store import UsageRow
 from engine.store.listing import JobFilter
+from tests.support.batches import batch_record, ended_batch
 
 HOST = "127.0.0.1:8765"
 BASE = {"JOBS_TABLE_NAME": "aijobs-jobs", "JOBS_PAYLOAD_BUCKET": "aijobs-payloads"}
@@ -89,6 +91,25 @@ def test_a_jobs_query_reads_its_filters_and_writes_them_back() -> None:
 def test_a_bad_query_is_refused_with_one_line(params: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
         JobsQuery.parse(params)
+
+
+def test_the_batches_page_lists_the_ended_ones_too_with_all_1_only() -> None:
+    assert [include_ended(params) for params in ({}, {"all": ""}, {"all": "1"})] == [False, False, True]
+    with pytest.raises(ValueError, match=r"^all: 'yes' is not 1"):
+        include_ended({"all": "yes"})
+
+
+def test_a_batch_s_rescue_time_is_written_as_what_is_left_of_it() -> None:
+    now = 1_800_000_000_000
+    record = batch_record("1800000000000", "1800000000000-000000000001", now, "batch_1")
+    in_flight, ended = BatchView.from_record(record), BatchView.from_record(ended_batch(record, now))
+
+    assert [rescue(in_flight, at) for at in (now, now + 3_599_000, now + 3_600_000)] == [
+        "in 1 h 0 min",
+        "in 1.0 s",
+        "passed",
+    ]
+    assert rescue(ended, now) == "-"
 
 
 def test_figures_are_written_for_reading() -> None:
