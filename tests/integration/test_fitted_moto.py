@@ -55,9 +55,7 @@ def test_an_update_of_many_actions_applies_them_all(stack: StackResources, dynam
     assert (item["claims"]["N"], again["claims"]["N"]) == ("1", "2")
 
 
-def test_a_message_is_deleted_by_its_latest_or_an_older_receipt_and_only_once(
-    stack: StackResources, sqs: Any
-) -> None:
+def test_a_message_is_deleted_by_its_latest_or_an_older_receipt_and_only_once(stack: StackResources, sqs: Any) -> None:
     url = stack.queue_url
     sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(n), "MessageBody": f"m{n}"} for n in range(3)])
     first = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=0)["Messages"]
