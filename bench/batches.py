@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -32,7 +31,7 @@ from rich.console import Console
 
 from aijobs.local.devstack import DevStack, DevStackOptions, local_session
 from aijobs.local.provider import LocalProvider
-from bench.report import Figure, quiet_engine, render
+from bench.report import Figure, print_figures
 from bench.requests import SessionRequests
 from engine.core import Job
 from engine.definitions import JobDefinition, Prompt
@@ -242,9 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=JOBS, help="background jobs through batches, and in real time")
     parser.add_argument("--stalled", type=int, default=STALLED_JOBS, help="jobs in the stalled batch")
     args = parser.parse_args(argv)
-    quiet_engine()
-    console = Console(width=None if sys.stdout.isatty() else 200)
-    console.print(render(batch_figures(console, args.jobs, args.stalled), "aijobs bench, batches"))
+    print_figures("aijobs bench, batches", lambda console: batch_figures(console, args.jobs, args.stalled))
     return 0
 
 

@@ -23,7 +23,7 @@ from rich.console import Console
 from aijobs.client import AiJobsClient
 from aijobs.local.devstack import LOCAL_CREDENTIALS, DevStack, DevStackOptions
 from aijobs.local.lambda_events import InvocationContext, sqs_event, sqs_record
-from bench.report import Figure, quiet_engine, render
+from bench.report import Figure, print_figures
 from bench.requests import SessionRequests
 from bench.shapes import message
 from engine.wiring import build_worker
@@ -148,9 +148,7 @@ def worker_requests(stack: DevStack) -> tuple[SessionRequests, str]:
 
 def main(argv: list[str] | None = None) -> int:
     argparse.ArgumentParser(description=__doc__).parse_args(argv)
-    quiet_engine()
-    console = Console(width=None if sys.stdout.isatty() else 200)
-    console.print(render(events_figures(console), "aijobs bench, events"))
+    print_figures("aijobs bench, events", events_figures)
     return 0
 
 

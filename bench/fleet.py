@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 import uuid
 from collections import Counter
@@ -20,7 +19,7 @@ from rich.console import Console
 
 from aijobs.client import AiJobsClient
 from aijobs.local.devstack import LOCAL_MODEL, DevStack, DevStackOptions, local_session
-from bench.report import Figure, quiet_engine, render
+from bench.report import Figure, print_figures
 from bench.requests import SessionRequests
 from engine.core import ErrorCode, JobStatus
 from engine.core.errors import JobNotFoundError
@@ -274,9 +273,7 @@ def budget_run() -> RunStats:
 
 def main(argv: list[str] | None = None) -> int:
     argparse.ArgumentParser(description=__doc__).parse_args(argv)
-    quiet_engine()
-    console = Console(width=None if sys.stdout.isatty() else 200)
-    console.print(render(fleet_figures(console), "aijobs bench, fleet"))
+    print_figures("aijobs bench, fleet", fleet_figures)
     return 0
 
 

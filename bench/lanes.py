@@ -18,7 +18,6 @@ import argparse
 import json
 import random
 import statistics
-import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from rich.console import Console
 
 from aijobs.client import AiJobsClient
 from aijobs.local.devstack import LOCAL_MODEL, DevStack, DevStackOptions, local_session
-from bench.report import Figure, quiet_engine, render
+from bench.report import Figure, print_figures
 from bench.requests import SessionRequests
 from engine.store import DynamoJobStore
 from engine.wiring import Aws, build_store
@@ -198,9 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=int, default=BURST_MINUTES, help="the burst, in minutes of the limit")
     parser.add_argument("--probes", type=int, default=PROBES, help="interactive probes alone, and during the burst")
     args = parser.parse_args(argv)
-    quiet_engine()
-    console = Console(width=None if sys.stdout.isatty() else 200)
-    console.print(render(lanes_figures(console, args.minutes, args.probes), "aijobs bench, lanes"))
+    print_figures("aijobs bench, lanes", lambda console: lanes_figures(console, args.minutes, args.probes))
     return 0
 
 

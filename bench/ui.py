@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +29,7 @@ from rich.console import Console
 from aijobs.client import AiJobsClient
 from aijobs.stack import StackResources
 from aijobs.ui.server import DashboardServer
-from bench.report import Figure, quiet_engine, render
+from bench.report import Figure, print_figures
 from bench.stacks import moto_stack
 from engine.config import load_settings
 from engine.core import AttemptOutcome, AttemptRecord, NewJob
@@ -185,9 +184,7 @@ def write(dynamodb: Any, table: str, items: Iterator[Item]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argparse.ArgumentParser(description=__doc__).parse_args(argv)
-    console = Console(width=None if sys.stdout.isatty() else 200)
-    quiet_engine()
-    console.print(render(ui_figures(console), title="aijobs bench: the dashboard"))
+    print_figures("aijobs bench: the dashboard", ui_figures)
     return 0
 
 
