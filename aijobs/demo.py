@@ -32,6 +32,7 @@ from aijobs.events import EventsTap
 from aijobs.local.devstack import LOCAL_MODEL, DevStack, DevStackOptions
 from aijobs.local.provider import ServedRequest
 from aijobs.render import status_text
+from engine.batching.intake import BatchTiming
 from engine.core import AttemptRecord, ErrorCode, JobStatus, Lane, Via
 from engine.core.errors import JobNotFoundError
 from engine.gateway import price_table
@@ -49,17 +50,16 @@ BURST_JOBS = 8
 BACKFILL_JOBS = 40
 DURING_BACKFILL = 3
 # The batch settings of the demo: a short window, a poll a second, a minute's rescue time; jobs
-# whose deadline is rescue + window + poll + 60 s away or more go through a batch.
+# whose deadline is at least BatchTiming.eligible_ms away go through a batch.
+DEMO_BATCH_TIMING = BatchTiming(window_ms=5_000, poll_ms=1_000, rescue_ms=60_000)
 DEMO_BATCHES = {
     "AIJOBS_BATCH_API": "on",
-    "AIJOBS_BATCH_WINDOW_SECONDS": "5",
-    "AIJOBS_BATCH_POLL_SECONDS": "1",
-    "AIJOBS_BATCH_RESCUE_SECONDS": "60",
+    "AIJOBS_BATCH_WINDOW_SECONDS": str(DEMO_BATCH_TIMING.window_ms // 1000),
+    "AIJOBS_BATCH_POLL_SECONDS": str(DEMO_BATCH_TIMING.poll_ms // 1000),
+    "AIJOBS_BATCH_RESCUE_SECONDS": str(DEMO_BATCH_TIMING.rescue_ms // 1000),
 }
 # The backfill's deadline: 30 s too near for a batch, so that it shows the lanes under the shared limit.
-BACKFILL_DEADLINE_SECONDS = (
-    sum(int(DEMO_BATCHES[f"AIJOBS_BATCH_{part}_SECONDS"]) for part in ("RESCUE", "WINDOW", "POLL")) + 30
-)
+BACKFILL_DEADLINE_SECONDS = DEMO_BATCH_TIMING.eligible_ms // 1000 - 30
 # Background jobs with the default deadline (a day): through a batch.
 OVERNIGHT_JOBS = 12
 DEMO_USER = "demo"
