@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from decimal import Decimal
 from typing import Any
 from urllib.parse import quote
@@ -51,10 +50,7 @@ def when(iso: str | None) -> str:
 
 def took(view: JobView) -> str:
     """How long a job took from its creation to its end ("-" while it runs)."""
-    if view.created_at is None or view.finished_at is None:
-        return "-"
-    created, finished = (datetime.fromisoformat(at) for at in (view.created_at, view.finished_at))
-    return duration(int((finished - created).total_seconds() * 1000))
+    return duration(view.took_ms)
 
 
 def rescue(batch: BatchView, now_ms: int) -> str:

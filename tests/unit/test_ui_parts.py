@@ -10,11 +10,11 @@ from starlette.datastructures import Headers
 
 from aijobs.target import StackTarget
 from aijobs.ui.guard import host_name, same_origin
-from aijobs.ui.present import clip, day_chart, duration, money, pretty_json, rescue, totals_by
+from aijobs.ui.present import clip, day_chart, duration, money, pretty_json, rescue, took, totals_by
 from aijobs.ui.queries import JobsQuery, include_ended
 from engine.config import load_settings
-from engine.core import JobStatus
-from engine.models import BatchView
+from engine.core import Job, JobStatus
+from engine.models import BatchView, JobView
 from engine.store import UsageRow
 from engine.store.listing import JobFilter
 from tests.support.batches import batch_record, ended_batch
@@ -171,3 +171,29 @@ def test_the_banner_names_the_stack_the_client_acts_on(
     target = StackTarget.from_settings(load_settings(BASE | environment))
 
     assert (target.name, target.embedded, target.dashboard_url) == (name, embedded, dashboard)
+
+
+def test_took_is_counted_in_milliseconds_not_from_times_written_to_the_second() -> None:
+    # Given jobs created late in one second and ended early in the next, or within one second
+    created = 1_800_000_000_900
+    job = succeeded_job_at(created, finished_at=created + 300)
+    within = succeeded_job_at(created - 800, finished_at=created - 500)
+
+    # Then each took 300 ms, as the table stored it, though their times are written to the second
+    assert [took(JobView.from_job(each)) for each in (job, within)] == ["300 ms", "300 ms"]
+    assert took(JobView.from_job(succeeded_job_at(created, finished_at=None))) == "-"
+
+
+def succeeded_job_at(created_at: int, finished_at: int | None) -> Job:
+    status = JobStatus.RUNNING if finished_at is None else JobStatus.SUCCEEDED
+    return Job(
+        job_id="job-1",
+        job_type="classify",
+        user_id="user-1",
+        status=status,
+        created_at=created_at,
+        updated_at=finished_at or created_at,
+        started_at=created_at + 10,
+        finished_at=finished_at,
+        max_attempts=3,
+    )
