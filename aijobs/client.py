@@ -22,7 +22,7 @@ from aijobs.deployed import load_stack_settings
 from aijobs.target import StackTarget
 from engine.batching.records import BatchRecords
 from engine.config import Settings, load_settings
-from engine.core import JobStatus, Lane
+from engine.core import DeadLetter, JobStatus, Lane
 from engine.core.errors import (
     AiJobsError,
     ConfigurationError,
@@ -47,7 +47,7 @@ from engine.queue import JobQueue, JobQueues, QueueDepth
 from engine.store import JobListing, UsageLedger, UsageReport, UsageRow
 from engine.store.batches import BatchTable
 from engine.store.budgets import BudgetTable
-from engine.store.listing import JobFilter, ListingCursor
+from engine.store.listing import MAX_OUTLINED, JobFilter, JobOutlines, ListingCursor
 from engine.wiring import Aws, build_queues, build_store
 
 # The most a daily budget may be (as AIJOBS_DEFAULT_DAILY_BUDGET_USD).
@@ -369,3 +369,17 @@ class AiJobsClient:
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
+
+    def dead_letter(self, message_id: str) -> DeadLetter | None:
+        """A dead letter with its body (one GetItem; an S3 GetObject for a body kept in the payload
+        bucket); None when there is none of that message id."""
+        return self._store.dead_letter(message_id)
+
+    def outline(
+        self, where: JobFilter, since_seconds: int, until_ms: int | None = None, limit: int = MAX_OUTLINED
+    ) -> JobOutlines:
+        """The newest `limit` jobs created in the `since_seconds` before `until_ms` (now when None) that
+        match `where`, in outline (state, error code, times), and whether they are all the range holds:
+        what the dashboard counts (engine.store.listing.JobListing.outlines)."""
+        until = self._now_ms() if until_ms is None else until_ms
+        return self._listing.outlines(where, until - since_seconds * 1000, until, limit)

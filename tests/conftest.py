@@ -27,6 +27,25 @@ from tests.support.providers import FakeProvider
 # moto as the tests, the soak and the embedded stack all run it: linearizable, with cheap transactions.
 fit_moto()
 
+# How the reason begins when tests/ui skips for want of a browser: a run that skipped them ends saying so.
+BROWSERLESS = "browser tests not run:"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """After the summary's last line (where a terminal summary hook would come before it): one line when
+    the browser tests were skipped, with the reason tests/ui gave (which Chromium it looked for)."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None or hasattr(config, "workerinput"):
+        return
+    reasons = {_skip_reason(report) for report in reporter.stats.get("skipped", [])}
+    for reason in sorted(reason for reason in reasons if reason.startswith(BROWSERLESS)):
+        reporter.write_line(reason.split("; ")[0], yellow=True, bold=True)
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    return longrepr[2].removeprefix("Skipped: ") if isinstance(longrepr, tuple) else ""
+
 
 @pytest.fixture(autouse=True)
 def aws_environment(monkeypatch: pytest.MonkeyPatch) -> None:

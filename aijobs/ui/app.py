@@ -1,23 +1,27 @@
 """The dashboard's pages: server-rendered HTML over the client the CLI uses, one read of the table per page.
 
 Routes (docs/ui.md): `/jobs` (filters in the query string, a job-id lookup, cursor pages),
-`/jobs/{id}` and its `input.json` / `output.json`, `/batches`, `/dead-letters`, `/usage`, and with
-`allow_actions` the POSTs `/jobs/{id}/cancel`, `/jobs/{id}/retry` and
-`/dead-letters/{message_id}/redrive`. Every page carries the health strip, which its script fills
-from `/health`: a page's own time is its own read.
+`/overview` (the same window counted), `/jobs/{id}` and its `input.json` / `output.json`,
+`/batches`, `/dead-letters` and one of them with its `body`, `/usage`, and with `allow_actions` the
+POSTs `/jobs/{id}/cancel`, `/jobs/{id}/retry`, `/dead-letters/{message_id}/redrive` and the bulk
+retry's `/jobs/retry-failed` (which asks) and `/jobs/retry-failed/confirm` (which retries). Every
+page carries the health strip, which its script fills from `/health`: a page's own time is its own
+read.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
+from urllib.parse import parse_qs
 
 from botocore.exceptions import BotoCoreError, ClientError
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
@@ -25,10 +29,13 @@ from starlette.routing import Route
 
 from aijobs.client import AiJobsClient, Health, RedriveOutcome
 from aijobs.ui import present
+from aijobs.ui.bulk import BULK_LIMIT, RetryOutcome, retry_each, retry_ids
 from aijobs.ui.guard import LOOPBACK_NAMES, Guard
-from aijobs.ui.queries import LANES, WINDOWS, JobsQuery, include_ended, user, window
-from engine.core import JobStatus
+from aijobs.ui.overview import STACKED, overview
+from aijobs.ui.queries import LANES, WINDOWS, BatchesQuery, JobsQuery, user, window
+from engine.core import DeadLetter, JobStatus
 from engine.core.errors import AiJobsError, JobNotFoundError
+from engine.models import iso_timestamp
 from engine.store.batches import ENDED_RETENTION_DAYS
 
 # Seconds between refreshes of a visible page.
@@ -44,6 +51,15 @@ NOTICES = {
 }
 _STATIC = {"app.css": "text/css; charset=utf-8", "refresh.js": "text/javascript; charset=utf-8"}
 Page = Callable[[Request], Response]
+# A form's fields, each with every value it was sent with.
+Form = dict[str, list[str]]
+FormPage = Callable[[Request, Form], Response]
+# A bulk retry's form names at most 100 jobs of at most 128 characters.
+MAX_FORM_BYTES = 64 * 1024
+
+
+class NotFoundError(Exception):
+    """What the address names is not there: a page of 404."""
 
 
 class Dashboard:
@@ -65,12 +81,15 @@ class Dashboard:
             count=present.count,
             duration=present.duration,
             when=present.when,
+            iso_timestamp=iso_timestamp,
             took=present.took,
             rescue=present.rescue,
             now_utc=lambda: datetime.now(UTC).strftime("%H:%M:%S"),
             notices=NOTICES,
             job_types=client.job_types(),
             job_url=present.job_url,
+            batches_url=present.batches_url,
+            batch_name=present.batch_name,
             dead_letter_url=present.dead_letter_url,
             lanes=LANES,
             windows=list(WINDOWS),
@@ -90,6 +109,16 @@ class Dashboard:
             return RedirectResponse(present.job_url(found.job_id), 303)
         page = self.client.list_page(query.where, query.since_seconds, query.until_ms, query.limit, query.cursor)
         return self.render(request, "jobs.html", query=query, page=page, missing=None)
+
+    def overview(self, request: Request) -> Response:
+        """The window's jobs counted by state and error code, and over time (not refreshed: a count of up
+        to MAX_OUTLINED jobs is a read of each, docs/ui.md)."""
+        query = JobsQuery.parse(request.query_params).showing(None)
+        until_ms = query.until_ms or int(datetime.now(UTC).timestamp() * 1000)
+        outlines = self.client.outline(query.where, query.since_seconds, until_ms)
+        figures = overview(outlines, until_ms - query.since_seconds * 1000, until_ms, query.since)
+        chart = (present.CHART_WIDTH, present.CHART_HEIGHT)
+        return self.render(request, "overview.html", query=query, figures=figures, chart=chart, stacked=STACKED)
 
     def job(self, request: Request) -> Response:
         details = self.client.details(request.path_params["job_id"])
@@ -113,25 +142,44 @@ class Dashboard:
         text = details.input_json if part == "input" else None if output is None else json.dumps(output)
         if text is None:
             return self.render(request, "error.html", 404, message=f"job {job_id} has no stored {part}")
-        filename = "".join(char if char.isalnum() or char in "-_." else "_" for char in f"{job_id}-{part}.json")
-        return Response(
-            text.encode(),
-            media_type="application/json",
-            headers={"content-disposition": f'attachment; filename="{filename}"'},
-        )
+        return attachment(text.encode(), f"{job_id}-{part}.json", "application/json")
 
     def batches(self, request: Request) -> Response:
-        show_all = include_ended(request.query_params)
-        batches = self.client.batches(in_flight_only=not show_all)
+        query = BatchesQuery.parse(request.query_params)
+        listed = self.client.batches(in_flight_only=not (query.include_ended or query.selects))
         now_ms = int(datetime.now(UTC).timestamp() * 1000)
         return self.render(
-            request, "batches.html", batches=batches, show_all=show_all, now_ms=now_ms, kept_days=ENDED_RETENTION_DAYS
+            request,
+            "batches.html",
+            query=query,
+            batches=[batch for batch in listed if query.shows(batch)],
+            now_ms=now_ms,
+            kept_days=ENDED_RETENTION_DAYS,
         )
 
     def dead_letters(self, request: Request) -> Response:
         since = window(request.query_params, "7d", ("24h", "7d", "30d"))
         letters = self.client.dead_letters(WINDOWS[since], DEAD_LETTERS_SHOWN)
         return self.render(request, "dead_letters.html", since=since, letters=letters, shown=DEAD_LETTERS_SHOWN)
+
+    def dead_letter(self, request: Request) -> Response:
+        letter = self._letter(request)
+        body = None if letter.body is None else present.clip(letter.body)
+        return self.render(request, "dead_letter.html", letter=letter, body=body)
+
+    def dead_letter_body(self, request: Request) -> Response:
+        """A dead letter's body as it came, as a file to save: never shown as a page, whatever it holds."""
+        letter = self._letter(request)
+        if letter.body is None:
+            raise NotFoundError(f"dead letter {letter.message_id} has no body kept")
+        return attachment(letter.body.encode(), f"{letter.message_id}.body", "application/octet-stream")
+
+    def _letter(self, request: Request) -> DeadLetter:
+        message_id = request.path_params["message_id"]
+        letter = self.client.dead_letter(message_id)  # one GetItem
+        if letter is None:
+            raise NotFoundError(f"no dead letter of message {message_id}")
+        return letter
 
     def usage(self, request: Request) -> Response:
         since = window(request.query_params, "7d", ("24h", "7d", "30d", "90d"))
@@ -150,6 +198,7 @@ class Dashboard:
             by_user=present.totals_by(report.rows, "user_id"),
             by_type=present.totals_by(report.rows, "job_type"),
             by_model=present.totals_by(report.rows, "model"),
+            by_lane=present.totals_by(report.rows, "lane"),
             budgets=self.client.budgets() if who is None else [day for day in [self.client.budget(who)] if day],
         )
 
@@ -170,10 +219,27 @@ class Dashboard:
             return RedirectResponse(present.job_url(result.job_id, "?done=redriven"), 303)
         return self.render(request, "error.html", 409, message=f"redrive of {result.message_id}: {result.detail}")
 
-    def _acting(self, request: Request, name: str = "job_id") -> str:
+    def ask_retry_failed(self, request: Request, form: Form) -> Response:
+        """The first POST of a bulk retry, from a jobs page: which of the jobs its filters show now are
+        failed, in a form that retries those (the second POST). Reads what the page reads."""
+        self._acting(request, None)
+        query = JobsQuery.parse(_fields(form))
+        page = self.client.list_page(query.where, query.since_seconds, query.until_ms, query.limit, query.cursor)
+        failed = [job for job in page.jobs if job.status is JobStatus.FAILED]
+        return self.render(request, "retry_failed.html", query=query, failed=failed, limit=BULK_LIMIT)
+
+    def retry_failed(self, request: Request, form: Form) -> Response:
+        """The second POST: retry the jobs the confirmation named, each through the client's retry."""
+        self._acting(request, None)
+        query = JobsQuery.parse(_fields(form))
+        results = retry_each(self.client, retry_ids(form.get("job_id", [])))
+        return self.render(request, "retried.html", query=query, results=results, queued=RetryOutcome.QUEUED)
+
+    def _acting(self, request: Request, name: str | None = "job_id") -> str:
+        """The path parameter `name` of an action (none for a bulk one); PermissionError when read-only."""
         if not self.allow_actions:
             raise PermissionError("this dashboard is read-only: start it with `aijobs ui --allow-actions`")
-        value: str = request.path_params[name]
+        value: str = request.path_params[name] if name else ""
         return value
 
     # --- the parts of every page -------------------------------------------------------------
@@ -204,6 +270,23 @@ class Dashboard:
             return Response("not found\n", 404, media_type="text/plain")
         return Response(self._static[name], media_type=_STATIC[name], headers={"cache-control": "max-age=300"})
 
+    def with_form(self, page: FormPage) -> Callable[[Request], Awaitable[Response]]:
+        """An action that reads its form (URL-encoded, at most MAX_FORM_BYTES): the body is read here, then
+        the page runs in a thread as the others do."""
+
+        async def answer(request: Request) -> Response:
+            body = b""
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > MAX_FORM_BYTES:
+                    return self.render(
+                        request, "error.html", 413, message=f"a form holds at most {MAX_FORM_BYTES} bytes"
+                    )
+            form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+            return await run_in_threadpool(self.answering(lambda request: page(request, form)), request)
+
+        return answer
+
     def answering(self, page: Page) -> Page:
         """A page whose refusals are pages too: 404 for a missing job, 400 for a bad address, 403 for an
         action on a read-only dashboard, 409 for one the job's state refuses, 502 when AWS fails."""
@@ -211,7 +294,7 @@ class Dashboard:
         def answer(request: Request) -> Response:
             try:
                 return page(request)
-            except JobNotFoundError as exc:
+            except (JobNotFoundError, NotFoundError) as exc:
                 return self.render(request, "error.html", 404, message=str(exc))
             except ValueError as exc:
                 return self.render(request, "error.html", 400, message=str(exc))
@@ -223,6 +306,19 @@ class Dashboard:
                 return self.render(request, "error.html", 502, message=f"the stack did not answer: {exc}")
 
         return answer
+
+
+def _fields(form: Form) -> dict[str, str]:
+    """The jobs page's filters a form carries (each its last value), without the job ids it names."""
+    return {name: values[-1] for name, values in form.items() if values and name != "job_id"}
+
+
+def attachment(content: bytes, name: str, media_type: str) -> Response:
+    """`content` as a file the browser saves (Content-Disposition: attachment), under a name of safe characters."""
+    filename = "".join(char if char.isalnum() or char in "-_." else "_" for char in name)
+    return Response(
+        content, media_type=media_type, headers={"content-disposition": f'attachment; filename="{filename}"'}
+    )
 
 
 def create_app(
@@ -237,6 +333,7 @@ def create_app(
     pages: list[tuple[str, Page, list[str]]] = [
         ("/", lambda request: RedirectResponse("/jobs", 303), ["GET"]),
         ("/jobs", board.jobs, ["GET"]),
+        ("/overview", board.overview, ["GET"]),
         ("/jobs/{job_id}", board.job, ["GET"]),
         ("/jobs/{job_id}/input.json", lambda request: board.download(request, "input"), ["GET"]),
         ("/jobs/{job_id}/output.json", lambda request: board.download(request, "output"), ["GET"]),
@@ -244,10 +341,17 @@ def create_app(
         ("/jobs/{job_id}/retry", board.retry, ["POST"]),
         ("/batches", board.batches, ["GET"]),
         ("/dead-letters", board.dead_letters, ["GET"]),
+        ("/dead-letters/{message_id}", board.dead_letter, ["GET"]),
+        ("/dead-letters/{message_id}/body", board.dead_letter_body, ["GET"]),
         ("/dead-letters/{message_id}/redrive", board.redrive, ["POST"]),
         ("/usage", board.usage, ["GET"]),
         ("/health", board.health, ["GET"]),
         ("/static/{name}", board.static, ["GET"]),
     ]
     routes = [Route(path, board.answering(page), methods=methods) for path, page, methods in pages]
+    # The bulk retry's two POSTs (a GET of /jobs/retry-failed is the page of a job of that id).
+    routes += [
+        Route("/jobs/retry-failed", board.with_form(board.ask_retry_failed), methods=["POST"]),
+        Route("/jobs/retry-failed/confirm", board.with_form(board.retry_failed), methods=["POST"]),
+    ]
     return Starlette(routes=routes, middleware=[Middleware(Guard, hosts=hosts)])

@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from decimal import Decimal
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
-from engine.models import BatchView, JobView
+from engine.models import BatchView, JobView, iso_timestamp
 from engine.store import UsageRow
 
 # Inputs and outputs longer than this are shown cut, with a link to the whole as a download.
@@ -51,10 +50,7 @@ def when(iso: str | None) -> str:
 
 def took(view: JobView) -> str:
     """How long a job took from its creation to its end ("-" while it runs)."""
-    if view.created_at is None or view.finished_at is None:
-        return "-"
-    created, finished = (datetime.fromisoformat(at) for at in (view.created_at, view.finished_at))
-    return duration(int((finished - created).total_seconds() * 1000))
+    return duration(view.took_ms)
 
 
 def rescue(batch: BatchView, now_ms: int) -> str:
@@ -69,8 +65,41 @@ def job_url(job_id: str, suffix: str = "") -> str:
     return f"/jobs/{quote(job_id, safe='')}{suffix}"
 
 
-def dead_letter_url(message_id: str, action: str) -> str:
-    return f"/dead-letters/{quote(message_id, safe='')}/{action}"
+def batches_url(*, window: str | None = None, batch_id: str | None = None) -> str:
+    """The batches page showing the batches of one window, or the one batch of a provider's id."""
+    return "/batches?" + urlencode({"window": window} if window is not None else {"batch_id": batch_id or ""})
+
+
+@dataclass(frozen=True, slots=True)
+class BatchName:
+    """A batch's key as a person reads it: when its window opened (UTC), its model, and a short id of its
+    own (the first part it was made of); `key` stays whole for a title."""
+
+    key: str
+    window_at: str | None
+    model: str
+    short_id: str
+
+    def __str__(self) -> str:
+        if self.window_at is None:
+            return self.key
+        return f"window {self.window_at} UTC · {self.model} · #{self.short_id}"
+
+
+def batch_name(batch: BatchView) -> BatchName:
+    """The key `<window ms, 13 digits>.<model hash>.<first part: written ms>-<random hex>` (docs/batches.md)
+    as its window's start, the batch's model and the first 6 digits of the random hex."""
+    window, _, rest = batch.key.partition(".")
+    _, _, first_part = rest.partition(".")
+    _, _, random_hex = first_part.partition("-")
+    if not (len(window) == 13 and window.isdigit() and random_hex):
+        return BatchName(batch.key, None, batch.model, "")
+    return BatchName(batch.key, when(iso_timestamp(int(window))), batch.model, random_hex[:6])
+
+
+def dead_letter_url(message_id: str, part: str = "") -> str:
+    """A dead letter's page, or a part of it (`body`, `redrive`)."""
+    return f"/dead-letters/{quote(message_id, safe='')}" + (f"/{part}" if part else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +138,7 @@ def total(rows: Iterable[UsageRow]) -> UsageRow:
 
 
 def totals_by(rows: Iterable[UsageRow], field: str) -> list[tuple[str, UsageRow]]:
-    """Usage rows summed by one of user_id, job_type or model; costliest first."""
+    """Usage rows summed by one of user_id, job_type, model or lane; costliest first."""
     grouped: dict[str, UsageRow] = {}
     for row in rows:
         key = getattr(row, field) or "-"

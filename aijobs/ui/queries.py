@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 from pydantic import TypeAdapter, ValidationError
 
 from engine.core import JobStatus, Lane
-from engine.models import JobId, JobTypeName, UserId
+from engine.models import BatchView, JobId, JobTypeName, UserId, iso_timestamp
 from engine.store.listing import MAX_PAGE_SIZE, JobFilter
 
 # Time windows a page looks back over, by the names its URL uses.
@@ -25,6 +25,8 @@ WINDOWS = {"1h": 3_600, "24h": 86_400, "7d": 7 * 86_400, "30d": 30 * 86_400, "90
 DEFAULT_WINDOW = "24h"
 # Lanes a job may be in (docs/lanes.md).
 LANES = tuple(lane.value for lane in Lane)
+# Providers' batch ids are short (OpenAI's batch_..., Anthropic's msgbatch_..., a Bedrock job's ARN).
+MAX_BATCH_ID_CHARS = 256
 
 _JOB_ID: TypeAdapter[str] = TypeAdapter(JobId)
 _USER_ID: TypeAdapter[str] = TypeAdapter(UserId)
@@ -45,6 +47,48 @@ def include_ended(params: Mapping[str, str]) -> bool:
     if value not in {"", "1"}:
         raise ValueError(f"all: {value[:20]!r} is not 1 (or empty)")
     return value == "1"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchesQuery:
+    """The batches page's query string: in flight only or all; or the batches of one window (`window`, a
+    job waiting in a batch links there), or the one of a provider's batch id (`batch_id`, a job its batch
+    answered links there), in flight or ended."""
+
+    include_ended: bool = False
+    window: str | None = None
+    batch_id: str | None = None
+
+    @classmethod
+    def parse(cls, params: Mapping[str, str]) -> BatchesQuery:
+        window = params.get("window") or None
+        if window is not None and not (len(window) == 13 and window.isdigit()):
+            raise ValueError(
+                f"window: {window[:40]!r} is not a batch window (its start in epoch milliseconds, 13 digits)"
+            )
+        batch_id = params.get("batch_id") or None
+        if batch_id is not None and not (len(batch_id) <= MAX_BATCH_ID_CHARS and batch_id.isprintable()):
+            raise ValueError(f"batch_id: {batch_id[:40]!r} is not a provider's batch id")
+        if window is not None and batch_id is not None:
+            raise ValueError("window and batch_id: ask for one or the other")
+        return cls(include_ended(params), window, batch_id)
+
+    @property
+    def window_at(self) -> str | None:
+        """When the window asked for opened, as the views write times."""
+        return None if self.window is None else iso_timestamp(int(self.window))
+
+    @property
+    def selects(self) -> bool:
+        """Whether it asks for some batches, in flight or ended, rather than a list."""
+        return self.window is not None or self.batch_id is not None
+
+    def shows(self, batch: BatchView) -> bool:
+        if self.window is not None:
+            return batch.key.startswith(f"{self.window}.")
+        if self.batch_id is not None:
+            return batch.batch_id == self.batch_id
+        return self.include_ended or batch.in_flight
 
 
 def user(params: Mapping[str, str]) -> str | None:
@@ -125,10 +169,15 @@ class JobsQuery:
         }
         return {name: value for name, value in values.items() if value is not None}
 
-    def url(self, **changes: Any) -> str:
-        """The jobs page with this query, changed as asked (e.g. `cursor=...` for the next page)."""
+    def url(self, path: str = "/jobs", **changes: Any) -> str:
+        """The jobs page (or the overview, `path`) with this query, changed as asked (e.g. `cursor=...`
+        for the next page)."""
         query = urlencode(replace(self, **changes).params())
-        return "/jobs" + (f"?{query}" if query else "")
+        return path + (f"?{query}" if query else "")
+
+    def showing(self, status: JobStatus | None) -> JobsQuery:
+        """The same window and filters, of one status (or any), from the top."""
+        return replace(self, where=replace(self.where, status=status), cursor=None)
 
 
 def _checked(params: Mapping[str, str], name: str, adapter: TypeAdapter[str], what: str) -> str | None:

@@ -115,6 +115,9 @@ class JobView(BaseModel):
     # ran (and that batch's provider id) where its attempts were read, else null (docs/messages.md).
     via: Via | None
     batch: str | None
+    # From its creation to its end, in milliseconds as the table keeps them (the times above are
+    # written to the second); null while it has not ended.
+    took_ms: int | None
 
     @classmethod
     def from_job(cls, job: Job, latest: AttemptRecord | None = None) -> JobView:
@@ -148,6 +151,7 @@ class JobView(BaseModel):
             ),
             via=via,
             batch=batch,
+            took_ms=None if job.finished_at is None else job.finished_at - job.created_at,
         )
 
     @property

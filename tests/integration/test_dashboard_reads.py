@@ -53,6 +53,12 @@ def ids(page: Any) -> list[str]:
     return [job.job_id for job in page.jobs]
 
 
+def fail(store: DynamoJobStore, job_id: str, code: ErrorCode) -> None:
+    job = store.get_job(job_id)
+    assert job is not None
+    store.settle_job(job, JobStatus.FAILED, JobErrorInfo(code, "x", False), NOW)
+
+
 def test_a_page_is_one_query_per_shard_and_one_batch_get_and_its_cursor_goes_on_exactly(
     listing: JobListing, make_jobs: Callable[..., list[str]], dynamodb_requests: RequestCounter
 ) -> None:
@@ -121,9 +127,7 @@ def test_a_user_filter_reads_only_that_users_jobs_and_other_filters_read_the_pag
     # Given 4 jobs of alice and 4 of bob, one of alice's failed
     alice = make_jobs(4, NOW - HOUR_MS, "alice", user="alice")
     bob = make_jobs(4, NOW - HOUR_MS + 10, "bob", user="bob")
-    job = store.get_job(alice[0])
-    assert job is not None
-    store.settle_job(job, JobStatus.FAILED, JobErrorInfo(ErrorCode.INTERNAL_ERROR, "x", False), NOW)
+    fail(store, alice[0], ErrorCode.INTERNAL_ERROR)
     keys_read: list[int] = []
     dynamodb.meta.events.register(
         "provide-client-params.dynamodb.BatchGetItem",
@@ -142,6 +146,50 @@ def test_a_user_filter_reads_only_that_users_jobs_and_other_filters_read_the_pag
     assert keys_read == [4, 8]
     assert ids(listing.page(JobFilter(user_id="bob"), *window)) == bob
     assert ids(listing.page(JobFilter(job_type="summarize"), *window)) == []
+
+
+def test_an_outline_reads_a_window_as_a_page_does_then_a_batch_get_per_hundred_jobs_of_a_few_attributes(
+    listing: JobListing,
+    store: DynamoJobStore,
+    make_jobs: Callable[..., list[str]],
+    dynamodb: Any,
+    dynamodb_requests: RequestCounter,
+) -> None:
+    # Given 250 jobs of one day, one of them failed
+    newest_first = make_jobs(250, NOW - HOUR_MS)
+    fail(store, newest_first[3], ErrorCode.PROVIDER_REJECTED)
+    asked: list[str] = []
+    dynamodb.meta.events.register(
+        "provide-client-params.dynamodb.BatchGetItem",
+        lambda params, **_: asked.extend(table["ProjectionExpression"] for table in params["RequestItems"].values()),
+    )
+    dynamodb_requests.reset()
+
+    # When the day is outlined, all of it, then the newest 120 only
+    whole = listing.outlines(JobFilter(), NOW - 2 * HOUR_MS, NOW)
+    whole_requests = dict(dynamodb_requests.operations)
+    dynamodb_requests.reset()
+    newest = listing.outlines(JobFilter(), NOW - 2 * HOUR_MS, NOW, limit=120)
+
+    # Then the whole day is one round of queries and three BatchGetItems, of the outline's attributes only
+    assert [outline.job_id for outline in whole.jobs] == newest_first
+    assert (whole.read, whole.complete) == (250, True)
+    assert whole_requests == ROUND | {"BatchGetItem": 3}
+    assert asked[0] == "#a0, #a1, #a2, #a3, #a4, #a5, #a6, #a7"
+    assert [(outline.status, outline.error_code) for outline in whole.jobs[3:5]] == [
+        (JobStatus.FAILED, ErrorCode.PROVIDER_REJECTED),
+        (JobStatus.QUEUED, None),
+    ]
+    # and the newest 120 say that the day holds more, back to the oldest of them
+    assert [outline.job_id for outline in newest.jobs] == newest_first[:120]
+    assert (newest.read, newest.complete, newest.oldest_ms) == (120, False, NOW - HOUR_MS + 130)
+    assert dict(dynamodb_requests.operations) == ROUND | {"BatchGetItem": 2}
+    # A filter on the user drops entries before the jobs are read; the others, on the jobs read
+    assert listing.outlines(JobFilter(user_id="someone-else"), NOW - 2 * HOUR_MS, NOW).jobs == []
+    failed = listing.outlines(JobFilter(status=JobStatus.FAILED), NOW - 2 * HOUR_MS, NOW)
+    assert ([outline.job_id for outline in failed.jobs], failed.read) == ([newest_first[3]], 250)
+    with pytest.raises(ValueError, match="1 to 2000"):
+        listing.outlines(JobFilter(), NOW - HOUR_MS, NOW, limit=2001)
 
 
 def test_a_cursor_is_refused_unless_the_listing_made_it_for_its_range(listing: JobListing) -> None:

@@ -20,6 +20,7 @@ VIEW_FIELDS = [
     "usage",
     "via",
     "batch",
+    "took_ms",
 ]
 
 # The view's usage fields: the four of the spec's example, then the token kinds that are parts of

@@ -3,7 +3,8 @@ resources, jobs made by the engine's own runner (a scripted provider), the dashb
 a real Chromium driven by Playwright.
 
 Chromium: the system's (/usr/bin/chromium, Debian's `chromium` package: .ci/run installs it), else
-Playwright's own; the tests are skipped, saying why, only when there is neither.
+Playwright's own. With neither, the tests fail under AIJOBS_REQUIRE_BROWSER=1 (.ci/run sets it) and
+are skipped otherwise, and the run ends with a line saying so.
 """
 
 from __future__ import annotations
@@ -41,10 +42,13 @@ from engine.runner import Claimed, JobRunner
 from engine.store import DynamoJobStore
 from engine.store.batches import BatchTable
 from engine.wiring import Aws, build_store
+from tests.conftest import BROWSERLESS
 from tests.support.batches import batch_record, ended_batch
 from tests.support.providers import FakeProvider, valid_answer
 
 SYSTEM_CHROMIUM = Path("/usr/bin/chromium")
+# What a run without a browser says, in each skipped test and once at its end (tests/conftest.py).
+NO_BROWSER = f"{BROWSERLESS} no Chromium at {SYSTEM_CHROMIUM} (apt-get install chromium)"
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--headless",
@@ -65,6 +69,10 @@ CLASSIFY_INPUT = {"text": "Win a free cruise now!", "labels": ["spam", "ham"]}
 # its deadline its batch holds it.
 BATCH_WINDOW_MS = 300_000
 BATCH_HOLD_MS = 600_000
+# Of the input tokens of the job its batch answered: read from the provider's prompt cache.
+BATCH_CACHED_TOKENS = 60
+# A dead letter's body that names no job: markup meant to run, then more than a page shows.
+HOSTILE_BODY = f"{HOSTILE} " + "x" * 12_000
 
 
 @dataclass
@@ -85,6 +93,8 @@ class Jobs:
     failed: str
     dead_lettered: str
     dead_letter_message: str
+    # A dead letter whose body names no job (HOSTILE_BODY).
+    hostile_letter: str
     # Background jobs (of a user of their own): one waiting in a provider's batch, one its batch answered;
     # and the batch records the batcher keeps: one in flight, one ended.
     background_user: str
@@ -98,6 +108,15 @@ class Jobs:
     def all(self) -> list[str]:
         """Every job of `user`, in the order they were made."""
         return [self.succeeded, self.flaky, self.hostile, self.long, self.failed, self.dead_lettered, self.queued]
+
+    def failed_now(self, user: str, count: int) -> list[str]:
+        """`count` new jobs of `user`, each failed by the provider's refusal; their ids, oldest first."""
+        made = []
+        for number in range(count):
+            job_id = self.client.submit("classify", user, CLASSIFY_INPUT, job_id=f"{user}-failed-{number}").job_id
+            self.run(job_id, ProviderRejectedError("the provider refused the request (HTTP 400)", 400))
+            made.append(job_id)
+        return made
 
     @property
     def background(self) -> list[str]:
@@ -129,7 +148,9 @@ class ScriptedRuns:
 
     def answered_by_batch(self, claimed: Claimed, batch_id: str, answer: dict[str, Any]) -> None:
         """Finish a job its batch answered, as the batcher does."""
-        completion = Completion(json.dumps(answer), "gpt-4o-mini", 100, 20, latency_ms=0)
+        completion = Completion(
+            json.dumps(answer), "gpt-4o-mini", 100, 20, latency_ms=0, cached_input_tokens=BATCH_CACHED_TOKENS
+        )
         self.runner.conclude(claimed, Answered(completion, batch_id))
 
 
@@ -170,10 +191,14 @@ def jobs(settings: Settings) -> Jobs:
     answered = client.submit("classify", background_user, CLASSIFY_INPUT, job_id=f"by-batch-{tag}", lane="background")
     answered_by = f"batch_ui_{tag}"
     run.answered_by_batch(run.into_batch(answered.job_id, window), answered_by, {"label": "spam", "confidence": 0.9})
-    in_flight = batch_record(window, f"{now:013d}-{tag}", now, f"batch_pending_{tag}", answered=1)
+    # Each batch's first part is named, as the batcher names parts, by when it was written and a random id.
+    in_flight = batch_record(window, f"{now:013d}-{uuid.uuid4().hex[:12]}", now, f"batch_pending_{tag}", answered=1)
     # The provider's words are outside text too: its detail of the ended batch means to run in the page.
     ended = ended_batch(
-        batch_record(window, f"{now - 1:013d}-{tag}", now, answered_by), now, detail=HOSTILE, finished=1
+        batch_record(window, f"{now - 1:013d}-{uuid.uuid4().hex[:12]}", now, answered_by),
+        now,
+        detail=HOSTILE,
+        finished=1,
     )
     succeeded = submit("ok", "classify")
     run(succeeded)
@@ -188,7 +213,10 @@ def jobs(settings: Settings) -> Jobs:
     run(failed, ProviderRejectedError("the provider refused the request (HTTP 400)", 400))
     dead_lettered = submit("dead")
     message = f"m-{tag}"
-    DeadLetterRecorder(store, JobRegistry()).record(message, json.dumps({"job_id": dead_lettered}), {}, 100)
+    recorder = DeadLetterRecorder(store, JobRegistry())
+    recorder.record(message, json.dumps({"job_id": dead_lettered}), {}, 100)
+    hostile_letter = f"m-hostile-{tag}"
+    recorder.keep(hostile_letter, HOSTILE_BODY, {"source": HOSTILE}, 100, "not JSON")
     queued = submit("queued")
     client.set_budget(user, Decimal(1))
 
@@ -197,7 +225,7 @@ def jobs(settings: Settings) -> Jobs:
     assert records.create(ended)
     return Jobs(
         client, requests, store, run, user, succeeded, flaky, hostile, long, queued, failed, dead_lettered, message,
-        background_user, in_batch.job_id, answered.job_id, answered_by, in_flight, ended,
+        hostile_letter, background_user, in_batch.job_id, answered.job_id, answered_by, in_flight, ended,
     )  # fmt: skip
 
 
@@ -217,6 +245,8 @@ def acting_dashboard(jobs: Jobs) -> Iterator[DashboardServer]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    """The system's Chromium, else Playwright's own; with neither, the browser tests fail where a browser
+    is required (AIJOBS_REQUIRE_BROWSER=1: .ci/run) and are skipped elsewhere, saying so (NO_BROWSER)."""
     with sync_playwright() as playwright:
         if SYSTEM_CHROMIUM.exists():
             chromium = playwright.chromium.launch(executable_path=str(SYSTEM_CHROMIUM), args=CHROMIUM_ARGS)
@@ -224,10 +254,10 @@ def browser() -> Iterator[Browser]:
             try:
                 chromium = playwright.chromium.launch(args=CHROMIUM_ARGS)
             except Error as exc:
-                pytest.skip(
-                    f"no Chromium: neither {SYSTEM_CHROMIUM} (apt-get install chromium) nor Playwright's own "
-                    f"(playwright install chromium): {str(exc).splitlines()[0]}"
-                )
+                why = f"{NO_BROWSER}; nor Playwright's own: {str(exc).splitlines()[0]}"
+                if os.environ.get("AIJOBS_REQUIRE_BROWSER") == "1":
+                    pytest.fail(f"AIJOBS_REQUIRE_BROWSER=1 and {why}")
+                pytest.skip(why)
         yield chromium
         chromium.close()
 

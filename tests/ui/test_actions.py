@@ -3,11 +3,15 @@ changing the job's state from the dashboard's own pages when it is started with 
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
+import httpx
 from playwright.sync_api import Page, expect
 
 from aijobs.ui.server import DashboardServer
 from engine.core import JobStatus
-from tests.ui.conftest import Jobs
+from tests.ui.conftest import CLASSIFY_INPUT, Jobs
 
 POST_FROM_THIS_PAGE = "async path => (await fetch(path, {method: 'POST'})).status"
 
@@ -22,12 +26,16 @@ def test_a_read_only_dashboard_offers_no_action_and_refuses_one_from_its_own_pag
     assert page.get_by_role("button", name="Cancel").count() == 0
     page.goto(f"{dashboard.url}dead-letters")
     assert page.get_by_role("button", name="Redrive").count() == 0
+    page.goto(f"{dashboard.url}jobs?user={jobs.user}&status=failed")
+    assert page.get_by_role("button", name=re.compile("Retry the")).count() == 0
 
     # Even a same-origin POST, which the guard lets through, is refused by the read-only dashboard
     for path in (
         f"/jobs/{jobs.failed}/retry",
         f"/jobs/{jobs.queued}/cancel",
         f"/dead-letters/{jobs.dead_letter_message}/redrive",
+        "/jobs/retry-failed",
+        "/jobs/retry-failed/confirm",
     ):
         assert page.evaluate(POST_FROM_THIS_PAGE, path) == 403
 
@@ -79,3 +87,61 @@ def test_an_action_the_job_refuses_is_one_line_and_changes_nothing(
     assert page.evaluate(POST_FROM_THIS_PAGE, f"/jobs/{jobs.succeeded}/retry") == 409
     page.goto(f"{acting_dashboard.url}jobs/{jobs.succeeded}")
     expect(page.locator(".facts .status")).to_have_text("succeeded")
+
+
+def test_a_bulk_retry_asks_naming_the_failed_jobs_shown_then_retries_each(
+    page: Page, acting_dashboard: DashboardServer, jobs: Jobs, screenshots: Path
+) -> None:
+    # Given a user with three failed jobs and one that succeeded
+    user = f"{jobs.user}-bulk"
+    failed = jobs.failed_now(user, 3)
+    succeeded = jobs.client.submit("classify", user, CLASSIFY_INPUT, job_id=f"{user}-ok").job_id
+    jobs.run(succeeded)
+    waiting = jobs.client.health().queues["interactive"].waiting
+    page.goto(f"{acting_dashboard.url}jobs?user={user}")
+
+    # When the jobs page's bulk retry is pressed, a page asks first, naming each failed job shown
+    page.get_by_role("button", name="Retry the 3 failed jobs shown").click()
+    page.wait_for_url(f"{acting_dashboard.url}jobs/retry-failed")
+    expect(page.get_by_role("status")).to_contain_text("Retry these 3 failed jobs?")
+    assert sorted(page.locator("table.jobs tbody tr td:first-child").all_inner_texts()) == failed
+    page.screenshot(path=screenshots / "retry-failed.png", full_page=True)
+    assert {jobs.client.get(job_id).status for job_id in failed} == {JobStatus.FAILED}  # asking changed nothing
+
+    # Then confirming retries each of them, and only them
+    page.get_by_role("button", name="Retry 3 jobs").click()
+    page.wait_for_url(f"{acting_dashboard.url}jobs/retry-failed/confirm")
+    expect(page.get_by_role("status")).to_have_text("3 of 3 jobs queued again.")
+    assert {jobs.client.get(job_id).status for job_id in failed} == {JobStatus.QUEUED}
+    assert jobs.client.get(succeeded).status is JobStatus.SUCCEEDED
+    assert jobs.client.health().queues["interactive"].waiting == waiting + 3  # a message each
+
+    # And back on the jobs page, with its filter, there is nothing failed left to retry
+    page.get_by_role("link", name="Back to the jobs").click()
+    page.wait_for_url(f"{acting_dashboard.url}jobs?user={user}")
+    assert page.get_by_role("button", name=re.compile("Retry the")).count() == 0
+
+
+def test_a_bulk_retry_retries_at_most_a_page_of_jobs_a_request_and_says_what_each_came_to(
+    acting_dashboard: DashboardServer, jobs: Jobs
+) -> None:
+    user = f"{jobs.user}-limit"
+    [failed] = jobs.failed_now(user, 1)
+    confirm = f"{acting_dashboard.url}jobs/retry-failed/confirm"
+    ours = {"origin": acting_dashboard.url.rstrip("/")}
+
+    # More than a page of jobs is refused whole, with one line; nothing is retried
+    too_many = {"job_id": [failed] + [f"{user}-{number}" for number in range(100)]}
+    refused = httpx.post(confirm, data=too_many, headers=ours)
+    assert refused.status_code == 400
+    assert "at most 100 jobs are retried a request, not 101" in refused.text
+    assert jobs.client.get(failed).status is JobStatus.FAILED
+
+    # Within the limit each job is retried through the client's retry, and each outcome said
+    answer = httpx.post(confirm, data={"job_id": [failed, jobs.succeeded, "no-such-job"]}, headers=ours)
+    assert answer.status_code == 200
+    assert jobs.client.get(failed).status is JobStatus.QUEUED
+    assert jobs.client.get(jobs.succeeded).status is JobStatus.SUCCEEDED
+    assert "1 of 3 jobs queued again." in answer.text
+    assert f"job {jobs.succeeded} is succeeded; only a failed job can be retried" in answer.text
+    assert "job no-such-job does not exist" in answer.text

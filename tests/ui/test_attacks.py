@@ -15,7 +15,7 @@ from playwright.sync_api import Page, expect
 from aijobs.ui.guard import CONTENT_SECURITY_POLICY
 from aijobs.ui.server import DashboardServer
 from engine.core import JobStatus
-from tests.ui.conftest import HOSTILE, Jobs, Watched
+from tests.ui.conftest import HOSTILE, HOSTILE_BODY, Jobs, Watched
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "aijobs" / "ui" / "templates"
 
@@ -52,9 +52,38 @@ def test_a_provider_s_words_about_a_batch_show_as_text_and_run_nothing(
 
     page.goto(f"{dashboard.url}batches?all=1")
 
-    ended = page.locator("table.batches tbody tr", has_text=jobs.batch_ended.key)
+    ended = page.locator(f'table.batches tbody tr:has(td[title="{jobs.batch_ended.key}"])')
     expect(ended).to_contain_text(f"completed: {HOSTILE}")
     assert_nothing_ran(watched)
+
+
+def test_a_dead_letter_s_body_shows_as_text_cut_and_downloads_as_bytes(
+    page: Page, dashboard: DashboardServer, jobs: Jobs, screenshots: Path
+) -> None:
+    watched = Watched(page)
+    page.goto(f"{dashboard.url}dead-letters")
+
+    page.get_by_role("link", name=jobs.hostile_letter).click()
+
+    # The body as text, to the letter, cut at what a page shows; its attributes as text too
+    page.wait_for_url(f"{dashboard.url}dead-letters/{jobs.hostile_letter}")
+    shown = page.locator("#body").inner_text()
+    assert shown == HOSTILE_BODY[:10_000]
+    expect(page.locator("#content")).to_contain_text(f"the first 10,000 of {len(HOSTILE_BODY):,} characters")
+    source = page.locator(".facts dt", has_text="attribute source").locator("xpath=following-sibling::dd[1]")
+    expect(source).to_have_text(HOSTILE)
+    expect(page.locator(".facts")).to_contain_text("its body names no job")
+    assert_nothing_ran(watched)
+    page.screenshot(path=screenshots / "dead-letter.png")
+
+    # The whole body is a download of bytes, never a page
+    with page.expect_download() as download:
+        page.get_by_role("link", name="Download the body").click()
+    assert Path(download.value.path()).read_text() == HOSTILE_BODY
+    answer = httpx.get(f"{dashboard.url}dead-letters/{jobs.hostile_letter}/body")
+    assert answer.headers["content-type"] == "application/octet-stream"
+    assert answer.headers["content-disposition"] == f'attachment; filename="{jobs.hostile_letter}.body"'
+    assert httpx.get(f"{dashboard.url}dead-letters/no-such-message").status_code == 404
 
 
 def test_no_template_lets_text_through_unescaped() -> None:
@@ -117,6 +146,30 @@ def test_a_form_on_another_origin_cannot_cancel_a_job(
     assert answer.value.status == 403
     expect(page.locator("body")).to_contain_text("refused")
     assert jobs.client.get(jobs.queued).status is JobStatus.QUEUED
+
+
+def test_a_form_on_another_origin_cannot_retry_failed_jobs(
+    page: Page, acting_dashboard: DashboardServer, jobs: Jobs, attacker: tuple[str, dict[str, str]]
+) -> None:
+    # Given a failed job, and a page elsewhere that posts the bulk retry's forms, asking and confirming
+    failed = jobs.failed_now(f"{jobs.user}-csrf", 1)
+    origin, pages = attacker
+    for name, path in (("ask", "/jobs/retry-failed"), ("confirm", "/jobs/retry-failed/confirm")):
+        pages[f"/{name}"] = (
+            f'<form id="f" method="post" action="{acting_dashboard.url.rstrip("/")}{path}">'
+            f'<input name="job_id" value="{failed[0]}"><input name="status" value="failed"></form>'
+            '<script>document.getElementById("f").submit()</script>'
+        )
+
+        # When it is opened, its form is refused, and the job stays failed
+        with page.expect_response(lambda response, path=path: response.url.endswith(path)) as answer:
+            page.goto(f"{origin}/{name}")
+        assert answer.value.status == 403
+        assert jobs.client.get(failed[0]).status is JobStatus.FAILED
+    # Nor can a request that says nothing of where it comes from
+    confirm = f"{acting_dashboard.url}jobs/retry-failed/confirm"
+    assert httpx.post(confirm, data={"job_id": failed[0]}).status_code == 403
+    assert jobs.client.get(failed[0]).status is JobStatus.FAILED
 
 
 def test_a_request_without_origin_fetch_metadata_or_referer_is_refused(

@@ -3,20 +3,23 @@ ask for, how figures are written, and which stack the banner names."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
 from starlette.datastructures import Headers
 
 from aijobs.target import StackTarget
+from aijobs.ui.bulk import retry_ids
 from aijobs.ui.guard import host_name, same_origin
-from aijobs.ui.present import clip, day_chart, duration, money, pretty_json, rescue, totals_by
-from aijobs.ui.queries import JobsQuery, include_ended
+from aijobs.ui.overview import Tick, overview
+from aijobs.ui.present import batch_name, clip, day_chart, duration, money, pretty_json, rescue, took, totals_by
+from aijobs.ui.queries import BatchesQuery, JobsQuery, include_ended
 from engine.config import load_settings
-from engine.core import JobStatus
-from engine.models import BatchView
+from engine.core import ErrorCode, Job, JobStatus, Lane
+from engine.models import BatchView, JobView
 from engine.store import UsageRow
-from engine.store.listing import JobFilter
+from engine.store.listing import JobFilter, JobOutline, JobOutlines
 from tests.support.batches import batch_record, ended_batch
 
 HOST = "127.0.0.1:8765"
@@ -171,3 +174,119 @@ def test_the_banner_names_the_stack_the_client_acts_on(
     target = StackTarget.from_settings(load_settings(BASE | environment))
 
     assert (target.name, target.embedded, target.dashboard_url) == (name, embedded, dashboard)
+
+
+def test_took_is_counted_in_milliseconds_not_from_times_written_to_the_second() -> None:
+    # Given jobs created late in one second and ended early in the next, or within one second
+    created = 1_800_000_000_900
+    job = succeeded_job_at(created, finished_at=created + 300)
+    within = succeeded_job_at(created - 800, finished_at=created - 500)
+
+    # Then each took 300 ms, as the table stored it, though their times are written to the second
+    assert [took(JobView.from_job(each)) for each in (job, within)] == ["300 ms", "300 ms"]
+    assert took(JobView.from_job(succeeded_job_at(created, finished_at=None))) == "-"
+
+
+def succeeded_job_at(created_at: int, finished_at: int | None) -> Job:
+    status = JobStatus.RUNNING if finished_at is None else JobStatus.SUCCEEDED
+    return Job(
+        job_id="job-1",
+        job_type="classify",
+        user_id="user-1",
+        status=status,
+        created_at=created_at,
+        updated_at=finished_at or created_at,
+        started_at=created_at + 10,
+        finished_at=finished_at,
+        max_attempts=3,
+    )
+
+
+def outline(created_at: int, status: JobStatus, code: ErrorCode | None = None) -> JobOutline:
+    finished = created_at + 1_000 if status.is_terminal else None
+    return JobOutline(f"job-{created_at}", "alice", "classify", Lane.INTERACTIVE, status, created_at, finished, code)
+
+
+def test_the_overview_counts_every_state_and_each_failure_code_and_stacks_them_by_hour() -> None:
+    # Given a day's window ending at 10:30 UTC, with jobs at 09:10 and 10:05, and one 23 hours before
+    until = 1_796_207_400_000  # 2026-12-02T10:30:00Z
+    hour = 3_600_000
+    jobs = [
+        outline(until - 25 * 60_000, JobStatus.FAILED, ErrorCode.PROVIDER_REJECTED),
+        outline(until - 26 * 60_000, JobStatus.FAILED, ErrorCode.DEADLINE_EXCEEDED),
+        outline(until - 27 * 60_000, JobStatus.FAILED, ErrorCode.PROVIDER_REJECTED),
+        outline(until - 80 * 60_000, JobStatus.SUCCEEDED),
+        outline(until - 81 * 60_000, JobStatus.QUEUED, ErrorCode.PROVIDER_RATE_LIMITED),  # waiting, not failed
+        outline(until - 23 * hour, JobStatus.SUCCEEDED),
+    ]
+
+    figures = overview(JobOutlines(jobs, 6, jobs[-1].created_at, True), until - 24 * hour, until, "24h")
+
+    # Then each state is counted, and failed jobs by their code, most first
+    assert figures.by_status == [
+        (JobStatus.QUEUED, 1),
+        (JobStatus.RUNNING, 0),
+        (JobStatus.SUCCEEDED, 2),
+        (JobStatus.FAILED, 3),
+        (JobStatus.CANCELLED, 0),
+    ]
+    assert figures.by_error == [(ErrorCode.PROVIDER_REJECTED, 2), (ErrorCode.DEADLINE_EXCEEDED, 1)]
+    # and the chart has a bar an hour from 10:00 the day before to 10:00, the 10:00 one the highest
+    assert (figures.highest, figures.bar_span) == (3, "1 h")
+    assert [(tick.label, tick.anchor) for tick in figures.ticks][:2] == [("10:00", "start"), ("13:00", "middle")]
+    assert figures.ticks[-1] == Tick(717.12, "10:00", "end")
+    stacked = [(part.status, part.title) for part in figures.segments]
+    assert stacked == [
+        ("succeeded", "2026-12-01 11:00 UTC: 1 succeeded"),
+        ("succeeded", "2026-12-02 09:00 UTC: 1 succeeded"),
+        ("queued", "2026-12-02 09:00 UTC: 1 queued"),
+        ("failed", "2026-12-02 10:00 UTC: 3 failed"),
+    ]
+    assert [part.height for part in figures.segments] == [47.33, 47.33, 47.33, 142.0]  # a third, or all, of the room
+
+
+def test_the_overview_greys_the_bars_older_than_the_jobs_it_read() -> None:
+    until = 1_796_207_400_000
+    jobs = [outline(until - 10 * 60_000, JobStatus.SUCCEEDED), outline(until - 130 * 60_000, JobStatus.SUCCEEDED)]
+
+    figures = overview(JobOutlines(jobs, 2, jobs[-1].created_at, False), until - 86_400_000, until, "24h")
+
+    uncounted = [part for part in figures.segments if part.status == "uncounted"]
+    # The 25 bars from 10:00 the day before: all before 08:00 (the oldest job read was created at 08:20)
+    assert len(uncounted) == 22
+    assert uncounted[-1].title == "2026-12-02 07:00 UTC: not counted"
+
+
+def test_a_batch_key_is_named_by_its_window_its_model_and_a_short_id() -> None:
+    now = 1_800_000_000_000
+    record = batch_record("1800000000000", "1800000000001-a1b2c3d4e5f6", now, "batch_1")
+
+    name = batch_name(BatchView.from_record(record))
+
+    assert str(name) == "window 2027-01-15 08:00:00 UTC · gpt-4o-mini · #a1b2c3"
+    assert name.key == record.key
+    odd = BatchView.from_record(replace(record, key="made-by-hand"))
+    assert str(batch_name(odd)) == "made-by-hand"
+
+
+def test_the_batches_page_shows_one_window_or_one_batch_on_asking() -> None:
+    assert BatchesQuery.parse({"window": "1800000000000"}).window_at == "2027-01-15T08:00:00Z"
+    assert BatchesQuery.parse({"batch_id": "batch_1"}).selects
+    for params, message in (
+        ({"window": "soon"}, "window: 'soon' is not a batch window"),
+        ({"batch_id": "x" * 300}, "batch_id: 'xxx"),
+        ({"batch_id": "a\nb"}, "batch_id: 'a\\\\nb' is not a provider's batch id"),
+        ({"window": "1800000000000", "batch_id": "b"}, "window and batch_id: ask for one or the other"),
+    ):
+        with pytest.raises(ValueError, match="^" + message):
+            BatchesQuery.parse(params)
+
+
+def test_a_bulk_retry_names_each_job_once_and_at_most_a_page_of_them() -> None:
+    assert retry_ids(["a", "b", "a", " c "]) == ["a", "b", "c"]
+    with pytest.raises(ValueError, match=r"^job_id: at most 100 jobs are retried a request, not 101$"):
+        retry_ids([f"job-{number}" for number in range(101)])
+    with pytest.raises(ValueError, match=r"^job_id: name at least one job"):
+        retry_ids([])
+    with pytest.raises(ValueError, match="is not a job id"):
+        retry_ids(["a/b"])

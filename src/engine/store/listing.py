@@ -10,6 +10,9 @@ The index projects `user_id` (it never changes), so a user filter drops entries 
 are read; status, job type and lane are read on the jobs themselves, which the page fetches
 anyway. Either way a page goes through `size` entries of the index: a filter narrows what it
 shows, not what it reads.
+
+An outline reads a range the same way, up to MAX_OUTLINED jobs, and of each job only what counting
+it by state and error needs (the dashboard's overview, docs/ui.md).
 """
 
 from __future__ import annotations
@@ -23,11 +26,11 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from engine.core import Job, JobStatus, Lane
+from engine.core import ErrorCode, Job, JobStatus, Lane
 from engine.core.days import utc_days
 from engine.store.expressions import index_query
-from engine.store.items import JOB_SK, LIST_DAY_SHARDS, job_key, list_day_partition
-from engine.store.retries import BATCH_GET_KEYS, Backoff, batch_get_jobs
+from engine.store.items import JOB_SK, LIST_DAY_SHARDS, from_item, job_key, list_day_partition
+from engine.store.retries import BATCH_GET_KEYS, Backoff, batch_get, batch_get_jobs
 from engine.store.table import default_client
 
 if TYPE_CHECKING:
@@ -36,6 +39,8 @@ if TYPE_CHECKING:
 BY_DAY_INDEX = "JobsByDay"
 # A page's jobs are read with one BatchGetItem, which takes at most 100 keys.
 MAX_PAGE_SIZE = BATCH_GET_KEYS
+# The most jobs an outline reads (docs/ui.md, Overview): 20 BatchGetItems, read 8 at a time.
+MAX_OUTLINED = 2_000
 # A listing reads one round of queries a day; a longer range is refused (as a usage range is).
 MAX_LISTING_DAYS = 400
 DAY_MS = 86_400_000
@@ -56,7 +61,7 @@ class JobFilter:
     def narrows(self) -> bool:
         return self != JobFilter()
 
-    def matches(self, job: Job) -> bool:
+    def matches(self, job: Job | JobOutline) -> bool:
         return (
             (self.user_id is None or job.user_id == self.user_id)
             and (self.status is None or job.status is self.status)
@@ -107,6 +112,32 @@ class JobPage:
 
 
 @dataclass(frozen=True, slots=True)
+class JobOutline:
+    """What counting jobs by state and error needs of one: who, what, when it was created and ended, how
+    it stands; the error's code only (a queued job's is what it waits for, a failed job's why it failed)."""
+
+    job_id: str
+    user_id: str | None
+    job_type: str | None
+    lane: Lane
+    status: JobStatus
+    created_at: int
+    finished_at: int | None
+    error_code: ErrorCode | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobOutlines:
+    """The newest jobs of a range in outline, newest first: of the `read` entries of the range's index
+    (the newest, back to `oldest_ms`), those that match; `complete` when they were all the range holds."""
+
+    jobs: list[JobOutline]
+    read: int
+    oldest_ms: int | None
+    complete: bool
+
+
+@dataclass(frozen=True, slots=True)
 class _Entry:
     created_at: int
     job_id: str
@@ -134,29 +165,14 @@ class JobListing:
         """
         if not 1 <= size <= MAX_PAGE_SIZE:
             raise ValueError(f"a page holds 1 to {MAX_PAGE_SIZE} jobs, not {size}")
-        if until_ms < since_ms:
-            raise ValueError("the listing's range ends before it starts")
-        days = utc_days(since_ms, until_ms)[::-1]
-        if len(days) > MAX_LISTING_DAYS:
-            raise ValueError(f"a listing spans at most {MAX_LISTING_DAYS} days; this one spans {len(days)}")
+        days = _days_newest_first(since_ms, until_ms)
         after: dict[int, tuple[int, str]] = {}
         if cursor is not None:
             if cursor.day not in days:
                 raise ValueError("the cursor is outside the listing's time range")
             days, after = days[days.index(cursor.day) :], cursor.after
-        entries: list[_Entry] = []
-        following: ListingCursor | None = None
-        with ThreadPoolExecutor(max_workers=LIST_DAY_SHARDS, thread_name_prefix="aijobs-list") as pool:
-            for number, day in enumerate(days):
-                taken, positions, more = self._take(pool, day, since_ms, until_ms, after, size - len(entries))
-                entries.extend(taken)
-                after = {}
-                if more:
-                    following = ListingCursor(day, positions)
-                    break
-                if len(entries) == size:
-                    following = ListingCursor(days[number + 1], {}) if number + 1 < len(days) else None
-                    break
+        with _shard_readers() as pool:
+            entries, following = self._gather(pool, days, since_ms, until_ms, after, size)
         wanted = [job_key(entry.job_id) for entry in entries if where.user_id in (None, entry.user_id)]
         jobs = batch_get_jobs(self._client, self.table_name, wanted, False, self._backoff) if wanted else []
         return JobPage(
@@ -165,6 +181,32 @@ class JobListing:
             newest_ms=entries[0].created_at if entries else None,
             oldest_ms=entries[-1].created_at if entries else None,
             next=following,
+        )
+
+    def outlines(self, where: JobFilter, since_ms: int, until_ms: int, limit: int = MAX_OUTLINED) -> JobOutlines:
+        """The newest `limit` jobs created in [since, until] that match `where`, in outline (what counting
+        them needs), newest first, and whether that is all of the range's.
+
+        As a page reads (one Query per shard of each day, side by side), then one BatchGetItem per 100
+        jobs, 8 at a time, of the outline's attributes only.
+        """
+        if not 1 <= limit <= MAX_OUTLINED:
+            raise ValueError(f"an outline holds 1 to {MAX_OUTLINED} jobs, not {limit}")
+        days = _days_newest_first(since_ms, until_ms)
+        with _shard_readers() as pool:
+            entries, following = self._gather(pool, days, since_ms, until_ms, {}, limit)
+            wanted = [job_key(entry.job_id) for entry in entries if where.user_id in (None, entry.user_id)]
+            chunks = [wanted[start : start + BATCH_GET_KEYS] for start in range(0, len(wanted), BATCH_GET_KEYS)]
+            read = pool.map(
+                lambda keys: batch_get(self._client, self.table_name, keys, False, self._backoff, _OUTLINE), chunks
+            )
+            items = [item for chunk in read for item in chunk]
+        jobs = sorted((_outline(item) for item in items), key=lambda job: (job.created_at, job.job_id), reverse=True)
+        return JobOutlines(
+            jobs=[job for job in jobs if where.matches(job)],
+            read=len(entries),
+            oldest_ms=entries[-1].created_at if entries else None,
+            complete=following is None,
         )
 
     def list_jobs(
@@ -192,6 +234,28 @@ class JobListing:
                 break
             cursor = page.next
         return jobs[:limit]
+
+    def _gather(
+        self,
+        pool: ThreadPoolExecutor,
+        days: list[str],
+        since_ms: int,
+        until_ms: int,
+        after: dict[int, tuple[int, str]],
+        size: int,
+    ) -> tuple[list[_Entry], ListingCursor | None]:
+        """The newest `size` entries of `days` (newest first) past `after` in the first of them, and where
+        the entries after them start (None once the range is read)."""
+        entries: list[_Entry] = []
+        for number, day in enumerate(days):
+            taken, positions, more = self._take(pool, day, since_ms, until_ms, after, size - len(entries))
+            entries.extend(taken)
+            after = {}
+            if more:
+                return entries, ListingCursor(day, positions)
+            if len(entries) == size:
+                return entries, ListingCursor(days[number + 1], {}) if number + 1 < len(days) else None
+        return entries, None
 
     def _take(
         self,
@@ -251,6 +315,41 @@ class JobListing:
             if len(entries) >= wanted:
                 return entries, False
             params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def _days_newest_first(since_ms: int, until_ms: int) -> list[str]:
+    """The UTC days of a listing's range, newest first; ValueError for a range that ends before it starts
+    or spans more than MAX_LISTING_DAYS."""
+    if until_ms < since_ms:
+        raise ValueError("the listing's range ends before it starts")
+    days = utc_days(since_ms, until_ms)[::-1]
+    if len(days) > MAX_LISTING_DAYS:
+        raise ValueError(f"a listing spans at most {MAX_LISTING_DAYS} days; this one spans {len(days)}")
+    return days
+
+
+def _shard_readers() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=LIST_DAY_SHARDS, thread_name_prefix="aijobs-list")
+
+
+# What an outline reads of each job.
+_OUTLINE = ("job_id", "user_id", "job_type", "lane", "status", "created_at", "finished_at", "error")
+
+
+def _outline(item: dict[str, Any]) -> JobOutline:
+    data = from_item(item)
+    error = data.get("error")
+    return JobOutline(
+        job_id=data["job_id"],
+        user_id=data.get("user_id"),
+        job_type=data.get("job_type"),
+        # Jobs created before lanes were all interactive.
+        lane=Lane(data.get("lane", Lane.INTERACTIVE)),
+        status=JobStatus(data["status"]),
+        created_at=int(data["created_at"]),
+        finished_at=None if data.get("finished_at") is None else int(data["finished_at"]),
+        error_code=ErrorCode(error["code"]) if error else None,
+    )
 
 
 def _user(item: dict[str, Any]) -> str | None:
