@@ -130,7 +130,8 @@ class ScriptedRuns:
     def answered_by_batch(self, claimed: Claimed, batch_id: str, answer: dict[str, Any]) -> None:
         """Finish a job its batch answered, as the batcher does."""
         completion = Completion(json.dumps(answer), "gpt-4o-mini", 100, 20, latency_ms=0)
-        self.runner.conclude(claimed, Answered(completion, batch_id))
+        decision = self.runner.answer(claimed, Answered(completion, batch_id))
+        self.runner.finish(claimed.job, claimed.request, decision)
 
 
 @pytest.fixture(scope="module")
