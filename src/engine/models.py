@@ -316,15 +316,15 @@ class BatchView(BaseModel):
     batch_id: str | None
     created_at: str
     updated_at: str
-    # When it is cancelled (its jobs' earliest deadline less the rescue time), and when what it has
-    # not answered goes back to real time.
+    # When it is cancelled (the rescue time of its job with the latest deadline), and when its next
+    # job it has not answered goes back to real time (each at its own hand-back time).
     rescue_at: str
     abandon_at: str
     ended_at: str | None
     # Lines the provider answered and failed so far.
     answered: int
     failed: int
-    # Its jobs went back to real time at abandon_at, before it ended.
+    # Every job of it reached its hand-back time before it ended (the unanswered ones went back).
     handed_back: bool
     # Of its jobs: finished with its answer, and handed back to real time.
     finished: int

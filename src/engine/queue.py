@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 
 from engine.core import Lane
+from engine.observability import log_unexpected
 from engine.retry import MAX_DELAY_SECONDS
 
 if TYPE_CHECKING:
@@ -24,9 +25,12 @@ if TYPE_CHECKING:
 # of jobs a provider's batch handed back (docs/batches.md).
 ROUTE_ATTRIBUTE = "aijobs_route"
 REALTIME_ROUTE = "realtime"
-# SQS's longest delay of a message, and its most entries in a SendMessageBatch.
+# SQS's longest delay of a message; its most entries in a SendMessageBatch, and the most bytes of
+# their messages together (a message's size counts its body and its attributes' names, types and
+# values: the queues' MaximumMessageSize, 1 MiB, is also the most a whole batch may hold).
 MAX_SEND_DELAY_SECONDS = 900
 SEND_BATCH_ENTRIES = 10
+SEND_BATCH_BYTES = 1_048_576
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,24 +74,21 @@ class JobQueue:
             response = self._client.send_message(QueueUrl=self.queue_url, MessageBody=text, MessageGroupId=group_id)
         return str(response["MessageId"])
 
-    def resend(self, messages: Sequence[Resend]) -> int:
-        """Send messages again, ten to a SendMessageBatch, marked for real time; how many SQS refused
-        (each is logged by the caller's count: a refused entry is not retried here)."""
-        refused = 0
-        for start in range(0, len(messages), SEND_BATCH_ENTRIES):
-            entries: list[Any] = []
-            for index, message in enumerate(messages[start : start + SEND_BATCH_ENTRIES]):
-                entry: dict[str, Any] = {
-                    "Id": str(index),
-                    "MessageBody": message.body,
-                    "DelaySeconds": max(0, min(message.delay_seconds, MAX_SEND_DELAY_SECONDS)),
-                    "MessageAttributes": {ROUTE_ATTRIBUTE: {"DataType": "String", "StringValue": REALTIME_ROUTE}},
-                }
-                if message.group_id is not None:
-                    entry["MessageGroupId"] = message.group_id
-                entries.append(entry)
-            response = self._client.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
-            refused += len(response.get("Failed", []))
+    def resend(self, messages: Sequence[Resend]) -> list[Resend]:
+        """Send messages again, marked for real time, in SendMessageBatch requests of at most ten entries
+        and 1 MiB: the messages SQS refused (an entry it answered `Failed`, or a whole request that
+        failed), in their order; none when every one was sent."""
+        refused: list[Resend] = []
+        for batch in _send_batches(messages):
+            entries = [_resend_entry(str(index), message) for index, message in enumerate(batch)]
+            try:
+                response = self._client.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
+            except Exception as exc:
+                log_unexpected("messages could not be sent again", exc, count=len(batch))
+                refused.extend(batch)
+                continue
+            failed = {int(entry["Id"]) for entry in response.get("Failed", [])}
+            refused.extend(message for index, message in enumerate(batch) if index in failed)
         return refused
 
     def depth(self) -> QueueDepth:
@@ -133,3 +134,46 @@ class JobQueues:
             if name and queue.queue_url.rstrip("/").rsplit("/", 1)[-1] == name:
                 return lane
         return Lane.INTERACTIVE
+
+
+# What the route attribute adds to a message's size.
+ROUTE_BYTES = len(ROUTE_ATTRIBUTE) + len("String") + len(REALTIME_ROUTE)
+
+
+def _resend_entry(entry_id: str, message: Resend) -> Any:
+    entry: dict[str, Any] = {
+        "Id": entry_id,
+        "MessageBody": message.body,
+        "DelaySeconds": max(0, min(message.delay_seconds, MAX_SEND_DELAY_SECONDS)),
+    }
+    if _body_bytes(message) + ROUTE_BYTES <= SEND_BATCH_BYTES:
+        # (A body that fills a message alone goes without it: its job runs as its first message said.)
+        entry["MessageAttributes"] = {ROUTE_ATTRIBUTE: {"DataType": "String", "StringValue": REALTIME_ROUTE}}
+    if message.group_id is not None:
+        entry["MessageGroupId"] = message.group_id
+    return entry
+
+
+def _body_bytes(message: Resend) -> int:
+    return len(message.body.encode("utf-8", "surrogatepass"))
+
+
+def _message_bytes(message: Resend) -> int:
+    """What a resent message counts against SQS's size limits: its body, and its route attribute when
+    it has room for it."""
+    body = _body_bytes(message)
+    return body + ROUTE_BYTES if body + ROUTE_BYTES <= SEND_BATCH_BYTES else body
+
+
+def _send_batches(messages: Sequence[Resend]) -> list[list[Resend]]:
+    """The messages in SendMessageBatch requests: at most ten entries and SEND_BATCH_BYTES each, in order."""
+    batches: list[list[Resend]] = []
+    size = 0
+    for message in messages:
+        count = _message_bytes(message)
+        if not batches or len(batches[-1]) == SEND_BATCH_ENTRIES or size + count > SEND_BATCH_BYTES:
+            batches.append([])
+            size = 0
+        batches[-1].append(message)
+        size += count
+    return batches

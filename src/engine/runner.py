@@ -1,8 +1,16 @@
-"""JobRunner: claim -> resolve -> execute -> validate -> finish, for one delivery of a message.
+"""JobRunner: claim -> admit -> call -> decide -> finish, for one delivery of a message.
 
-Pure orchestration over the store's worker path (engine.core.ports.WorkerStore), the gateway and
-the retry delays. The runner says what to do with the message (engine.core.deliveries); it never
-touches SQS, and it knows no store in particular. docs/architecture.md walks through it.
+The spine, one named step each:
+- claim: parse the message and claim its job (one conditional write), or say at once what becomes
+  of the delivery (a duplicate, a bad message, a refused claim);
+- admit: a hold of the shared limits or budgets (engine.fleet), or too little of the invocation left
+  for the call, decides without a call;
+- call: now (`run`), or from a provider's batch's answer (`answer`): siblings behind the gateway;
+- decide: engine.decisions, a pure function of the job, the call's execution and the moment;
+- finish: the one place a decision is written (fenced on the lease: a cancel requested meanwhile
+  ends the job cancelled, a lost lease discards the result and keeps its usage).
+The runner says what to do with the message (engine.core.deliveries); it never touches SQS, and it
+knows no store in particular. docs/architecture.md walks through it.
 """
 
 from __future__ import annotations
@@ -13,13 +21,13 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from decimal import Decimal
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
 from engine.core import (
     Ack,
-    AttemptOutcome,
     AttemptRecord,
     BatchTerms,
     Cancelled,
@@ -30,21 +38,17 @@ from engine.core import (
     Failed,
     Fate,
     Job,
-    JobErrorInfo,
     JobStatus,
     Lane,
     Outcome,
-    Released,
     Retry,
-    Succeeded,
-    Via,
+    Settlement,
+    outcome_error,
     target_status,
 )
 from engine.core.errors import (
-    BudgetExceededError,
     CancelRequestedError,
     ClaimRefusedError,
-    DeadlineExceededError,
     InputValidationError,
     InternalError,
     JobError,
@@ -52,30 +56,31 @@ from engine.core.errors import (
     LeaseLostError,
     MaxAttemptsExceededError,
     PermanentError,
-    RetryableError,
     SchemaVersionMismatchError,
     deadline_error,
 )
 from engine.core.ports import WorkerStore
-from engine.dead_letters import DeadLetterRecorder
+from engine.decisions import (
+    RETRY_SOON_SECONDS,
+    Decision,
+    Moment,
+    attempt_record,
+    decide,
+    decide_deferral,
+    decide_hand_back,
+    decide_hold,
+    decide_retry,
+)
 from engine.definitions import JobDefinition, JobRegistry
 from engine.fleet.admission import Hold, Pass, Verdict
 from engine.gateway import Answered, Execution, ModelGateway
-from engine.intake import BadMessageError, JobRequest, canonical_json, parse_message, sha256_hex
+from engine.intake import BadMessageError, JobRequest, parse_message, sha256_hex
 from engine.observability import genai_usage, log_unexpected, logger
-from engine.retry import (
-    DEFAULT_MAX_RECEIVES,
-    MAX_DELAY_SECONDS,
-    backoff_seconds,
-    reach_floor_seconds,
-    retry_delay_seconds,
-)
+from engine.retry import DEFAULT_MAX_RECEIVES, MAX_DELAY_SECONDS, backoff_seconds
 from engine.telemetry import count_ended, count_latency, count_outcome, count_retry
 
 # Time kept back from the provider call for the finishing write.
 FINISH_MARGIN_MS = 5_000
-# How soon a message comes back when it was put back for a reason that passes quickly.
-RETRY_SOON_SECONDS = 2
 # A message that meets an unexpected error that is not transient (a bug, a request AWS refuses)
 # on its third receive or later is given up on: kept as a dead letter, its job failed with
 # internal_error. Transient errors (throttling, outages) are retried until the redrive.
@@ -87,8 +92,30 @@ RemainingMs = Callable[[], int]
 TransientCheck = Callable[[Exception], bool]
 
 
-def output_hash(output: dict[str, Any]) -> str:
-    return sha256_hex(canonical_json(output))
+class DeadLetters(Protocol):
+    """Where the runner keeps what it cannot run (engine.dead_letters.DeadLetterRecorder)."""
+
+    def keep(self, message_id: str, body: str, attributes: dict[str, str], receive_count: int, reason: str) -> int:
+        """Keep a message durably as a dead letter."""
+        ...
+
+    def record(
+        self,
+        message_id: str,
+        body: str,
+        attributes: dict[str, str],
+        receive_count: int,
+        reason: str | None = None,
+        code: ErrorCode = ErrorCode.DEAD_LETTERED,
+    ) -> str:
+        """Keep a message given up on, and end the job it names with `code`; what became of that job."""
+        ...
+
+    def fail_bad_message(
+        self, bad: BadMessageError, body: str, now_ms: int, lane: Lane = Lane.INTERACTIVE
+    ) -> Job | None:
+        """Fail the job a bad message names; the job already there instead, when there is one."""
+        ...
 
 
 def _never_transient(_: Exception) -> bool:
@@ -100,11 +127,6 @@ def _time_left(remaining_ms: RemainingMs | None) -> Callable[[], float] | None:
     if remaining_ms is None:
         return None
     return lambda: (remaining_ms() - FINISH_MARGIN_MS) / 1000
-
-
-def _input_to_keep(job: Job, request: JobRequest, outcome: Outcome) -> dict[str, Any] | None:
-    """A failed job may be retried later, so the input its message carried is stored with it."""
-    return request.raw_input if isinstance(outcome, Failed) and not job.input_stored else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +151,7 @@ class JobRunner:
         store: WorkerStore,
         gateway: ModelGateway,
         registry: JobRegistry,
-        recorder: DeadLetterRecorder,
+        dead_letters: DeadLetters,
         *,
         default_lease_ms: int = 300_000,
         clock: Callable[[], float] = time.time,
@@ -141,13 +163,15 @@ class JobRunner:
         self._store = store
         self._gateway = gateway
         self._registry = registry
-        self._recorder = recorder
+        self._dead_letters = dead_letters
         self._default_lease_ms = default_lease_ms
         self._clock = clock
         self._rng = rng or random.Random()
         self._is_transient = is_transient
         self._sleep = sleep
         self._max_receives = max_receives
+
+    # --- the spine ----------------------------------------------------------------------------
 
     def process(self, delivery: Delivery, remaining_ms: RemainingMs | None = None) -> Disposition:
         """Claim and run one delivery's job, with no shared limit or budget to ask."""
@@ -167,73 +191,56 @@ class JobRunner:
     def run(
         self, claimed: Claimed, remaining_ms: RemainingMs | None = None, verdict: Verdict | None = None
     ) -> Disposition:
-        """Run a claimed job: at its Pass's call time, or held back by its Hold (engine.fleet.admission)."""
-        return self._guarded(claimed.delivery, lambda: self._run_claimed(claimed, remaining_ms, verdict))
+        """Admit, call now, decide and finish a claimed job (at its Pass's call time, or held back by its
+        Hold: engine.fleet.admission)."""
+        return self._guarded(claimed.delivery, lambda: self._run(claimed, remaining_ms, verdict))
 
-    def conclude(
-        self,
-        claimed: Claimed,
-        answered: Answered,
-        remaining_ms: RemainingMs | None = None,
-        verdict: Pass | None = None,
-    ) -> Disposition:
-        """Finish a job its batch answered: the answer goes the way a real-time call's does (validation,
-        re-asks and fallback in real time). A Retry means the job was queued again (for a new message);
-        `verdict` (its budget's reservation) records what the attempt cost."""
-        return self._guarded(claimed.delivery, lambda: self._run_claimed(claimed, remaining_ms, verdict, answered))
-
-    def keep_unused(self, claimed: Claimed, answered: Answered, verdict: Pass | None = None) -> AttemptRecord:
-        """Keep the usage of a batch's answer to a job it no longer holds (finished meanwhile, cancelled,
-        handed back to real time): recorded as an attempt of the claim it answered, and discarded."""
+    def answer(self, claimed: Claimed, answered: Answered) -> Decision:
+        """What a provider's batch's answer to a claimed job decides: the answer goes the way a real-time
+        call's does (validation, re-asks and fallback in real time). Nothing is written: the caller
+        gives the job its message first when the decision queues it again, then `finish`es it."""
         started = self._now_ms()
-        execution = self._gateway.execute(claimed.definition, claimed.job_input, None, answered, alone=True)
-        if verdict is not None:
-            verdict.record(execution)
-        attempt = self._attempt_record(claimed.job, execution, started)
-        self._store.record_orphan_attempt(attempt, self._now_ms())
-        return attempt
-
-    def hand_back(self, job: Job, why: JobError) -> Disposition:
-        """Queue again, its attempt refunded, a job its batch holds but did not answer: it runs in real
-        time with its next message. A Retry when it was queued again; else what became of it instead."""
-        error = JobErrorInfo(why.code, f"its batch did not answer it: {why.message}", retryable=True)
-        released = Released(error, refund_attempt=True)
-        return self._finish(job, JobRequest(job.job_id), released) or Retry(Fate.RETRIED, 0, f"handed back: {why.code}")
-
-    def _guarded(self, delivery: Delivery, step: Callable[[], _Result]) -> _Result | Disposition:
+        execution: Execution | None = None
         try:
-            return step()
+            execution = self._gateway.execute_answer(claimed.definition, claimed.job_input, answered)
+            return self._decide(claimed, execution, started)
         except Exception as exc:
-            log_unexpected(
-                "delivery failed before its outcome was recorded",
-                exc,
-                message_id=delivery.message_id,
-                receive_count=delivery.receive_count,
-            )
-            if not self._is_transient(exc) and delivery.receive_count >= GIVE_UP_RECEIVES:
-                return self._give_up(delivery, exc)
-            # Nothing was recorded: the message comes back after a backoff and is tried again.
-            return Retry(Fate.ERROR, backoff_seconds(delivery.receive_count, self._rng), "internal error")
+            log_unexpected("a batch's answer could not be decided", exc, job_id=claimed.job.job_id)
+            attempt = attempt_record(claimed.job, execution, started, self._now_ms()) if execution else None
+            internal = InternalError(f"internal error: {type(exc).__name__}")
+            return decide_retry(claimed.job, internal, attempt, self._moment(claimed.delivery.receive_count))
 
-    def _give_up(self, delivery: Delivery, exc: Exception) -> Disposition:
-        """Keep a message that fails the same unexpected way on every receive, and end its job."""
-        reason = f"internal error ({type(exc).__name__}) on receive {delivery.receive_count}; given up"
-        try:
-            fate = self._recorder.record(
-                delivery.message_id,
-                delivery.body,
-                dict(delivery.attributes),
-                delivery.receive_count,
-                reason,
-                ErrorCode.INTERNAL_ERROR,
-            )
-        except Exception as again:
-            log_unexpected("a message given up on could not be recorded", again, message_id=delivery.message_id)
-            return Retry(Fate.ERROR, backoff_seconds(delivery.receive_count, self._rng), "internal error")
-        logger.warning("message given up on", extra={"message_id": delivery.message_id, "job_fate": fate})
-        return Ack(Fate.DEAD_LETTERED)  # a dead letter like any other: DeadLetterAlarm sees it
+    def finish(
+        self, job: Job, request: JobRequest, decision: Decision, settlement: Settlement | None = None
+    ) -> Disposition:
+        """Write a decision: what then becomes of the delivery. A cancel requested meanwhile ends the job
+        `cancelled`; a lost lease discards the result and keeps its usage (with `settlement`, a batched
+        claim's budget settles with the write that ends the claim). Store errors propagate."""
+        written = self._write(job, request, decision.outcome, decision.attempt, settlement)
+        return decision.then if written is None else written
 
-    # --- before the claim ---------------------------------------------------------------------
+    def hand_back(self, job: Job, why: JobError, settlement: Settlement | None = None) -> Disposition:
+        """Queue again, its attempt refunded, a job its batch holds but did not answer: it runs in real
+        time with its next message (sent by the caller before this). A Retry when it was queued again;
+        else what became of it instead. Store errors propagate."""
+        return self.finish(job, JobRequest(job.job_id), decide_hand_back(why), settlement)
+
+    def price_unused(self, claimed: Claimed, answered: Answered) -> AttemptRecord:
+        """The attempt a batch's answer to a job it no longer holds (finished meanwhile, cancelled,
+        handed back to real time) makes of the claim it answered: validated and priced, not used."""
+        started = self._now_ms()
+        execution = self._gateway.price_answer(claimed.definition, claimed.job_input, answered)
+        return attempt_record(claimed.job, execution, started, self._now_ms())
+
+    def record_unused(self, attempt: AttemptRecord, settlement: Settlement | None = None) -> bool:
+        """Keep an unused answer's attempt as usage, once: False when it was recorded already."""
+        return self._store.record_orphan_attempt(attempt, self._now_ms(), settlement)
+
+    def give_back(self, job_id: str, settlement: Settlement) -> bool:
+        """Give back a batched claim's reservation that no write of its job gave back, once."""
+        return self._store.settle_reservation(job_id, settlement, self._now_ms())
+
+    # --- claim ---------------------------------------------------------------------------------
 
     def _claim(
         self, delivery: Delivery, remaining_ms: RemainingMs | None, batch: BatchTerms | None
@@ -261,11 +268,11 @@ class JobRunner:
         try:
             definition, job_input, raw_input = self._resolve(job, request)
         except PermanentError as exc:
-            return self._finish(job, request, Failed(exc.info())) or Ack(Fate.FAILED)
+            return self.finish(job, request, Decision(Failed(exc.info()), Ack(Fate.FAILED)))
         except Exception as exc:
             log_unexpected("the claimed job could not be resolved", exc, job_id=job.job_id)
             internal = InternalError(f"internal error: {type(exc).__name__}")
-            return self._retry(job, request, internal, None, delivery.receive_count)
+            return self.finish(job, request, decide_retry(job, internal, None, self._moment(delivery.receive_count)))
         return Claimed(job, request, definition, job_input, delivery, raw_input)
 
     def _batch_terms(self, request: JobRequest, delivery: Delivery, batch: BatchTerms | None) -> BatchTerms | None:
@@ -284,7 +291,7 @@ class JobRunner:
     def _reject(self, delivery: Delivery, bad: BadMessageError) -> Disposition:
         if bad.job_id is None:
             return self._dead_letter(delivery, bad.error.message)
-        existing = self._recorder.fail_bad_message(bad, delivery.body, self._now_ms(), delivery.lane)
+        existing = self._dead_letters.fail_bad_message(bad, delivery.body, self._now_ms(), delivery.lane)
         if existing is not None:
             if existing.request_hash == sha256_hex(delivery.body):
                 return Ack(Fate.DUPLICATE)
@@ -294,7 +301,7 @@ class JobRunner:
         return Ack(Fate.FAILED)
 
     def _dead_letter(self, delivery: Delivery, reason: str) -> Ack:
-        self._recorder.keep(
+        self._dead_letters.keep(
             delivery.message_id, delivery.body, dict(delivery.attributes), delivery.receive_count, reason
         )
         # The reason may quote the message (a field's name); it is stored, never logged.
@@ -330,73 +337,6 @@ class JobRunner:
             return Ack(Fate.CANCELLED if status is JobStatus.CANCELLED else Fate.FAILED)
         return Retry(Fate.RACED, RETRY_SOON_SECONDS, f"job {job.job_id} changed while it was being settled")
 
-    # --- after the claim ----------------------------------------------------------------------
-
-    def _run_claimed(
-        self,
-        claimed: Claimed,
-        remaining_ms: RemainingMs | None,
-        verdict: Verdict | None,
-        answered: Answered | None = None,
-    ) -> Disposition:
-        job, request, definition, job_input = claimed.job, claimed.request, claimed.definition, claimed.job_input
-        receive_count = claimed.delivery.receive_count
-        attempt: AttemptRecord | None = None
-        try:
-            if isinstance(verdict, Hold):
-                return self._hold(job, request, verdict, receive_count)
-            wait_ms = max(verdict.call_at_ms - self._now_ms(), 0) if verdict else 0
-            timeout_ms = int(definition.timeout_seconds * 1000)
-            # (An answered job is concluded whatever the time: its answer is paid for already.)
-            if answered is None and remaining_ms and remaining_ms() < wait_ms + timeout_ms + FINISH_MARGIN_MS:
-                # Too little time left in this invocation: hand the job back without spending an attempt.
-                deferred = Retry(Fate.DEFERRED, RETRY_SOON_SECONDS, "not enough time left in this invocation")
-                return self._finish(job, request, Released(None, refund_attempt=True)) or deferred
-            if wait_ms:
-                self._sleep(wait_ms / 1000)  # until the call time the shared limit gave
-            revoked = verdict.revoked() if isinstance(verdict, Pass) else None
-            if revoked is not None:
-                return self._hold(job, request, revoked, receive_count)
-            started = self._now_ms()
-            execution = self._gateway.execute(definition, job_input, _time_left(remaining_ms), answered)
-            if verdict is not None:
-                verdict.record(execution)
-            attempt = self._attempt_record(job, execution, started)
-            if execution.output is not None:
-                try:
-                    output = definition.stored_output(execution.output)
-                except PermanentError as exc:
-                    refused = replace(attempt, outcome=AttemptOutcome.FAILED, error_code=exc.code)
-                    return self._finish(job, request, Failed(exc.info()), refused) or Ack(Fate.FAILED)
-                succeeded = Succeeded(output, output_hash(output))
-                return self._finish(job, request, succeeded, attempt) or Ack(Fate.SUCCEEDED)
-            error = execution.error or InternalError("the gateway returned neither output nor error")
-            if isinstance(error, RetryableError):
-                return self._retry(job, request, error, attempt, receive_count)
-            return self._finish(job, request, Failed(error.info()), attempt) or Ack(Fate.FAILED)
-        except Exception as exc:
-            # The job is still this worker's: hand it back (its usage kept) rather than wait for the lease.
-            log_unexpected("job attempt failed unexpectedly", exc, job_id=job.job_id)
-            internal = InternalError(f"internal error: {type(exc).__name__}")
-            return self._retry(job, request, internal, attempt, receive_count)
-
-    def _hold(self, job: Job, request: JobRequest, hold: Hold, receive_count: int) -> Disposition:
-        """Hand back a job its user's budget or its model's shared capacity holds, its attempt refunded."""
-        now = self._now_ms()
-        seconds = self._hide_seconds(job, math.ceil((hold.until_ms - now) / 1000), receive_count)
-        if job.deadline_at is not None and now + seconds * 1000 >= job.deadline_at:
-            if hold.code is ErrorCode.BUDGET_EXCEEDED:
-                late: PermanentError = BudgetExceededError(
-                    f"the deadline passes before the budget allows a call; {hold.reason}"
-                )
-            else:
-                late = DeadlineExceededError(f"the deadline passes before the next try; {hold.reason}")
-            return self._finish(job, request, Failed(late.info())) or Ack(Fate.FAILED)
-        fate = Fate.OVER_BUDGET if hold.code is ErrorCode.BUDGET_EXCEEDED else Fate.THROTTLED
-        count_retry(job.job_type, fate.value)
-        waiting = Released(JobErrorInfo(hold.code, hold.reason, retryable=True), refund_attempt=True)
-        return self._finish(job, request, waiting) or Retry(fate, seconds, hold.reason)
-
     def _resolve(self, job: Job, request: JobRequest) -> tuple[JobDefinition, BaseModel, dict[str, Any] | None]:
         if request.definition is not None and request.job_input is not None:
             return request.definition, request.job_input, request.raw_input
@@ -413,95 +353,96 @@ class JobRunner:
             raise InputValidationError(f"job {job.job_id} has no stored input")
         return definition, definition.parse_input(stored), stored
 
-    def _retry(
-        self, job: Job, request: JobRequest, error: RetryableError, attempt: AttemptRecord | None, receive_count: int
-    ) -> Disposition:
-        """Hand a job back for a later try, or end it when its attempts or its deadline are spent."""
-        if error.consumes_attempt and job.attempt_count >= job.max_attempts:
-            budget = f"({job.attempt_count} of {job.max_attempts})"
-            spent = MaxAttemptsExceededError(f"attempt budget spent {budget}; last error {error.code}: {error.message}")
-            return self._finish(job, request, Failed(spent.info()), attempt) or Ack(Fate.FAILED)
-        # Backoff grows with the attempts, or with the receives when attempts are refunded (a provider
-        # rate-limiting without Retry-After): else a throttled job would come back every second or two
-        # and spend the queue's maxReceiveCount in minutes, long before its deadline.
-        delay = self._hide_seconds(
-            job, retry_delay_seconds(error, max(job.attempt_count, receive_count), self._rng), receive_count
-        )
-        if job.deadline_at is not None and self._now_ms() + delay * 1000 >= job.deadline_at:
-            late = DeadlineExceededError(
-                f"the deadline passes before the next try; last error {error.code}: {error.message}"
-            )
-            return self._finish(job, request, Failed(late.info()), attempt) or Ack(Fate.FAILED)
-        released = Released(error.info(), refund_attempt=not error.consumes_attempt)
-        retried = Retry(Fate.RETRIED, delay, f"{error.code}: {error.message}")
-        return self._finish(job, request, released, attempt) or retried
+    # --- admit, call, decide --------------------------------------------------------------------
 
-    def _finish(
-        self, job: Job, request: JobRequest, outcome: Outcome, attempt: AttemptRecord | None = None
-    ) -> Disposition | None:
-        """Write `outcome`: None when it was written as asked, else what became of the delivery instead.
-
-        A cancel requested meanwhile ends the job `cancelled`; a lost lease discards the result.
-        The attempt's usage is kept either way.
-        """
+    def _run(self, claimed: Claimed, remaining_ms: RemainingMs | None, verdict: Verdict | None) -> Disposition:
+        job, request = claimed.job, claimed.request
+        receive_count = claimed.delivery.receive_count
+        started = self._now_ms()
+        execution: Execution | None = None
         try:
-            self._store.finish_job(job, outcome, self._now_ms(), attempt, _input_to_keep(job, request, outcome))
+            held = self._admit(claimed, remaining_ms, verdict)
+            if held is not None:
+                return self.finish(job, request, held)
+            started = self._now_ms()
+            time_left = _time_left(remaining_ms)
+            execution = self._gateway.execute(claimed.definition, claimed.job_input, time_left)
+            if isinstance(verdict, Pass):
+                verdict.record(execution)
+            return self.finish(job, request, self._decide(claimed, execution, started))
+        except Exception as exc:
+            # The job is still this worker's: hand it back (its usage kept) rather than wait for the lease.
+            log_unexpected("job attempt failed unexpectedly", exc, job_id=job.job_id)
+            attempt = attempt_record(job, execution, started, self._now_ms()) if execution else None
+            internal = InternalError(f"internal error: {type(exc).__name__}")
+            return self.finish(job, request, decide_retry(job, internal, attempt, self._moment(receive_count)))
+
+    def _admit(self, claimed: Claimed, remaining_ms: RemainingMs | None, verdict: Verdict | None) -> Decision | None:
+        """A decision without a call (held, or too little time left), or None once the job may call: it
+        has waited for its Pass's call time, and that pass still stands."""
+        moment = self._moment(claimed.delivery.receive_count)
+        if isinstance(verdict, Hold):
+            return self._held(claimed.job, verdict, moment)
+        wait_ms = max(verdict.call_at_ms - moment.now_ms, 0) if verdict else 0
+        timeout_ms = int(claimed.definition.timeout_seconds * 1000)
+        if remaining_ms and remaining_ms() < wait_ms + timeout_ms + FINISH_MARGIN_MS:
+            return decide_deferral()
+        if wait_ms:
+            self._sleep(wait_ms / 1000)  # until the call time the shared limit gave
+        revoked = verdict.revoked() if isinstance(verdict, Pass) else None
+        if revoked is not None:
+            return self._held(claimed.job, revoked, self._moment(claimed.delivery.receive_count))
+        return None
+
+    def _held(self, job: Job, hold: Hold, moment: Moment) -> Decision:
+        decision = decide_hold(job, hold, moment)
+        if isinstance(decision.then, Retry):
+            count_retry(job.job_type, decision.then.fate.value)
+        return decision
+
+    def _decide(self, claimed: Claimed, execution: Execution, started_ms: int) -> Decision:
+        attempt = attempt_record(claimed.job, execution, started_ms, self._now_ms())
+        return decide(claimed.job, claimed.definition, execution, attempt, self._moment(claimed.delivery.receive_count))
+
+    # --- finish -------------------------------------------------------------------------------
+
+    def _write(
+        self,
+        job: Job,
+        request: JobRequest,
+        outcome: Outcome,
+        attempt: AttemptRecord | None,
+        settlement: Settlement | None,
+    ) -> Disposition | None:
+        """Write `outcome`: None when it was written as asked, else what became of the delivery instead."""
+        store_input = request.raw_input if isinstance(outcome, Failed) and not job.input_stored else None
+        try:
+            self._store.finish_job(job, outcome, self._now_ms(), attempt, store_input, settlement)
         except CancelRequestedError:
-            return self._finish(job, request, Cancelled(), attempt) or Ack(Fate.CANCELLED)
+            return self._write(job, request, Cancelled(), attempt, settlement) or Ack(Fate.CANCELLED)
         except LeaseLostError as lost:
-            return self._on_lease_lost(job, lost, attempt)
+            return self._on_lease_lost(job, lost, attempt, settlement)
         self._log_outcome(job, outcome, attempt)
         return None
 
-    def _on_lease_lost(self, job: Job, lost: LeaseLostError, attempt: AttemptRecord | None) -> Disposition:
-        if attempt is not None:
-            self._store.record_orphan_attempt(attempt, self._now_ms())
-        logger.warning("lease lost; result discarded, usage kept", extra={"job_id": job.job_id})
+    def _on_lease_lost(
+        self, job: Job, lost: LeaseLostError, attempt: AttemptRecord | None, settlement: Settlement | None
+    ) -> Disposition:
         current = lost.job
+        if attempt is not None and current is not None:
+            if settlement is not None and settlement.claim in current.batch_settled:
+                settlement = replace(settlement, returned_usd=Decimal(0))  # given back by the write that ended it
+            self._store.record_orphan_attempt(attempt, self._now_ms(), settlement)
+        logger.warning("lease lost; result discarded, usage kept", extra={"job_id": job.job_id})
         if current is None or current.status.is_terminal:
             return Ack(Fate.LEASE_LOST)
         seconds = self._until_lease_ends(current, RETRY_SOON_SECONDS)
         return Retry(Fate.LEASE_LOST, seconds, f"job {job.job_id} is held by another worker")
 
-    def _attempt_record(self, job: Job, execution: Execution, started: int) -> AttemptRecord:
-        error = execution.error
-        if error is None:
-            outcome = AttemptOutcome.SUCCEEDED
-        else:
-            outcome = AttemptOutcome.RETRYABLE if error.retryable else AttemptOutcome.FAILED
-        return AttemptRecord(
-            job_id=job.job_id,
-            lane=job.lane,
-            attempt=job.claim_count,
-            user_id=job.user_id,
-            job_type=job.job_type,
-            started_at=started,
-            finished_at=self._now_ms(),
-            outcome=outcome,
-            error_code=error.code if error else None,
-            provider=execution.provider,
-            tier=execution.tier,
-            model=execution.model,
-            calls=execution.calls,
-            prompt_key=execution.prompt.key,
-            prompt_version=execution.prompt.version,
-            input_tokens=execution.input_tokens,
-            output_tokens=execution.output_tokens,
-            cost_usd=execution.cost_usd,
-            latency_ms=execution.latency_ms,
-            cached_input_tokens=execution.cached_input_tokens,
-            cache_write_input_tokens=execution.cache_write_input_tokens,
-            reasoning_tokens=execution.reasoning_tokens,
-            cache_savings_usd=execution.cache_savings_usd,
-            priced=execution.priced,
-            via=Via.BATCH if execution.batch_id else Via.REALTIME,
-            batch_id=execution.batch_id,
-        )
-
     def _log_outcome(self, job: Job, outcome: Outcome, attempt: AttemptRecord | None) -> None:
-        error = outcome.error if isinstance(outcome, Failed | Released) else None
+        error = outcome_error(outcome)
         count_outcome(job.job_type, outcome, attempt)
-        if isinstance(outcome, Succeeded):
+        if target_status(outcome) is JobStatus.SUCCEEDED:
             count_latency(job.lane, max(self._now_ms() - job.created_at, 0) / 1000)
         logger.info(
             "job attempt finished",
@@ -516,13 +457,45 @@ class JobRunner:
             },
         )
 
-    def _hide_seconds(self, job: Job, wanted: int, receive_count: int) -> int:
-        """How long to hide a job's message: what it waits for, but long enough that the receives the
-        message has left reach the job's deadline (engine.retry.reach_floor_seconds)."""
-        floor = 0
-        if job.deadline_at is not None:
-            floor = reach_floor_seconds((job.deadline_at - self._now_ms()) / 1000, receive_count, self._max_receives)
-        return min(max(wanted, floor, 1), MAX_DELAY_SECONDS)
+    # --- when something unexpected happens --------------------------------------------------------
+
+    def _guarded(self, delivery: Delivery, step: Callable[[], _Result]) -> _Result | Disposition:
+        try:
+            return step()
+        except Exception as exc:
+            log_unexpected(
+                "delivery failed before its outcome was recorded",
+                exc,
+                message_id=delivery.message_id,
+                receive_count=delivery.receive_count,
+            )
+            if not self._is_transient(exc) and delivery.receive_count >= GIVE_UP_RECEIVES:
+                return self._give_up(delivery, exc)
+            # Nothing was recorded: the message comes back after a backoff and is tried again.
+            return Retry(Fate.ERROR, backoff_seconds(delivery.receive_count, self._rng), "internal error")
+
+    def _give_up(self, delivery: Delivery, exc: Exception) -> Disposition:
+        """Keep a message that fails the same unexpected way on every receive, and end its job."""
+        reason = f"internal error ({type(exc).__name__}) on receive {delivery.receive_count}; given up"
+        try:
+            fate = self._dead_letters.record(
+                delivery.message_id,
+                delivery.body,
+                dict(delivery.attributes),
+                delivery.receive_count,
+                reason,
+                ErrorCode.INTERNAL_ERROR,
+            )
+        except Exception as again:
+            log_unexpected("a message given up on could not be recorded", again, message_id=delivery.message_id)
+            return Retry(Fate.ERROR, backoff_seconds(delivery.receive_count, self._rng), "internal error")
+        logger.warning("message given up on", extra={"message_id": delivery.message_id, "job_fate": fate})
+        return Ack(Fate.DEAD_LETTERED)  # a dead letter like any other: DeadLetterAlarm sees it
+
+    # --- time -----------------------------------------------------------------------------------
+
+    def _moment(self, receive_count: int) -> Moment:
+        return Moment(self._now_ms(), receive_count, self._max_receives, self._rng)
 
     def _until_lease_ends(self, job: Job, at_least: int) -> int:
         """Seconds to hide a message until `job`'s current lease ends (within SQS's bounds)."""

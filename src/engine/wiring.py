@@ -94,13 +94,14 @@ def build_worker(
     batching = None
     if settings.aijobs_batch_api:
         files = BatchFiles(build_payloads(settings, aws))
-        batching = BatchIntake(files, gateway.plan, batch_timing(settings), rng=random.SystemRandom())
+        batching = BatchIntake(files, gateway.plan, batch_timing(settings))
     return Worker(
         runner,
         queue or build_queues(settings, aws),
         admission=build_admission(settings, aws),
         planner=gateway.plan,
         batching=batching,
+        rng=random.SystemRandom(),
     )
 
 
@@ -154,7 +155,6 @@ def build_batcher(settings: Settings, session: boto3.Session | None = None) -> B
     store = build_store(settings, aws)
     gateway = build_gateway(settings)
     registry = JobRegistry.from_settings(settings)
-    admission = build_admission(settings, aws)
     return Batcher(
         BatchTable(settings.jobs_table_name, aws.client("dynamodb")),
         BatchFiles(build_payloads(settings, aws)),
@@ -165,7 +165,6 @@ def build_batcher(settings: Settings, session: boto3.Session | None = None) -> B
         store,
         build_queues(settings, aws),
         batch_timing(settings),
-        admission=admission,
     )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import random
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -26,13 +27,15 @@ from aws_lambda_powertools.utilities.batch import AsyncBatchProcessor, EventType
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from engine.batching.intake import BatchIntake, Planner
-from engine.core import BatchTerms, Delivery, Disposition, Fate, Lane, Retry
+from engine.batching.intake import Batched, BatchIntake, Keeping, NotKept, Planner, RunNow
+from engine.core import Ack, BatchTerms, Delivery, Disposition, Fate, Lane, Retry
+from engine.core.errors import InternalError
+from engine.decisions import RETRY_SOON_SECONDS
 from engine.fleet.admission import Admission, Ask, Verdict
 from engine.observability import log_unexpected, metrics
 from engine.queue import REALTIME_ROUTE, ROUTE_ATTRIBUTE, JobQueue, JobQueues
-from engine.retry import MAX_DELAY_SECONDS
-from engine.runner import FINISH_MARGIN_MS, RETRY_SOON_SECONDS, Claimed, JobRunner, RemainingMs
+from engine.retry import MAX_DELAY_SECONDS, backoff_seconds
+from engine.runner import FINISH_MARGIN_MS, Claimed, JobRunner, RemainingMs
 
 # What the claim phase left for a record: the job to run, or already its disposition.
 Step = Claimed | Disposition
@@ -73,6 +76,7 @@ class Worker:
         admission: Admission | None = None,
         planner: Planner | None = None,
         batching: BatchIntake | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self._runner = runner
         self._queues = JobQueues.of(queue)
@@ -82,6 +86,7 @@ class Worker:
         self._planner = planner
         # The providers' batch APIs (docs/batches.md): None when off.
         self._batching = batching
+        self._rng = rng or random.Random()
 
     def handle(self, event: dict[str, Any], context: LambdaContext | None) -> dict[str, Any]:
         invoked_at = time.time()
@@ -167,8 +172,28 @@ class Worker:
         batched = [(key, step) for key, step in steps.items() if isinstance(step, Claimed) and step.job.batch]
         if not batched:
             return {}
-        kept = batching.keep(self._runner, [step for _, step in batched], admission, remaining_ms)
-        return {key: disposition for (key, _), disposition in zip(batched, kept, strict=True)}
+        kept = batching.keep([step for _, step in batched], admission)
+        return {
+            key: self._keeping(step, keeping, remaining_ms) for (key, step), keeping in zip(batched, kept, strict=True)
+        }
+
+    def _keeping(self, step: Claimed, keeping: Keeping, remaining_ms: RemainingMs | None) -> Disposition:
+        """What becomes of a job claimed into a batch, once the intake said what it did with it."""
+        match keeping:
+            case Batched():
+                return Ack(Fate.BATCHED)
+            case RunNow(verdict=verdict):
+                return self._runner.run(step, remaining_ms, verdict)
+            case NotKept():
+                # Queued again (it may not wait for a batch that does not know it); its message comes
+                # back after a backoff, since its part could not be written.
+                retry = Retry(Fate.ERROR, backoff_seconds(step.delivery.receive_count, self._rng), "not kept")
+                try:
+                    handed = self._runner.hand_back(step.job, InternalError("it could not be kept for its batch"))
+                except Exception as exc:
+                    log_unexpected("a job that could not be kept for its batch is still held", exc)
+                    return retry
+                return retry if isinstance(handed, Retry) else handed
 
     def _admit(
         self, admission: Admission, steps: dict[int, Step], remaining_ms: RemainingMs | None

@@ -25,7 +25,8 @@ from engine.fleet.limits import ModelLimit
 from engine.gateway import CompletionRequest, ModelGateway, ModelTiers
 from engine.runner import JobRunner
 from engine.store import DynamoJobStore
-from engine.store.budgets import BudgetTable, day_key
+from engine.store.budgets import BudgetTable
+from engine.store.items import budget_day_key
 from engine.store.limits import LimitTable, bucket_from_item, limit_key
 from engine.worker import Worker
 from tests.conftest import RequestCounter
@@ -243,7 +244,7 @@ def test_a_user_without_budget_left_waits_queued_with_the_reason_and_no_call(
     assert waiting.error.message == "waiting: user acme has spent or reserved its daily budget of $0.0016"
     assert [seconds for _, seconds in queue.visibility_changes] == [BUDGET_RECHECK_MS // 1000]
     # And the day holds exactly what the two calls cost, the reservations given back
-    day = table.item(day_key("acme", utc_day(int(T0 * 1000))))
+    day = table.item(budget_day_key("acme", utc_day(int(T0 * 1000))))
     assert day is not None
     spent = table.job("b-0").usage.cost_usd + table.job("b-1").usage.cost_usd
     assert (Decimal(day["spent"]), Decimal(day["headroom"])) == (spent, Decimal("0.0016") - spent)
@@ -263,7 +264,7 @@ def test_a_job_held_for_capacity_holds_none_of_its_users_budget(
     waiting = table.job("cap-1")
     assert waiting.error is not None
     assert (waiting.status, waiting.error.code) == (JobStatus.QUEUED, ErrorCode.PROVIDER_RATE_LIMITED)
-    day = table.item(day_key("acme", utc_day(int(T0 * 1000))))
+    day = table.item(budget_day_key("acme", utc_day(int(T0 * 1000))))
     assert day is not None
     assert Decimal(day["headroom"]) == Decimal("0.0009") - table.job("cap-0").usage.cost_usd
 
@@ -282,7 +283,7 @@ def test_a_job_queued_again_gives_its_reservation_back_before_its_message_can_re
     hide = queue.change_visibility
 
     def noting_the_budget(receipt_handle: str, seconds: int) -> None:
-        day = table.item(day_key("acme", utc_day(int(T0 * 1000))))
+        day = table.item(budget_day_key("acme", utc_day(int(T0 * 1000))))
         assert day is not None
         headroom_when_hidden.append(Decimal(day["headroom"]))
         hide(receipt_handle, seconds)

@@ -33,6 +33,8 @@ class ScriptedBatch:
     state: BatchState = BatchState.PENDING
     # The lines answered so far (by custom_id); `finish` answers the rest.
     answered: dict[str, BatchAnswer] = field(default_factory=dict)
+    # More result lines, read after those (a line answered twice, an error line beside a completion).
+    extra: list[BatchAnswer] = field(default_factory=list)
 
 
 class ScriptedBatchProvider:
@@ -80,7 +82,9 @@ class ScriptedBatchProvider:
         return BatchStatus(batch_id, batch.state, batch.state.value, len(batch.answered) - failed, failed)
 
     def answers(self, batch_id: str) -> Iterator[BatchAnswer]:
-        yield from self.batches[batch_id].answered.values()
+        batch = self.batches[batch_id]
+        yield from batch.answered.values()
+        yield from batch.extra
 
     def cancel(self, batch_id: str) -> None:
         self.cancels.append(batch_id)
@@ -125,9 +129,9 @@ class RecordingQueue:
         self.sent.append(body)
         return f"sent-{len(self.sent)}"
 
-    def resend(self, messages: Sequence[Resend]) -> int:
+    def resend(self, messages: Sequence[Resend]) -> list[Resend]:
         self.resent.extend(messages)
-        return 0
+        return []
 
 
 class RecordingQueues:

@@ -151,7 +151,8 @@ class ScriptedRuns:
         completion = Completion(
             json.dumps(answer), "gpt-4o-mini", 100, 20, latency_ms=0, cached_input_tokens=BATCH_CACHED_TOKENS
         )
-        self.runner.conclude(claimed, Answered(completion, batch_id))
+        decision = self.runner.answer(claimed, Answered(completion, batch_id))
+        self.runner.finish(claimed.job, claimed.request, decision)
 
 
 @pytest.fixture(scope="module")

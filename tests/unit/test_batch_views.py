@@ -13,8 +13,8 @@ from engine.batching.records import BatchPhase, BatchRecord
 from engine.core import AttemptOutcome, AttemptRecord, JobHistory, JobStatus, Via
 from engine.gateway.batches import BatchState
 from engine.models import BatchView, JobInspection, JobView
+from tests.support.batch_fleet import MODEL, RESCUE_MS, T0_MS, TIMING, Fleet
 from tests.support.contract import BATCH_FIELDS
-from tests.unit.test_batching import MODEL, RESCUE_MS, T0_MS, TIMING, Fleet
 from tests.unit.test_render import QUEUED, text_of
 
 WINDOW = TIMING.window_of(T0_MS)  # "1800000000000": T0 is the start of a window

@@ -10,139 +10,30 @@ before its deadline and pays for one batch answer at most.
 from __future__ import annotations
 
 import json
-import random
 from collections import Counter
-from decimal import Decimal
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.batching.batcher import Batcher
-from engine.batching.files import BatchFiles
-from engine.batching.intake import BatchIntake, BatchTiming
-from engine.batching.memory import MemoryBatchRecords, MemoryObjects
 from engine.batching.records import BatchPhase
-from engine.core import Ack, Delivery, Fate, Job, JobStatus, Lane, Via
+from engine.core import Ack, Fate, JobStatus, Lane, Via
 from engine.core.errors import ProviderRejectedError, ProviderUnavailableError
-from engine.core.memory import InMemoryJobStore
-from engine.dead_letters import DeadLetterRecorder
-from engine.definitions import JobRegistry
-from engine.fleet.admission import Admission
-from engine.fleet.budgets import Budgets
-from engine.fleet.memory import InMemoryBudgetStore
-from engine.gateway import ModelGateway, ModelTiers, PriceTable
 from engine.gateway.batches import BatchLine, BatchState
-from engine.runner import Claimed, JobRunner
-from tests.support.batches import RecordingQueues, ScriptedBatchProvider, valid_line
+from engine.runner import Claimed
+from tests.support.batch_fleet import (
+    MODEL,
+    POLL_MS,
+    RESCUE_MS,
+    T0_MS,
+    TIMING,
+    FaultyBatchProvider,
+    Fleet,
+    realtime_cost,
+)
+from tests.support.batches import valid_line
 from tests.support.events import job_message, new_job_for
-from tests.support.providers import FakeProvider
-
-T0_MS = 1_800_000_000_000
-MODEL = "gpt-4o-mini"
-WINDOW_MS, POLL_MS, RESCUE_MS = 300_000, 60_000, 1_800_000
-TIMING = BatchTiming(WINDOW_MS, POLL_MS, RESCUE_MS)
-DAY_SECONDS = 86_400
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now_ms = T0_MS
-
-    def __call__(self) -> float:
-        return self.now_ms / 1000
-
-    def sleep(self, seconds: float) -> None:
-        self.now_ms += round(seconds * 1000)
-
-
-class Fleet:
-    """A worker's runner and batch intake, and the batcher, on one in-memory store, clock and bucket."""
-
-    def __init__(self, batch_provider: ScriptedBatchProvider | None = None, cap: str | None = None) -> None:
-        self.clock = Clock()
-        self.store = InMemoryJobStore()
-        self.realtime = FakeProvider(input_tokens=1000, output_tokens=200)
-        self.batches = batch_provider or ScriptedBatchProvider()
-        self.objects = MemoryObjects()
-        self.files = BatchFiles(self.objects)
-        self.records = MemoryBatchRecords()
-        self.queues = RecordingQueues()
-        self.registry = JobRegistry()
-        self.gateway = ModelGateway(self.realtime, ModelTiers(MODEL))
-        recorder = DeadLetterRecorder(self.store, self.registry, clock=self.clock)
-        self.runner = JobRunner(
-            self.store, self.gateway, self.registry, recorder, clock=self.clock, rng=random.Random(7)
-        )
-        self.budget_days = InMemoryBudgetStore()
-        self.admission = None
-        if cap is not None:
-            budgets = Budgets(self.budget_days, Decimal(cap))
-            self.admission = Admission(None, budgets, clock=self.clock, sleep=self.clock.sleep)
-        self.intake = BatchIntake(self.files, self.gateway.plan, TIMING, clock=self.clock, rng=random.Random(3))
-        self.batcher = Batcher(
-            self.records,
-            self.files,
-            self.batches,
-            self.gateway,
-            self.registry,
-            self.runner,
-            self.store,
-            self.queues,
-            TIMING,
-            admission=self.admission,
-            clock=self.clock,
-        )
-        self._messages = 0
-
-    def deliver(self, message: dict[str, Any], lane: Lane = Lane.BACKGROUND, realtime: bool = False) -> Any:
-        """Claim a message's job as a background worker would (with the batch's terms), and keep it if
-        it joined a batch: the claim's disposition, or the Claimed job that runs now."""
-        self._messages += 1
-        delivery = Delivery(f"m-{self._messages}", json.dumps(message), 1, lane=lane, realtime=realtime)
-        step = self.runner.claim(delivery, batch=self.intake.terms() if lane is Lane.BACKGROUND else None)
-        if isinstance(step, Claimed) and step.job.batch:
-            [kept] = self.intake.keep(self.runner, [step], self.admission)
-            return kept
-        return step
-
-    def submit(self, count: int, deadline_seconds: int = DAY_SECONDS, prefix: str = "bg") -> list[str]:
-        ids = [f"{prefix}-{n}" for n in range(count)]
-        for job_id in ids:
-            message = job_message("classify", job_id, lane="background", deadline_seconds=deadline_seconds)
-            assert self.deliver(message) == Ack(Fate.BATCHED)
-            self.clock.now_ms += 1  # each in a part of its own, in this order
-        return ids
-
-    def gather(self) -> Counter[str]:
-        """Move past the window and its grace, and run a pass."""
-        self.clock.now_ms = max(self.clock.now_ms, TIMING.closes_at(TIMING.window_of(self.clock.now_ms)))
-        return self.batcher.run()
-
-    def end_batch(self, state: BatchState = BatchState.COMPLETED) -> Counter[str]:
-        """The provider ends the only batch in `state` (a completed one answers every line first); the
-        batcher's next poll reads its end."""
-        self.batches.end(self.batches.only, state)
-        self.clock.now_ms += POLL_MS
-        return self.batcher.run()
-
-    def redeliver(self) -> list[Any]:
-        """Deliver the messages the batcher sent again (as a real-time worker would), once each."""
-        queue = self.queues[Lane.BACKGROUND]
-        resent, queue.resent = queue.resent, []
-        self.clock.now_ms += max((message.delay_seconds for message in resent), default=0) * 1000
-        outcomes = []
-        for message in resent:
-            self._messages += 1
-            delivery = Delivery(f"m-{self._messages}", message.body, 1, lane=Lane.BACKGROUND, realtime=True)
-            outcomes.append(self.runner.process(delivery))
-        return outcomes
-
-    def job(self, job_id: str) -> Job:
-        job = self.store.get_job(job_id)
-        assert job is not None
-        return job
 
 
 @pytest.fixture
@@ -150,16 +41,10 @@ def fleet() -> Fleet:
     return Fleet()
 
 
-def realtime_cost() -> Decimal:
-    """What one classify call of 1000 input and 200 output tokens costs in real time."""
-    return PriceTable().cost(MODEL, FakeProvider(input_tokens=1000, output_tokens=200).complete(_line().request))
-
-
-def _line() -> BatchLine:
-    gateway = ModelGateway(FakeProvider(), ModelTiers(MODEL))
-    definition = JobRegistry().get("classify")
-    job_input = definition.parse_input(job_message("classify")["input"])
-    return BatchLine("j0000000000", gateway.batch_request(definition, job_input))
+def last_hand_back(fleet: Fleet, ids: list[str]) -> int:
+    """When the last of these batched jobs goes back to real time unanswered: two thirds of the rescue
+    time before its deadline."""
+    return max(fleet.job(job_id).deadline_at or 0 for job_id in ids) - RESCUE_MS * 2 // 3
 
 
 # --- routing --------------------------------------------------------------------------------------
@@ -235,12 +120,14 @@ def test_a_window_is_gathered_into_one_recorded_batch_once_it_has_closed(fleet: 
     assert record.lines == 3
     assert batch.metadata == {"aijobs_batch": record.key}
     assert fleet.files.parts() == []  # its parts are deleted once it is recorded
-    earliest = min(fleet.job(job_id).deadline_at or 0 for job_id in ids)
-    assert record.rescue_at == earliest - RESCUE_MS
+    deadlines = [fleet.job(job_id).deadline_at or 0 for job_id in ids]
+    # Cancelled once its last job reaches its rescue time; its first job goes back at its own time.
+    assert record.rescue_at == max(deadlines) - RESCUE_MS
+    assert record.abandon_at == min(deadlines) - RESCUE_MS * 2 // 3
 
 
 def test_fewer_jobs_than_the_provider_takes_in_a_batch_run_in_real_time() -> None:
-    fleet = Fleet(ScriptedBatchProvider(min_lines=5))
+    fleet = Fleet(FaultyBatchProvider(min_lines=5))
     ids = fleet.submit(2)
 
     report = fleet.gather()
@@ -298,7 +185,7 @@ def test_answers_finish_their_jobs_at_the_batch_price(fleet: Fleet) -> None:
 
 
 def test_an_invalid_answer_is_re_asked_in_real_time() -> None:
-    fleet = Fleet(ScriptedBatchProvider(lambda line: '{"label": "not a label", "confidence": 2}'))
+    fleet = Fleet(FaultyBatchProvider(lambda line: '{"label": "not a label", "confidence": 2}'))
     [job_id] = fleet.submit(1)
     fleet.gather()
 
@@ -315,7 +202,7 @@ def test_an_invalid_answer_is_re_asked_in_real_time() -> None:
 
 def test_a_failed_line_goes_back_to_real_time_with_its_attempt_refunded() -> None:
     failing = ProviderUnavailableError("the line failed (HTTP 500)")
-    fleet = Fleet(ScriptedBatchProvider(lambda line: failing if line.custom_id.endswith("1") else valid_line(line)))
+    fleet = Fleet(FaultyBatchProvider(lambda line: failing if line.custom_id.endswith("1") else valid_line(line)))
     ids = fleet.submit(2)
     fleet.gather()
 
@@ -384,7 +271,7 @@ def test_a_batch_whose_cancel_has_not_ended_it_hands_its_jobs_back_and_keeps_lat
     fleet.clock.now_ms = record.rescue_at
     fleet.batcher.run()
 
-    fleet.clock.now_ms = record.abandon_at
+    fleet.clock.now_ms = last_hand_back(fleet, ids)
     report = fleet.batcher.run()
     assert report["jobs_returned"] == 2
     fleet.redeliver()
@@ -497,13 +384,13 @@ def test_whatever_a_batch_answers_every_job_ends_before_its_deadline(
             case _:
                 return None
 
-    fleet = Fleet(ScriptedBatchProvider(script))
+    fleet = Fleet(FaultyBatchProvider(script))
     ids = fleet.submit(len(outcomes))
     fleet.gather()
     batch = fleet.batches.only
     [record] = fleet.records.listed()
     if end is None:  # it stalls: the batcher's rescue and abandon times come
-        for at in (record.rescue_at, record.abandon_at):
+        for at in (record.rescue_at, last_hand_back(fleet, ids)):
             fleet.clock.now_ms = at
             fleet.batcher.run()
     else:

@@ -58,7 +58,7 @@ def stubber(client: Any) -> Iterator[Stubber]:
 
 @pytest.fixture
 def adapter(bucket: PayloadStore, client: Any) -> BedrockBatchProvider:
-    return BedrockBatchProvider(bucket, ROLE, client=client, unique=lambda: "unique1")
+    return BedrockBatchProvider(bucket, ROLE, client=client)
 
 
 def lines(count: int = MIN_RECORDS, model: str = MODEL) -> list[BatchLine]:
@@ -116,7 +116,6 @@ def test_a_batch_is_a_jsonl_of_converse_records_in_the_bucket_and_a_converse_job
     name = created["jobName"]
     assert JOB_NAME.match(name)
     assert name.startswith("aijobs-")
-    assert name.endswith("-unique1")
     folder = f"s3://{BUCKET}/batches/{name}/"
     assert created == {
         "jobName": name,
@@ -140,6 +139,23 @@ def test_a_batch_is_a_jsonl_of_converse_records_in_the_bucket_and_a_converse_job
     preamble_at = system["text"].index(SCHEMA_PREAMBLE)
     assert system["text"].startswith("You classify texts.")
     assert json.loads(system["text"][preamble_at + len(SCHEMA_PREAMBLE) :]) == CLASSIFY_SCHEMA
+
+
+def test_a_submission_made_again_for_the_same_record_is_the_same_job_to_bedrock(
+    stubber: Stubber, adapter: BedrockBatchProvider
+) -> None:
+    # Given a submission whose answer was lost (the pass stopped after CreateModelInvocationJob)
+    created = created_jobs(stubber)
+    for _ in range(2):
+        stubber.add_response("create_model_invocation_job", {"jobArn": JOB_ARN})
+
+    # When the same record's batch is submitted again
+    for _ in range(2):
+        adapter.submit(lines(), {"aijobs_batch": "record-1"})
+
+    # Then both carry the same name and request token: Bedrock makes one job of them
+    assert created[0]["clientRequestToken"] == created[1]["clientRequestToken"] == created[0]["jobName"]
+    assert created[0]["jobName"] == created[1]["jobName"]
 
 
 def test_the_same_metadata_names_jobs_alike_and_other_metadata_otherwise(
@@ -408,7 +424,7 @@ def test_find_lists_the_jobs_named_for_the_metadata_newest_first_page_by_page(
     stubber.add_response("create_model_invocation_job", {"jobArn": JOB_ARN})
     adapter.submit(lines(), {"aijobs_batch": "record-1"})
     listed = {"sortBy": "CreationTime", "sortOrder": "Descending", "maxResults": 100}
-    name_part = created[0]["jobName"].removesuffix("-unique1")
+    name_part = created[0]["jobName"]
     stubber.add_response(
         "list_model_invocation_jobs",
         {"invocationJobSummaries": [summary(JOB_ARN + "2")], "nextToken": "page-2"},
@@ -421,3 +437,29 @@ def test_find_lists_the_jobs_named_for_the_metadata_newest_first_page_by_page(
     )
 
     assert adapter.find({"aijobs_batch": "record-1"}) == [JOB_ARN + "2", JOB_ARN]
+
+
+@pytest.mark.parametrize(
+    ("counts", "records"),
+    [
+        ({"successRecordCount": 2, "errorRecordCount": 0}, 1),  # a file cut short
+        ({"successRecordCount": 1, "errorRecordCount": 1}, 1),  # an error record missing
+        ({"successRecordCount": 3, "errorRecordCount": 0}, 0),  # no result file at all
+    ],
+)
+def test_results_holding_fewer_records_than_the_job_counts_are_an_error_to_read_again(
+    counts: dict[str, int], records: int, adapter: BedrockBatchProvider, stubber: Stubber, bucket: PayloadStore
+) -> None:
+    if records:
+        put_results(bucket, {"recordId": "job-0", "modelOutput": converse_output("{}")})
+    stubber.add_response("get_model_invocation_job", job("Completed", **counts))
+
+    with pytest.raises(ProviderUnavailableError, match="counts"):
+        list(adapter.answers(JOB_ARN))
+
+
+def test_results_of_a_job_still_running_are_an_error(adapter: BedrockBatchProvider, stubber: Stubber) -> None:
+    stubber.add_response("get_model_invocation_job", job("InProgress"))
+
+    with pytest.raises(ProviderUnavailableError, match="has not ended"):
+        list(adapter.answers(JOB_ARN))

@@ -474,3 +474,58 @@ def test_find_reads_a_bounded_number_of_pages() -> None:
 
     assert adapter(api).find({"aijobs_batch": "x"}) == []
     assert len(api.requests) == MAX_FIND_PAGES
+
+
+# --- results checked against the batch's own counts -------------------------------------------------
+
+
+def test_a_200_error_body_instead_of_the_output_file_is_an_error_not_no_answers() -> None:
+    api = results_api([])
+    api.routes["GET", "/batches/batch_1"] = batch(
+        "completed", output_file_id="file-out", error_file_id="file-err", request_counts={"completed": 2, "failed": 0}
+    )
+    api.routes["GET", "/files/file-out/content"] = lambda _: httpx.Response(
+        200, json={"error": {"message": "temporarily unavailable", "type": "server_error"}}
+    )
+
+    with pytest.raises(ProviderUnavailableError, match="counts 2"):
+        list(adapter(api).answers("batch_1"))
+
+
+def test_fewer_error_lines_than_the_batch_counts_failed_is_an_error() -> None:
+    api = results_api([output_line("job-0", 200, openai_completion("{}"))], [])
+    api.routes["GET", "/batches/batch_1"] = batch(
+        "completed", output_file_id="file-out", error_file_id="file-err", request_counts={"completed": 1, "failed": 1}
+    )
+
+    with pytest.raises(ProviderUnavailableError, match="error_file_id"):
+        list(adapter(api).answers("batch_1"))
+
+
+def test_answers_counted_but_no_output_file_is_an_error() -> None:
+    api = results_api(None, [])
+    api.routes["GET", "/batches/batch_1"] = batch(
+        "completed", error_file_id="file-err", request_counts={"completed": 3, "failed": 0}
+    )
+
+    with pytest.raises(ProviderUnavailableError, match="no output_file_id"):
+        list(adapter(api).answers("batch_1"))
+
+
+@pytest.mark.parametrize(
+    "body", [{"error": {"message": "no"}}, {"id": "batch_1", "object": "list", "status": "completed"}, {"id": "b"}]
+)
+def test_a_200_whose_body_is_not_a_batch_is_no_status(body: dict[str, Any]) -> None:
+    api = Api({("GET", "/batches/batch_1"): body})
+
+    with pytest.raises(ProviderUnavailableError):
+        adapter(api).status("batch_1")
+    with pytest.raises(ProviderUnavailableError):
+        list(adapter(api).answers("batch_1"))
+
+
+def test_results_of_a_batch_still_running_are_an_error() -> None:
+    api = Api({("GET", "/batches/batch_1"): batch("in_progress", output_file_id="file-out")})
+
+    with pytest.raises(ProviderUnavailableError, match="has not ended"):
+        list(adapter(api).answers("batch_1"))

@@ -40,6 +40,7 @@ from engine.core.errors import (
 )
 from engine.core.memory import InMemoryJobStore
 from engine.dead_letters import DeadLetterRecorder
+from engine.decisions import RETRY_SOON_SECONDS, output_hash
 from engine.definitions import JobDefinition, JobRegistry, Prompt
 from engine.definitions.base import MAX_OUTPUT_BYTES
 from engine.definitions.summarize import SummarizeInput
@@ -48,14 +49,7 @@ from engine.gateway import Completion, CompletionRequest, ModelGateway, ModelTie
 from engine.intake import sha256_hex
 from engine.observability import GENAI_USAGE_ATTRIBUTES, job_metrics
 from engine.retry import MAX_DELAY_SECONDS, RESERVE_RECEIVES, backoff_seconds
-from engine.runner import (
-    FINISH_MARGIN_MS,
-    GIVE_UP_RECEIVES,
-    RETRY_SOON_SECONDS,
-    Claimed,
-    JobRunner,
-    output_hash,
-)
+from engine.runner import FINISH_MARGIN_MS, GIVE_UP_RECEIVES, Claimed, JobRunner
 from tests.support.events import job_message, new_job_for
 from tests.support.providers import VALID_OUTPUTS, FakeProvider, valid_answer
 

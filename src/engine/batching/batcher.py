@@ -4,16 +4,14 @@ Run on a schedule (every minute in AWS, every few seconds in the embedded stack)
 time. A pass
 1. moves each batch in flight on (engine.batching.records): creates at the provider one recorded
    but not created (adopting the batch a stopped pass created, found by its metadata), polls those
-   due, cancels one whose rescue time came (the earliest deadline of its jobs less the rescue
-   time), hands back to real time what one has not answered by its abandon time, and concludes
-   those that ended;
+   due, cancels one once every job it holds has reached its rescue time, hands each job it has not
+   answered back to real time at that job's own hand-back time, and concludes those that ended;
 2. gathers the parts of each closed window into one batch per model (within the provider's limits
    of lines and bytes): its manifest, then its record, then the parts deleted, then the batch created.
-Concluding a batch reads its answers, and its jobs as they are now (a hundred to a read): a job its
-batch claim still holds is finished through the runner with its answer, as a real-time answer
-would be, or handed back to real time (a failed line, or one an expired, cancelled or failed
-batch did not answer); an answer to a job the batch no longer holds is kept as usage and discarded.
-A job handed back goes back to `queued` and its message is sent again, marked for real time.
+Nothing a job needs waits on the provider: a status, cancel, search or results call that fails is
+made again on the next pass, while each job's hand-back comes at its time regardless, and whatever
+the batch answers later is kept as usage. Its jobs are ended by engine.batching.conclusion, entry by
+entry, so that a pass that stopped anywhere is taken up by the next one.
 """
 
 from __future__ import annotations
@@ -21,39 +19,36 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from decimal import Decimal
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from engine.batching.conclusion import NO_ANSWERS, Answers, Conclusion, EntryFate, GoneOver, not_answered_in_time
 from engine.batching.entries import BatchEntry, Manifest, Part, line_id
 from engine.batching.files import BatchFiles, PartKey
 from engine.batching.intake import BatchTiming
 from engine.batching.records import BatchPhase, BatchRecord, BatchRecords
-from engine.core import Delivery, Job, JobStatus, Lane, Retry
 from engine.core.errors import JobError, ProviderTimeoutError, ProviderUnavailableError, RetryableError
 from engine.core.ports import JobReader
 from engine.definitions import JobRegistry
-from engine.fleet.admission import Admission, Pass
-from engine.gateway import Answered, ModelGateway
-from engine.gateway.batches import BatchAnswer, BatchLine, BatchProvider, BatchState, BatchStatus
-from engine.intake import JobRequest
+from engine.gateway import ModelGateway
+from engine.gateway.batches import BatchLine, BatchProvider, BatchState, BatchStatus
 from engine.observability import log_unexpected, logger, metrics
-from engine.queue import JobQueues, Resend
-from engine.runner import Claimed, JobRunner, RemainingMs
+from engine.queue import JobQueues
+from engine.runner import JobRunner, RemainingMs
 
 # The metadata naming a batch's record, given to the provider when the batch is created.
 METADATA_KEY = "aijobs_batch"
 # A pass stops when its invocation has less than this left (a conclusion goes on in the next pass).
 STOP_MARGIN_MS = 30_000
-# Jobs read in one request while a batch is concluded (BatchGetItem's most).
-READ_JOBS = 100
-# A job handed back is sent again this long before it is released: its message cannot be lost,
-# and arrives once the job is queued.
-RESEND_DELAY_SECONDS = 5
+# The most lines a record keeps to go over again; past it, a conclusion stops where it is.
+MAX_REDO = 1_000
+# A batch the provider has not said has ended this long after it was recorded (its 24-hour window
+# long past, and every job's deadline: the longest is 7 days) is ended as unanswerable.
+GIVE_UP_MS = 8 * 86_400_000
 
 
 @dataclass
@@ -79,7 +74,6 @@ class Batcher:
         queues: JobQueues,
         timing: BatchTiming,
         *,
-        admission: Admission | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._records = records
@@ -87,12 +81,9 @@ class Batcher:
         self._provider = provider
         self._gateway = gateway
         self._registry = registry
-        self._runner = runner
-        self._jobs = jobs
-        self._queues = queues
         self._timing = timing
-        self._admission = admission
         self._clock = clock
+        self._conclusion = Conclusion(runner, jobs, registry, queues)
 
     def handle(self, event: dict[str, Any], context: LambdaContext | None) -> dict[str, int]:
         """One scheduled pass: what it did, also as metrics `Batches_<what>`."""
@@ -126,7 +117,7 @@ class Batcher:
     def _advance(self, record: BatchRecord, report: Counter[str], remaining_ms: RemainingMs | None) -> None:
         match record.phase:
             case BatchPhase.CREATING:
-                self._create(record, self._files.manifest(record.key), report, remaining_ms, adopt=True)
+                self._creating(record, report, remaining_ms)
             case BatchPhase.PENDING | BatchPhase.CANCELLING:
                 self._poll(record, report, remaining_ms)
             case BatchPhase.CONCLUDING:
@@ -134,49 +125,58 @@ class Batcher:
             case BatchPhase.ENDED:
                 pass
 
-    def _create(
-        self,
-        record: BatchRecord,
-        manifest: Manifest,
-        report: Counter[str],
-        remaining_ms: RemainingMs | None,
-        adopt: bool,
-    ) -> None:
-        """Create a recorded batch at the provider, or adopt the one an earlier pass created."""
+    def _creating(self, record: BatchRecord, report: Counter[str], remaining_ms: RemainingMs | None) -> None:
+        """A batch recorded but not known to be created: adopt the one a stopped pass created, else
+        create it. While the provider cannot be searched it is not created again (it may exist), and
+        its jobs are handed back as their times come."""
         now = self._now_ms()
-        metadata = {METADATA_KEY: record.key}
-        found: list[str] = []
-        if adopt:
-            try:
-                found = self._provider.find(metadata)
-            except Exception as exc:
-                if now < record.rescue_at:
-                    # Not created again while it may exist: the next pass looks again.
-                    log_unexpected("a batch's provider batch could not be looked for", exc, batch=record.key)
-                    report["adopt_retried"] += 1
-                    return
-        if found:
-            batch_id = found[0]
-            for extra in found[1:]:  # created twice (never both recorded): the newest is kept
-                self._provider.cancel(extra)
-                report["duplicates_cancelled"] += 1
-            report["adopted"] += 1
-        elif now >= record.rescue_at or len(manifest.lines) < max(self._provider.min_lines, 1):
-            detail = "not created before its rescue time" if now >= record.rescue_at else "too few requests for a batch"
-            self._end_unanswered(record, detail, report, remaining_ms)
+        try:
+            found = self._provider.find({METADATA_KEY: record.key})
+        except Exception as exc:
+            log_unexpected("a batch's provider batch could not be looked for", exc, batch=record.key)
+            report["adopt_retried"] += 1
+            if now - record.created_at >= GIVE_UP_MS:
+                self._end_unanswered(record, "its provider batch could not be looked for", report, remaining_ms)
+                return
+            self._save(record, self._hand_back_due(record, now, report))
             return
-        else:
-            try:
-                batch_id = self._provider.submit(self._lines(manifest), metadata)
-            except RetryableError as exc:
-                logger.warning("a batch could not be created yet", extra={"batch": record.key, "error": exc.message})
-                self._save(record, replace(record, detail=exc.message, updated_at=now))
-                report["create_retried"] += 1
-                return
-            except JobError as exc:
-                self._end_unanswered(record, f"refused by the provider: {exc.message}", report, remaining_ms)
-                return
-            report["created"] += 1
+        if found:
+            for extra in found[1:]:  # created twice (never both recorded): the newest is kept
+                try:
+                    self._provider.cancel(extra)
+                    report["duplicates_cancelled"] += 1
+                except Exception as exc:
+                    log_unexpected("a second provider batch could not be cancelled", exc, batch=record.key)
+            report["adopted"] += 1
+            self._pending(record, found[0], now)
+            return
+        self._create(record, self._files.manifest(record.key), report, remaining_ms)
+
+    def _create(
+        self, record: BatchRecord, manifest: Manifest, report: Counter[str], remaining_ms: RemainingMs | None
+    ) -> None:
+        """Create a recorded batch at the provider; or end it unanswered when too late or too small."""
+        now = self._now_ms()
+        if now >= record.abandon_at or record.handed_back_through:
+            self._end_unanswered(record, "not created before its rescue time", report, remaining_ms)
+            return
+        if len(manifest.lines) < max(self._provider.min_lines, 1):
+            self._end_unanswered(record, "too few requests for a batch", report, remaining_ms)
+            return
+        try:
+            batch_id = self._provider.submit(self._lines(manifest), {METADATA_KEY: record.key})
+        except RetryableError as exc:
+            logger.warning("a batch could not be created yet", extra={"batch": record.key, "error": exc.message})
+            self._save(record, replace(record, detail=exc.message, updated_at=now))
+            report["create_retried"] += 1
+            return
+        except JobError as exc:
+            self._end_unanswered(record, f"refused by the provider: {exc.message}", report, remaining_ms)
+            return
+        report["created"] += 1
+        self._pending(record, batch_id, now)
+
+    def _pending(self, record: BatchRecord, batch_id: str, now: int) -> None:
         pending = replace(
             record,
             phase=BatchPhase.PENDING,
@@ -188,204 +188,136 @@ class Batcher:
         self._save(record, pending)
 
     def _poll(self, record: BatchRecord, report: Counter[str], remaining_ms: RemainingMs | None) -> None:
+        """Read the batch's status when due, cancel it once its rescue time came, hand back its jobs
+        whose hand-back time came: each step whatever the others' calls answered."""
         now = self._now_ms()
-        rescue_due = record.phase is BatchPhase.PENDING and now >= record.rescue_at
-        abandon_due = not record.handed_back and now >= record.abandon_at
-        if now < record.next_poll_at and not rescue_due and not abandon_due:
+        cancel_due = not record.cancel_sent and now >= record.rescue_at
+        hand_back_due = (not record.handed_back and now >= record.abandon_at) or bool(record.redo)
+        if now < record.next_poll_at and not cancel_due and not hand_back_due:
             return
         assert record.batch_id is not None
-        status = self._provider.status(record.batch_id)
-        polled = self._polled(record, status, now)
-        if status.state.ended:
-            concluding = replace(polled, phase=BatchPhase.CONCLUDING)
-            self._save(record, concluding)
+        polled = replace(record, next_poll_at=now + self._timing.poll_ms, updated_at=now)
+        try:
+            polled = _with_status(polled, self._provider.status(record.batch_id))
+        except Exception as exc:
+            log_unexpected("a batch's status could not be read", exc, batch=record.key)
+            report["status_retried"] += 1
+        if polled.state is not None and polled.state.ended:
+            concluding = self._save(record, replace(polled, phase=BatchPhase.CONCLUDING))
             self._conclude(concluding, report, remaining_ms)
             return
-        if rescue_due:
-            self._provider.cancel(record.batch_id)
+        if cancel_due:
             polled = replace(polled, phase=BatchPhase.CANCELLING)
-            report["cancelled"] += 1
-        if abandon_due:
-            manifest = self._files.manifest(record.key)
-            why = ProviderTimeoutError("it had not answered before the job's rescue time")
-            returned = self._hand_back(manifest.entries.values(), why, settle=True)
-            polled = replace(polled, handed_back=True, returned=polled.returned + returned)
-            report["jobs_returned"] += returned
-        self._save(record, polled)
+            try:
+                self._provider.cancel(record.batch_id)
+                polled = replace(polled, cancel_sent=True)
+                report["cancelled"] += 1
+            except Exception as exc:
+                log_unexpected("a batch could not be cancelled yet", exc, batch=record.key)
+                report["cancel_retried"] += 1
+        if hand_back_due:
+            polled = self._hand_back_due(polled, now, report)
+        saved = self._save(record, polled)
+        if now - record.created_at >= GIVE_UP_MS:
+            self._end_unanswered(saved, "the provider never said it ended", report, remaining_ms)
 
-    def _polled(self, record: BatchRecord, status: BatchStatus, now: int) -> BatchRecord:
+    def _hand_back_due(self, record: BatchRecord, now: int, report: Counter[str]) -> BatchRecord:
+        """Hand back every job of the batch whose hand-back time has come (and those to go over again):
+        the record as it then is."""
+        if record.handed_back and not record.redo:
+            return record
+        manifest = self._files.manifest(record.key)
+        due = [
+            (custom_id, entry)
+            for custom_id, entry in manifest.entries.items()
+            if record.handed_back_through < self._hand_back_at(entry) <= now or custom_id in record.redo
+        ]
+        gone = self._conclusion.go_over(due, None, record.batch_id, not_answered_in_time(), frozenset(record.redo))
+        _count(report, gone)
+        later = [at for at in map(self._hand_back_at, manifest.entries.values()) if at > now]
+        if len(gone.again) > MAX_REDO:
+            # Too many to name: the next pass goes over every one due again.
+            return replace(record, redo=tuple(line for line in record.redo if line in gone.again))
         return replace(
             record,
-            state=status.state,
-            detail=status.detail,
-            answered=status.answered,
-            failed=status.failed,
-            next_poll_at=now + self._timing.poll_ms,
-            updated_at=now,
+            handed_back_through=now,
+            abandon_at=min(later, default=record.abandon_at),
+            handed_back=not later,
+            redo=gone.again,
+            returned=record.returned + gone.fates.get(EntryFate.RETURNED, 0),
         )
 
     def _end_unanswered(
         self, record: BatchRecord, detail: str, report: Counter[str], remaining_ms: RemainingMs | None
     ) -> None:
-        """A batch that will answer nothing: its jobs go back to real time as it is concluded."""
+        """A batch whose answers will never be read: its jobs are concluded as unanswered."""
         logger.warning("a batch ends unanswered", extra={"batch": record.key, "detail": detail})
+        state = record.state if record.batch_id is not None else BatchState.FAILED
         concluding = replace(
-            record, phase=BatchPhase.CONCLUDING, state=BatchState.FAILED, detail=detail, updated_at=self._now_ms()
+            record,
+            phase=BatchPhase.CONCLUDING,
+            state=state,
+            detail=detail,
+            unanswerable=True,
+            updated_at=self._now_ms(),
         )
-        self._save(record, concluding)
-        self._conclude(concluding, report, remaining_ms)
+        self._conclude(self._save(record, concluding), report, remaining_ms)
 
     # --- concluding ----------------------------------------------------------------------------
 
     def _conclude(self, record: BatchRecord, report: Counter[str], remaining_ms: RemainingMs | None) -> None:
-        """Write each job's answer, or hand it back; the record keeps how far it got."""
+        """Go over each entry with the batch's answers; the record keeps how far it got."""
         manifest = self._files.manifest(record.key)
-        answers: dict[str, BatchAnswer] = {}
-        if record.batch_id is not None and record.state is not BatchState.FAILED:
-            answers = {answer.custom_id: answer for answer in self._provider.answers(record.batch_id)}
-        ids = list(manifest.entries)
+        answers = self._answers(record, report)
+        if answers is None:
+            now = self._now_ms()
+            if now - record.created_at >= GIVE_UP_MS:
+                answers = NO_ANSWERS  # (its jobs were all handed back long ago)
+            else:
+                # Its results cannot be read yet: its jobs still go back at their times; read again later.
+                waiting = self._hand_back_due(replace(record, next_poll_at=now + self._timing.poll_ms), now, report)
+                self._save(record, replace(waiting, updated_at=now))
+                return
+        if answers is not NO_ANSWERS and (stray := answers.unmatched(manifest.entries)):
+            logger.error("a batch answered lines it was not sent", extra={"batch": record.key, "count": stray})
+            report["answers_unmatched"] += stray
+        why = _unanswered(record)
         current = record
-        for start in range(record.concluded, len(ids), READ_JOBS):
+        if current.redo:
+            entries = [(line, manifest.entries[line]) for line in current.redo if line in manifest.entries]
+            gone = self._conclusion.go_over(entries, answers, record.batch_id, why, frozenset(current.redo))
+            current = self._save(current, _progress(current, gone, current.concluded, gone.again))
+            _count(report, gone)
+        ids = list(manifest.entries)
+        for start in range(current.concluded, len(ids), READ_CHUNK):
             if self._out_of_time(remaining_ms):
                 report["stopped_early"] += 1
                 return
-            chunk = ids[start : start + READ_JOBS]
-            jobs = self._jobs.get_jobs([manifest.entries[custom_id].job_id for custom_id in chunk])
-            fates: Counter[str] = Counter()
-            resends: list[tuple[BatchEntry, int]] = []
-            verdicts: list[Pass] = []
-            for custom_id in chunk:
-                entry = manifest.entries[custom_id]
-                try:
-                    fate = self._conclude_entry(
-                        current, entry, answers.get(custom_id), jobs.get(entry.job_id), resends, verdicts, remaining_ms
-                    )
-                except Exception as exc:
-                    log_unexpected("a batched job could not be concluded", exc, job_id=entry.job_id)
-                    fate = "errors"
-                fates[fate] += 1
-            self._resend(resends)
-            if self._admission is not None:
-                self._admission.settle(verdicts)
-            report.update({f"jobs_{fate}": count for fate, count in fates.items()})
-            concluded = replace(
-                current,
-                concluded=start + len(chunk),
-                finished=current.finished + fates["finished"],
-                returned=current.returned + fates["returned"],
-                updated_at=self._now_ms(),
-            )
-            self._save(current, concluded)
-            current = concluded
+            entries = [(line, manifest.entries[line]) for line in ids[start : start + READ_CHUNK]]
+            gone = self._conclusion.go_over(entries, answers, record.batch_id, why)
+            _count(report, gone)
+            if len(current.redo) + len(gone.again) > MAX_REDO:
+                report["stopped_early"] += 1  # too many to go over again: this chunk is gone over again whole
+                current = self._save(current, _progress(current, gone, current.concluded, current.redo))
+                return
+            current = self._save(current, _progress(current, gone, start + len(entries), current.redo + gone.again))
+        if current.redo:
+            return  # gone over again on the next pass
         self._files.delete_manifest(record.key)
         now = self._now_ms()
         self._save(current, replace(current, phase=BatchPhase.ENDED, ended_at=now, updated_at=now))
         report["ended"] += 1
 
-    def _conclude_entry(
-        self,
-        record: BatchRecord,
-        entry: BatchEntry,
-        answer: BatchAnswer | None,
-        job: Job | None,
-        resends: list[tuple[BatchEntry, int]],
-        verdicts: list[Pass],
-        remaining_ms: RemainingMs | None,
-    ) -> str:
-        """Finish, hand back, or discard one entry's answer; what became of it."""
-        held = job is not None and job.status is JobStatus.RUNNING and job.lease_owner == entry.owner
-        completion = answer.completion if answer is not None else None
-        # Its reservation is settled here, unless the batch's unanswered jobs were handed back already.
-        reservation = self._reservation(entry, settled=record.handed_back)
-        if not held:
-            verdicts.append(reservation)
-            if job is None or completion is None or record.batch_id is None:
-                return "gone"
-            if self._recorded(entry, record.batch_id):
-                return "recorded_before"
-            claimed = self._claimed(entry, replace(job, claim_count=entry.claim_count))
-            spent = self._reservation(entry, settled=True)
-            self._runner.keep_unused(claimed, Answered(completion, record.batch_id), spent)
-            verdicts.append(spent)
-            return "discarded"
-        assert job is not None
-        verdicts.append(reservation)
-        if completion is None or record.batch_id is None:
-            why = answer.error if answer is not None and answer.error is not None else _unanswered(record)
-            return self._hand_back_one(entry, job, why, resends)
+    def _answers(self, record: BatchRecord, report: Counter[str]) -> Answers | None:
+        """The batch's answers; NO_ANSWERS when none will come; None when they cannot be read now."""
+        if record.batch_id is None or record.unanswerable or record.state is BatchState.FAILED:
+            return NO_ANSWERS
         try:
-            claimed = self._claimed(entry, job)
+            return Answers.of(self._provider.answers(record.batch_id))
         except Exception as exc:
-            log_unexpected("a batched job's type or input cannot be read back", exc, job_id=entry.job_id)
-            return self._hand_back_one(entry, job, ProviderUnavailableError("its answer could not be read"), resends)
-        disposition = self._runner.conclude(claimed, Answered(completion, record.batch_id), remaining_ms, reservation)
-        if isinstance(disposition, Retry):
-            # Queued again by its attempt's outcome (or left held after a failure): a message brings it back.
-            resends.append((entry, disposition.visibility_seconds))
-            return "retried"
-        return "finished"
-
-    def _hand_back_one(self, entry: BatchEntry, job: Job, why: JobError, resends: list[tuple[BatchEntry, int]]) -> str:
-        # Sent first, delayed: were the release to fail after it, the job would still have its message.
-        self._resend([(entry, RESEND_DELAY_SECONDS)])
-        disposition = self._runner.hand_back(job, why)
-        return "returned" if isinstance(disposition, Retry) else "gone"
-
-    def _hand_back(self, entries: Iterable[BatchEntry], why: JobError, settle: bool) -> int:
-        """Hand back every entry its batch still holds (a batch past its abandon time); settles each
-        entry's reservation. How many went back."""
-        entries = list(entries)
-        returned = 0
-        for start in range(0, len(entries), READ_JOBS):
-            chunk = entries[start : start + READ_JOBS]
-            jobs = self._jobs.get_jobs([entry.job_id for entry in chunk])
-            verdicts = []
-            for entry in chunk:
-                job = jobs.get(entry.job_id)
-                verdicts.append(self._reservation(entry, settled=not settle))
-                if job is None or job.status is not JobStatus.RUNNING or job.lease_owner != entry.owner:
-                    continue
-                try:
-                    returned += self._hand_back_one(entry, job, why, []) == "returned"
-                except Exception as exc:
-                    log_unexpected("a batched job could not be handed back", exc, job_id=entry.job_id)
-            if self._admission is not None:
-                self._admission.settle(verdicts)
-        return returned
-
-    def _resend(self, resends: Sequence[tuple[BatchEntry, int]]) -> None:
-        by_lane: dict[Lane, list[Resend]] = defaultdict(list)
-        for entry, delay in resends:
-            by_lane[entry.lane].append(Resend(entry.body, entry.user_id, delay))
-        for lane, messages in by_lane.items():
-            refused = self._queues[lane].resend(messages)
-            if refused:
-                logger.error("messages of handed-back jobs were refused", extra={"lane": lane.value, "count": refused})
-
-    def _recorded(self, entry: BatchEntry, batch_id: str) -> bool:
-        """Whether this answer was recorded already (by a pass that stopped before saving its progress)."""
-        return any(
-            attempt.attempt == entry.claim_count and attempt.batch_id == batch_id
-            for attempt in self._jobs.attempts(entry.job_id)
-        )
-
-    @staticmethod
-    def _reservation(entry: BatchEntry, settled: bool) -> Pass:
-        """The entry's reservation of its user's budget, to settle (nothing left of it once `settled`)."""
-        capped = bool(entry.reserved_day)
-        return Pass(
-            0,
-            user_id=entry.user_id if capped else None,
-            day=entry.reserved_day,
-            reserved_usd=Decimal(0) if settled else entry.reserved_usd,
-        )
-
-    def _claimed(self, entry: BatchEntry, job: Job) -> Claimed:
-        definition = self._registry.get(entry.job_type)
-        job_input = definition.parse_input(entry.job_input)
-        request = JobRequest(entry.job_id, None, definition, job_input, entry.job_input)
-        delivery = Delivery(entry.message_id, entry.body, entry.receive_count, lane=entry.lane)
-        return Claimed(job, request, definition, job_input, delivery, entry.job_input)
+            log_unexpected("a batch's results could not be read", exc, batch=record.key)
+            report["results_retried"] += 1
+            return None
 
     # --- gathering closed windows --------------------------------------------------------------
 
@@ -396,25 +328,33 @@ class Batcher:
             if self._timing.closes_at(key.window) <= now:
                 by_model[key.model].append(key)
         for model, keys in by_model.items():
-            parts = [self._files.read_part(key) for key in keys]
-            chunks = self._chunks(parts)
-            if sum(len(chunk.lines) for chunk in chunks) < self._provider.min_lines:
-                # Fewer jobs than the provider's batches take: they run in real time.
-                entries = [entry for part in parts for entry in part.entries]
-                report["jobs_returned"] += self._hand_back(entries, _TOO_FEW, settle=True)
-                self._files.delete_parts([part.key for part in parts])
-                continue
-            for chunk in chunks:
+            parts = [part for key in keys if (part := self._read_part(key, report)) is not None]
+            for chunk in self._chunks(parts):
                 if self._out_of_time(remaining_ms):
                     report["stopped_early"] += 1
                     return
                 self._open(model, chunk, report, remaining_ms)
 
+    def _read_part(self, key: PartKey, report: Counter[str]) -> Part | None:
+        """A part, or None: one that cannot be read now waits for the next pass, and one that can never
+        be read (not a part's JSON) is set aside (batches/unreadable/), where the alarm counts it."""
+        try:
+            return self._files.read_part(key)
+        except (ValueError, KeyError, TypeError) as exc:
+            log_unexpected("a batch part is unreadable; set aside", exc, part=key.key)
+            self._files.set_aside(key)
+            report["parts_unreadable"] += 1
+        except Exception as exc:
+            log_unexpected("a batch part could not be read; read again next pass", exc, part=key.key)
+            report["errors"] += 1
+        return None
+
     def _chunks(self, parts: list[Part]) -> list[_Chunk]:
-        """The parts in batches within the provider's limits of lines and bytes (a part is never split)."""
+        """The parts in batches within the provider's limits of lines and bytes (a part is never split),
+        nearest deadline first, so that a batch's jobs tend to share their rescue times."""
         chunks: list[_Chunk] = []
         count = 0
-        for part in parts:
+        for part in sorted(parts, key=lambda part: min((entry.deadline_at for entry in part.entries), default=0)):
             lines: list[BatchLine] = []
             entries: dict[str, BatchEntry] = {}
             for entry in part.entries:
@@ -445,7 +385,8 @@ class Batcher:
         return chunks
 
     def _open(self, model: str, chunk: _Chunk, report: Counter[str], remaining_ms: RemainingMs | None) -> None:
-        """Record a new batch of `chunk`'s parts, delete them, and create the batch."""
+        """Record a new batch of `chunk`'s parts, delete them, and create the batch. From its record on,
+        the batch answers for its jobs: each ends, or goes back to real time, through it."""
         first = chunk.parts[0]
         # Named by its window, its model and its first part: a pass that stopped after recording it
         # finds it again from the same parts.
@@ -465,7 +406,7 @@ class Batcher:
         )
         self._files.put_manifest(manifest)
         now = self._now_ms()
-        earliest = min(entry.deadline_at for entry in chunk.entries.values())
+        deadlines = [entry.deadline_at for entry in chunk.entries.values()]
         record = BatchRecord(
             key=key,
             model=model,
@@ -474,15 +415,15 @@ class Batcher:
             phase=BatchPhase.CREATING,
             created_at=now,
             updated_at=now,
-            rescue_at=earliest - self._timing.rescue_ms,
-            abandon_at=earliest - self._timing.rescue_ms * 2 // 3,
+            rescue_at=max(deadlines) - self._timing.rescue_ms,
+            abandon_at=min(deadlines) - self._timing.rescue_ms * 2 // 3,
         )
         if not self._records.create(record):
             logger.error("a batch was recorded by another pass at once", extra={"batch": key})
             return
         self._files.delete_parts(list(manifest.parts))
         report["recorded"] += 1
-        self._create(record, manifest, report, remaining_ms, adopt=False)
+        self._create(record, manifest, report, remaining_ms)
 
     def _lines(self, manifest: Manifest) -> list[BatchLine]:
         lines = []
@@ -495,9 +436,16 @@ class Batcher:
 
     # --- helpers -------------------------------------------------------------------------------
 
-    def _save(self, read: BatchRecord, record: BatchRecord) -> None:
-        if not self._records.save(record, read):
+    def _hand_back_at(self, entry: BatchEntry) -> int:
+        """When a job its batch has not answered goes back to real time: two thirds of the rescue time
+        before its deadline (a third is left after its claim's lease, which outlives this)."""
+        return entry.deadline_at - self._timing.rescue_ms * 2 // 3
+
+    def _save(self, read: BatchRecord, record: BatchRecord) -> BatchRecord:
+        saved = replace(record, updated_at=max(record.updated_at, read.updated_at + 1))
+        if not self._records.save(saved, read):
             raise RuntimeError(f"batch {record.key} changed while this pass held it")
+        return saved
 
     def _out_of_time(self, remaining_ms: RemainingMs | None) -> bool:
         return remaining_ms is not None and remaining_ms() < STOP_MARGIN_MS
@@ -506,7 +454,31 @@ class Batcher:
         return int(self._clock() * 1000)
 
 
-_TOO_FEW = ProviderUnavailableError("too few jobs for the provider's batches")
+# Entries concluded between two saves of the record (as many as one read of their jobs).
+READ_CHUNK = 100
+
+
+def _with_status(record: BatchRecord, status: BatchStatus) -> BatchRecord:
+    return replace(record, state=status.state, detail=status.detail, answered=status.answered, failed=status.failed)
+
+
+def _progress(record: BatchRecord, gone: GoneOver, concluded: int, redo: tuple[str, ...]) -> BatchRecord:
+    fates = gone.fates
+    return replace(
+        record,
+        concluded=concluded,
+        redo=tuple(dict.fromkeys(redo)),
+        finished=record.finished + fates.get(EntryFate.FINISHED, 0) + fates.get(EntryFate.RETRIED, 0),
+        returned=record.returned + fates.get(EntryFate.RETURNED, 0),
+        discarded=record.discarded + fates.get(EntryFate.DISCARDED, 0),
+    )
+
+
+def _count(report: Counter[str], gone: GoneOver) -> None:
+    for fate, count in gone.fates.items():
+        report[f"jobs_{fate.value}"] += count
+    if gone.again:
+        report["jobs_again"] += len(gone.again)
 
 
 def _unanswered(record: BatchRecord) -> JobError:
@@ -518,5 +490,7 @@ def _unanswered(record: BatchRecord) -> JobError:
             return ProviderTimeoutError(f"batch {record.batch_id} was cancelled before answering it")
         case BatchState.FAILED:
             return ProviderUnavailableError(f"its batch failed: {record.detail or 'no reason given'}")
+        case _ if record.unanswerable:
+            return ProviderUnavailableError(f"its batch will not answer: {record.detail}")
         case _:
             return ProviderUnavailableError(f"batch {record.batch_id} has no line for it")

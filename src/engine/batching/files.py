@@ -2,7 +2,8 @@
 
 - `batches/parts/<window>/<model>/<written at>-<id>.json`: the entries one worker invocation
   claimed into a window for a model (the model's id percent-encoded);
-- `batches/manifests/<batch key>.json`: a batch's entries, written before its record.
+- `batches/manifests/<batch key>.json`: a batch's entries, written before its record;
+- `batches/unreadable/<window>/<model>/<name>.json`: a part that is not a part's JSON, set aside.
 Parts are deleted once their batch is recorded, manifests once their batch has ended.
 """
 
@@ -19,6 +20,8 @@ from engine.batching.entries import BatchEntry, Manifest, Part, dumps
 
 PARTS_PREFIX = "batches/parts/"
 MANIFESTS_PREFIX = "batches/manifests/"
+# Parts that are not a part's JSON (never to be read), moved out of the way with their key kept.
+UNREADABLE_PREFIX = "batches/unreadable/"
 
 
 class Objects(Protocol):
@@ -85,6 +88,13 @@ class BatchFiles:
 
     def delete_parts(self, keys: Sequence[str]) -> None:
         self._objects.delete(keys)
+
+    def set_aside(self, key: PartKey) -> str:
+        """Move a part that cannot be read out of the way of the others; where it went."""
+        aside = UNREADABLE_PREFIX + key.key.removeprefix(PARTS_PREFIX)
+        self._objects.put(aside, self._objects.get(key.key))
+        self._objects.delete([key.key])
+        return aside
 
     def put_manifest(self, manifest: Manifest) -> None:
         self._objects.put(manifest_key(manifest.key), manifest.to_bytes())

@@ -4,13 +4,13 @@ A background batch's records are claimed with the batch's terms (engine.core.Bat
 whose deadline is far enough joins the current window, held until a third of the rescue time
 before its deadline. Each job then has its user's budget reserved (no shared rate: the provider's
 batch has limits of its own), and the batch's jobs are kept in one part per model; their messages
-are acknowledged (`batched`). A job its budget holds waits as any other; jobs whose part could not
-be written go back to `queued`, their messages retried after a backoff.
+are acknowledged (`batched`). `keep` says what became of each (`Keeping`); the worker acts on it: a
+job its budget holds waits as any other, jobs whose part could not be written go back to `queued`,
+their messages retried after a backoff.
 """
 
 from __future__ import annotations
 
-import random
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -20,14 +20,12 @@ from pydantic import BaseModel
 
 from engine.batching.entries import BatchEntry
 from engine.batching.files import BatchFiles
-from engine.core import Ack, BatchTerms, Disposition, Fate, Retry
-from engine.core.errors import InternalError
+from engine.core import BatchTerms
 from engine.definitions import JobDefinition
 from engine.fleet.admission import Admission, Ask, Hold, Pass, Verdict
 from engine.gateway import CallPlan
 from engine.observability import log_unexpected
-from engine.retry import backoff_seconds
-from engine.runner import Claimed, JobRunner, RemainingMs
+from engine.runner import Claimed
 
 # A window's parts are gathered this long after it ends (or a window's length, when shorter).
 CLOSE_GRACE_MS = 30_000
@@ -61,6 +59,27 @@ class BatchTiming:
         return self.window_end(window) + min(CLOSE_GRACE_MS, self.window_ms)
 
 
+@dataclass(frozen=True, slots=True)
+class Batched:
+    """Kept in its batch's part: its message can be acknowledged (the batch answers it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunNow:
+    """Not for a batch after all: run now, with its verdict (a Hold when its user's budget holds it;
+    None when its job type's own code failed to plan it, where its attempt fails the same way)."""
+
+    verdict: Verdict | None
+
+
+@dataclass(frozen=True, slots=True)
+class NotKept:
+    """Its part could not be written: it goes back to `queued`, its message retried after a backoff."""
+
+
+Keeping = Batched | RunNow | NotKept
+
+
 class BatchIntake:
     def __init__(
         self,
@@ -68,43 +87,34 @@ class BatchIntake:
         planner: Planner,
         timing: BatchTiming,
         clock: Callable[[], float] = time.time,
-        rng: random.Random | None = None,
     ) -> None:
         self._files = files
         self._planner = planner
         self._timing = timing
         self._clock = clock
-        self._rng = rng or random.Random()
 
     def terms(self) -> BatchTerms:
         """The terms of a claim into a batch made now."""
         now = self._now_ms()
         return BatchTerms(self._timing.window_of(now), now + self._timing.eligible_ms, self._timing.rescue_ms // 3)
 
-    def keep(
-        self,
-        runner: JobRunner,
-        claimed: Sequence[Claimed],
-        admission: Admission | None,
-        remaining_ms: RemainingMs | None = None,
-    ) -> list[Disposition]:
-        """Keep jobs claimed into a batch for it (one part per window and model): each its disposition."""
-        dispositions: list[Disposition | None] = [None] * len(claimed)
+    def keep(self, claimed: Sequence[Claimed], admission: Admission | None) -> list[Keeping]:
+        """Keep jobs claimed into a batch for it, one part per window and model: what became of each."""
+        keepings: list[Keeping | None] = [None] * len(claimed)
         planned: list[tuple[int, CallPlan]] = []
         for index, step in enumerate(claimed):
             try:
                 planned.append((index, self._planner(step.definition, step.job_input)))
             except Exception as exc:
-                # The job type's own code failed: the job runs now, where its attempt fails the same way.
                 log_unexpected("a batched job could not be planned", exc, job_id=step.job.job_id)
-                dispositions[index] = runner.run(step, remaining_ms)
+                keepings[index] = RunNow(None)
         asks = [Ask(claimed[index].job.user_id, plan, claimed[index].job.lane) for index, plan in planned]
         verdicts: list[Verdict] = admission.reserve(asks) if admission is not None else [Pass(0) for _ in asks]
         groups: dict[tuple[str, str], list[tuple[int, Pass]]] = defaultdict(list)
         for (index, plan), verdict in zip(planned, verdicts, strict=True):
             step = claimed[index]
             if isinstance(verdict, Hold):
-                dispositions[index] = runner.run(step, remaining_ms, verdict)  # waits for its user's budget
+                keepings[index] = RunNow(verdict)  # it waits for its user's budget
             else:
                 groups[(step.job.batch or self._timing.window_of(self._now_ms()), plan.model)].append((index, verdict))
         for (window, model), members in groups.items():
@@ -116,20 +126,11 @@ class BatchIntake:
                 if admission is not None:
                     admission.settle([verdict for _, verdict in members])
                 for index, _ in members:
-                    dispositions[index] = self._back(runner, claimed[index])
+                    keepings[index] = NotKept()
                 continue
             for index, _ in members:
-                dispositions[index] = Ack(Fate.BATCHED)
-        assert all(disposition is not None for disposition in dispositions)
-        return [disposition for disposition in dispositions if disposition is not None]
-
-    def _back(self, runner: JobRunner, step: Claimed) -> Disposition:
-        """Queue again a job that could not be kept: its message comes back after a backoff."""
-        handed = runner.hand_back(step.job, InternalError("it could not be kept for its batch"))
-        if isinstance(handed, Retry):
-            seconds = backoff_seconds(step.delivery.receive_count, self._rng)
-            return Retry(Fate.ERROR, seconds, handed.reason)
-        return handed
+                keepings[index] = Batched()
+        return [keeping for keeping in keepings if keeping is not None]
 
     @staticmethod
     def _entry(step: Claimed, verdict: Pass) -> BatchEntry:

@@ -37,8 +37,10 @@ class BatchRecord:
     phase: BatchPhase
     created_at: int
     updated_at: int
-    # When the batch is cancelled (the earliest deadline of its jobs less the rescue time), and when
-    # whatever it has not answered goes back to real time even if the cancel has not ended it.
+    # When the batch is cancelled: the rescue time (deadline less AIJOBS_BATCH_RESCUE_SECONDS) of its
+    # job with the latest deadline, so that one job near its deadline never cancels a batch of jobs
+    # with time to spare. And when its next job still unanswered goes back to real time (each at two
+    # thirds of the rescue time before its own deadline), whatever the provider says or fails to say.
     rescue_at: int
     abandon_at: int
     next_poll_at: int = 0
@@ -47,13 +49,24 @@ class BatchRecord:
     detail: str = ""
     answered: int = 0
     failed: int = 0
-    # Its jobs not answered went back to real time (at abandon_at, before the batch ended).
+    # The provider took the cancel (it is asked again on every pass until it does).
+    cancel_sent: bool = False
+    # Every job whose hand-back time is at or before this one has been handed back (or was no longer
+    # held); `handed_back` once that is every job of the batch, before it ended.
+    handed_back_through: int = 0
     handed_back: bool = False
-    # How many entries have been concluded, in the manifest's order (a conclusion may take passes).
+    # No answers will be read: it was never created, the provider refused it, or it never said it
+    # ended (docs/batches.md); its jobs are concluded as unanswered.
+    unanswerable: bool = False
+    # How many entries have been concluded, in the manifest's order (a conclusion may take passes),
+    # and the lines of those that met an error while concluded or handed back: gone over again first.
     concluded: int = 0
-    # Of its jobs: finished with the batch's answer, and handed back to real time.
+    redo: tuple[str, ...] = ()
+    # Of its jobs: finished with the batch's answer, handed back to real time, and answered after the
+    # batch no longer held them (kept as usage).
     finished: int = 0
     returned: int = 0
+    discarded: int = 0
     ended_at: int | None = None
 
 

@@ -129,6 +129,20 @@ class BatchTerms:
 
 
 @dataclass(frozen=True, slots=True)
+class Settlement:
+    """What ending a batched claim does to its user's budget, once (docs/batches.md): the reservation
+    the claim held is given back (`returned_usd`; 0 when an earlier write gave it back) and what its
+    answer cost is counted (`spent_usd`). The store writes it with the job's own write, and marks the
+    claim as settled when it gives the reservation back, so that no write gives it back twice."""
+
+    claim: int
+    user_id: str
+    day: str
+    returned_usd: Decimal = Decimal(0)
+    spent_usd: Decimal = Decimal(0)
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """A job as a store holds it. Times are epoch milliseconds."""
 
@@ -159,6 +173,8 @@ class Job:
     # While the job waits in a provider's batch (running, its lease held for the batch): the batch
     # window it joined (docs/batches.md).
     batch: str | None = None
+    # The claims into a batch whose budget reservation was given back (engine.core.Settlement).
+    batch_settled: frozenset[int] = frozenset()
 
     @property
     def attempts_left(self) -> int:

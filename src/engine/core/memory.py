@@ -15,7 +15,8 @@ import json
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from decimal import Decimal
+from typing import Any, Protocol
 
 from engine.core.codes import ClaimRefusal
 from engine.core.errors import (
@@ -41,6 +42,7 @@ from engine.core.job import (
     JobStatus,
     Lane,
     NewJob,
+    Settlement,
     can_transition,
     claimable,
     explain_claim_refusal,
@@ -57,8 +59,16 @@ PAYLOAD_INLINE_BYTES = 256 * 1024
 MAX_NAME_CHARS = 256
 
 
+class BudgetBook(Protocol):
+    """Users' days of budget, as a settlement writes them (engine.fleet.memory.InMemoryBudgetStore)."""
+
+    def settle(self, user_id: str, day: str, returned: Decimal, spent: Decimal) -> None: ...
+
+
 class InMemoryJobStore:
-    def __init__(self) -> None:
+    def __init__(self, budgets: BudgetBook | None = None) -> None:
+        """`budgets`: where settlements of batched claims go (the same table's items, in DynamoDB)."""
+        self._budgets = budgets
         self._lock = threading.RLock()
         self._jobs: dict[str, Job] = {}
         # job id -> (the input's JSON, the request hash it was stored with)
@@ -163,6 +173,7 @@ class InMemoryJobStore:
         now_ms: int,
         attempt: AttemptRecord | None = None,
         store_input: dict[str, Any] | None = None,
+        settlement: Settlement | None = None,
     ) -> None:
         target = target_status(outcome)
         if not can_transition(job.status, target):
@@ -189,6 +200,8 @@ class InMemoryJobStore:
                     finished = replace(finished, output=output, output_hash=output_hash, error=None)
                 case Released(refund_attempt=True):
                     finished = replace(finished, attempt_count=finished.attempt_count - 1)
+            if settlement is not None:  # first: a budget that refuses it leaves the job as it was
+                finished = self._settle(finished, settlement)
             if attempt is not None:
                 finished = self._record_attempt(finished, attempt)
             self._keep_input(finished, input_text)
@@ -211,12 +224,26 @@ class InMemoryJobStore:
             self._keep_input(_transition(current, status, error, now_ms), input_text)
             return True
 
-    def record_orphan_attempt(self, attempt: AttemptRecord, now_ms: int) -> None:
+    def record_orphan_attempt(self, attempt: AttemptRecord, now_ms: int, settlement: Settlement | None = None) -> bool:
         with self._lock:
             current = self._jobs.get(attempt.job_id)
-            if current is None:
-                raise ConditionRefusedError("the job's condition failed", None)
-            self._jobs[attempt.job_id] = self._record_attempt(current, attempt)
+            if current is None or (settlement is not None and _settled_twice(current, settlement)):
+                raise ConditionRefusedError("the job's condition failed", current)
+            if attempt.attempt in self._attempts.get(attempt.job_id, {}):
+                return False
+            settled = self._settle(current, settlement) if settlement else current
+            self._record_attempt(settled, attempt)
+            return True
+
+    def settle_reservation(self, job_id: str, settlement: Settlement, now_ms: int) -> bool:
+        if not settlement.returned_usd:
+            raise ValueError("a settlement of a reservation gives something back")
+        with self._lock:
+            current = self._jobs.get(job_id)
+            if current is None or _settled_twice(current, settlement):
+                return False
+            self._jobs[job_id] = self._settle(current, settlement)
+            return True
 
     # --- dead letters ------------------------------------------------------------------------
 
@@ -390,6 +417,17 @@ class InMemoryJobStore:
         self._jobs[job.job_id] = added
         return added
 
+    def _settle(self, job: Job, settlement: Settlement) -> Job:
+        """The budget moved, and the job with its claim marked settled when the reservation is given back
+        (the job is not written: the caller writes it)."""
+        if self._budgets is None:
+            raise ValueError("this store was made without budgets to settle")
+        returned, spent = settlement.returned_usd, settlement.spent_usd
+        self._budgets.settle(settlement.user_id, settlement.day, returned - spent, spent)
+        if not returned:
+            return job
+        return replace(job, batch_settled=job.batch_settled | {settlement.claim})
+
     def _keep_input(self, job: Job, input_text: str | None) -> None:
         """Write the job, with the input (its JSON) stored alongside when there is one."""
         if input_text is not None:
@@ -466,6 +504,11 @@ def _name(value: str | None) -> str | None:
 
 def _kept(error: JobErrorInfo) -> JobErrorInfo:
     return replace(error, message=one_line(error.message))
+
+
+def _settled_twice(job: Job, settlement: Settlement) -> bool:
+    """Whether a settlement would give back a reservation that was given back already."""
+    return bool(settlement.returned_usd) and settlement.claim in job.batch_settled
 
 
 def _transition(job: Job, status: JobStatus, error: JobErrorInfo | None, now_ms: int) -> Job:

@@ -24,6 +24,7 @@ from engine.core.job import (
     JobStatus,
     Lane,
     NewJob,
+    Settlement,
 )
 from engine.core.open_jobs import OpenJobsWalk
 from engine.core.outcomes import Outcome
@@ -95,8 +96,10 @@ class WorkerStore(Protocol):
         now_ms: int,
         attempt: AttemptRecord | None = None,
         store_input: dict[str, Any] | None = None,
+        settlement: Settlement | None = None,
     ) -> None:
-        """Write the attempt's outcome, its record and (for a failed job) its input, fenced on `job`'s lease.
+        """Write the attempt's outcome, its record and (for a failed job) its input, fenced on `job`'s lease;
+        with `settlement` (a batched claim's), its user's budget in the same write.
 
         Raises CancelRequestedError when a cancel was requested meanwhile, LeaseLostError (with the
         job as it is) when this lease ended.
@@ -114,8 +117,15 @@ class WorkerStore(Protocol):
         """End a job no worker holds, fenced on the status and claim count it was read with; False if it changed."""
         ...
 
-    def record_orphan_attempt(self, attempt: AttemptRecord, now_ms: int) -> None:
-        """Keep the usage of an attempt whose result was discarded (its lease was lost)."""
+    def record_orphan_attempt(self, attempt: AttemptRecord, now_ms: int, settlement: Settlement | None = None) -> bool:
+        """Keep the usage of an attempt whose result was discarded (its lease was lost, or its batch
+        answered a job it no longer held), with `settlement` in the same write; once: False when the
+        attempt was recorded already. Raises ConditionRefusedError when the job does not exist."""
+        ...
+
+    def settle_reservation(self, job_id: str, settlement: Settlement, now_ms: int) -> bool:
+        """Give back a batched claim's reservation that no write of its job gave back (the job was
+        cancelled, or taken over, while its batch held it); once: False when it was given back already."""
         ...
 
     def get_input(self, job_id: str) -> dict[str, Any] | None: ...

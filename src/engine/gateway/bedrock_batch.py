@@ -29,17 +29,19 @@ GetModelInvocationJob, ListModelInvocationJobs, StopModelInvocationJob):
   PartiallyCompleted (some records failed) have ended with results; Failed has none; Stopped and
   Expired keep the records processed before.
 
-A job is named `aijobs-<digest of its metadata>-<unique part>`, so that `find` lists the jobs made
-with some metadata by `nameContains`; its input sits at `batches/<job name>/input.jsonl` in the
-payload bucket and its results under `batches/<job name>/output/`.
+A job is named `aijobs-<digest of its metadata>` (the batch's record), and created with that name as
+its `clientRequestToken`: a submission made again for the same record is the same job, and `find`
+lists the jobs made with some metadata by `nameContains`; its input sits at
+`batches/<job name>/input.jsonl` in the payload bucket and its results under
+`batches/<job name>/output/`. Results are checked against the job's own `successRecordCount` and
+`errorRecordCount`: fewer records than it counts is an error to read again later.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
 from typing import IO, Any, Protocol, cast
@@ -115,14 +117,12 @@ class BedrockBatchProvider:
         *,
         client: BatchJobsClient | None = None,
         min_lines: int = MIN_RECORDS,
-        unique: Callable[[], str] = lambda: uuid.uuid4().hex[:12],
     ) -> None:
         # The service role Bedrock assumes to read the input and write the results.
         self._objects = objects
         self._role_arn = role_arn
         self._client = client or cast(BatchJobsClient, boto3.client("bedrock"))
         self.min_lines = min_lines
-        self._unique = unique
 
     def line_bytes(self, line: BatchLine) -> int:
         return len(_record(line))
@@ -136,13 +136,14 @@ class BedrockBatchProvider:
         content = b"".join(_record(line) for line in lines)
         if len(content) > self.max_bytes:
             raise ValueError(f"a batch's input is at most {self.max_bytes} bytes, not {len(content)}")
-        name = f"{_name_part(metadata)}-{self._unique()}"
+        # Named by the metadata alone (the batch's record), with the same request token: a submission
+        # made again for the same record, after an answer that was lost, is the same job.
+        name = _name_part(metadata)
         folder = f"s3://{self._objects.bucket}/{KEY_PREFIX}{name}/"
         with _bedrock_errors():
             self._objects.put(f"{KEY_PREFIX}{name}/input.jsonl", content, "application/jsonl")
             job = self._client.create_model_invocation_job(
                 jobName=name,
-                # The same name, so that a request botocore sends again makes no second job.
                 clientRequestToken=name,
                 roleArn=self._role_arn,
                 modelId=models.pop(),
@@ -154,20 +155,20 @@ class BedrockBatchProvider:
         return str(job["jobArn"])
 
     def status(self, batch_id: str) -> BatchStatus:
-        job = self._job(batch_id)
-        detail = str(job.get("status") or "")
-        # A status this adapter does not know is taken as not ended yet: it is polled again.
-        state = _STATES.get(detail, BatchState.PENDING)
-        return BatchStatus(
-            batch_id, state, detail, _count(job.get("successRecordCount")), _count(job.get("errorRecordCount"))
-        )
+        return _status(batch_id, self._job(batch_id))
 
     def answers(self, batch_id: str) -> Iterator[BatchAnswer]:
+        """The records of an ended job's output files; an error (to read them again later) when the job
+        has not ended, or its files hold fewer records than its own counts say."""
         job = self._job(batch_id)
+        status = _status(batch_id, job)
+        if not status.state.ended:
+            raise ProviderUnavailableError(f"batch inference job {batch_id} has not ended ({status.detail})")
         model = str(job.get("modelId") or "")
         prefix = _output_prefix(job, self._objects.bucket)
         with _bedrock_errors():
             keys = [key for key in self._objects.keys(prefix) if key.endswith(OUTPUT_SUFFIX)]
+        read = 0
         for key in keys:
             with _bedrock_errors():
                 file = spooled(partial(self._objects.download, key))
@@ -175,7 +176,13 @@ class BedrockBatchProvider:
                 for value in jsonl_values(file, MAX_LINE_BYTES):
                     answer = _answer(value, model)
                     if answer is not None:
+                        read += 1
                         yield answer
+        if read < status.answered + status.failed:
+            raise ProviderUnavailableError(
+                f"batch inference job {batch_id}'s results hold {read} records; "
+                f"it counts {status.answered} answered and {status.failed} failed"
+            )
 
     def cancel(self, batch_id: str) -> None:
         def stop() -> None:
@@ -205,6 +212,15 @@ class BedrockBatchProvider:
     def _job(self, batch_id: str) -> Mapping[str, Any]:
         with _bedrock_errors():
             return self._client.get_model_invocation_job(jobIdentifier=batch_id)
+
+
+def _status(batch_id: str, job: Mapping[str, Any]) -> BatchStatus:
+    detail = str(job.get("status") or "")
+    # A status this adapter does not know is taken as not ended yet: it is polled again.
+    state = _STATES.get(detail, BatchState.PENDING)
+    return BatchStatus(
+        batch_id, state, detail, _count(job.get("successRecordCount")), _count(job.get("errorRecordCount"))
+    )
 
 
 def _record(line: BatchLine) -> bytes:

@@ -84,10 +84,12 @@ class Execution:
 
 @dataclass(frozen=True, slots=True)
 class Answered:
-    """What a provider's batch answered to an attempt's first call (engine.gateway.batches)."""
+    """What a provider's batch answered to an attempt's first call (engine.gateway.batches); `extras`,
+    completions the batch gave the same request again, are paid for too and counted as calls."""
 
     completion: Completion
     batch_id: str
+    extras: tuple[Completion, ...] = ()
 
 
 @dataclass
@@ -197,16 +199,30 @@ class ModelGateway:
         model = self._models.chain(definition.model_tier)[0][1]
         return self._request(definition, prompt, definition.output_schema(job_input), model, definition.timeout_seconds)
 
-    def execute(
+    def execute(self, definition: JobDefinition, job_input: BaseModel, time_left: TimeLeft | None = None) -> Execution:
+        """One attempt, its calls made now."""
+        return self._attempt(definition, job_input, time_left)
+
+    def execute_answer(
+        self, definition: JobDefinition, job_input: BaseModel, answered: Answered, time_left: TimeLeft | None = None
+    ) -> Execution:
+        """One attempt whose first call a batch made (batch_request's) and answered: that answer, then
+        the re-asks and the fallback in real time, as any attempt."""
+        return self._attempt(definition, job_input, time_left, answered)
+
+    def price_answer(self, definition: JobDefinition, job_input: BaseModel, answered: Answered) -> Execution:
+        """A batch's answer alone, validated and priced, for a job it no longer holds: neither re-asked
+        nor fallen back from (its usage is kept, its output discarded)."""
+        return self._attempt(definition, job_input, None, answered, alone=True)
+
+    def _attempt(
         self,
         definition: JobDefinition,
         job_input: BaseModel,
-        time_left: TimeLeft | None = None,
+        time_left: TimeLeft | None,
         answered: Answered | None = None,
         alone: bool = False,
     ) -> Execution:
-        """One attempt; with `answered`, its first call is the one a batch made (batch_request's), and
-        `alone`, that call is the whole attempt (validated, but neither re-asked nor fallen back from)."""
         prompt = definition.render_prompt(job_input)
         output_schema = definition.output_schema(job_input)
         tally = _Tally()
@@ -244,8 +260,9 @@ class ModelGateway:
         for repair in range(repairs + 1):
             if repair == 0 and answered is not None:
                 completion = answered.completion
-                tally.calls += 1
-                tally.add(completion, self._prices.cost(tally.model, completion, batch=True))
+                for paid in (completion, *answered.extras):
+                    tally.calls += 1
+                    tally.add(paid, self._prices.cost(tally.model, paid, batch=True))
             else:
                 timeout = definition.timeout_seconds
                 if time_left is not None:

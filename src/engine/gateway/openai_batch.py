@@ -7,7 +7,9 @@ completion window and the caller's metadata. Once it has ended, its output file 
 answered request (`{"custom_id", "response": {"status_code", "body"}, "error"}`) and its error file
 a line per failed one; each is read as a real-time answer would be (parse_completion: the same
 usage, the same typed error for a status). Lines a batch never ran (`batch_expired`,
-`batch_cancelled`) are no answer: they are left out, for the caller to find missing.
+`batch_cancelled`) are no answer: they are left out, for the caller to find missing. The files are
+checked against the batch's own `request_counts`: a file that holds fewer lines than it counts (a
+200 with an error body, a file cut short) is an error to read again later, never "no answers".
 """
 
 from __future__ import annotations
@@ -120,16 +122,29 @@ class OpenAIBatchProvider:
         return _status(self._call("GET", f"/batches/{quote(batch_id, safe='')}"))
 
     def answers(self, batch_id: str) -> Iterator[BatchAnswer]:
+        """The lines of an ended batch's output and error files; an error (to read them again later) when
+        the batch is not an ended batch, or its files hold fewer lines than its own counts say."""
         batch = self._call("GET", f"/batches/{quote(batch_id, safe='')}")
-        for field in ("output_file_id", "error_file_id"):
+        status = _status(batch)
+        if not status.state.ended:
+            raise ProviderUnavailableError(f"batch {batch_id} has not ended ({status.detail or 'no status'})")
+        for field, expected in (("output_file_id", status.answered), ("error_file_id", status.failed)):
             file_id = batch.get(field)
             if not isinstance(file_id, str) or not file_id:
+                if expected:
+                    raise ProviderUnavailableError(f"batch {batch_id} counts {expected} lines but has no {field}")
                 continue
+            read = 0
             with self._download(file_id) as file:
                 for value in jsonl_values(file, MAX_LINE_BYTES):
                     answer = _answer(value)
+                    read += answer is not None or _names_a_request(value)
                     if answer is not None:
                         yield answer
+            if read < expected:
+                raise ProviderUnavailableError(
+                    f"batch {batch_id}'s {field} holds {read} lines; the batch counts {expected}"
+                )
 
     def cancel(self, batch_id: str) -> None:
         path = f"/batches/{quote(batch_id, safe='')}/cancel"
@@ -215,6 +230,9 @@ def _count(counts: object, name: str) -> int:
 
 
 def _status(batch: Mapping[str, Any]) -> BatchStatus:
+    """The status a batch object gives; a 200 whose body is no batch (no id or status) is an error."""
+    if not isinstance(batch.get("status"), str) or batch.get("object", "batch") != "batch":
+        raise ProviderUnavailableError("provider answered with something other than a batch")
     detail = str(batch.get("status") or "")
     # A status this adapter does not know is taken as not ended yet: it is polled again.
     state = _STATES.get(detail, BatchState.PENDING)
@@ -254,6 +272,11 @@ def _answer(value: object) -> BatchAnswer | None:
         return None
     unanswered = ProviderUnavailableError(f"the batch did not answer the line ({code or 'no code'})")
     return BatchAnswer(custom_id, error=unanswered)
+
+
+def _names_a_request(value: object) -> bool:
+    """Whether a results line names its request (a line the batch never ran included)."""
+    return isinstance(value, dict) and isinstance(value.get("custom_id"), str)
 
 
 def _model(body: object) -> str:

@@ -61,6 +61,7 @@ class BatchTable:
 
     def _put(self, record: BatchRecord, condition: str, values: dict[str, Any]) -> bool:
         attributes = {name: value for name, value in asdict(record).items() if value is not None}
+        attributes["redo"] = list(record.redo)
         attributes["phase"] = record.phase.value
         if record.state is not None:
             attributes["state"] = record.state.value
@@ -96,9 +97,14 @@ def _record(data: dict[str, Any]) -> BatchRecord:
         detail=data.get("detail", ""),
         answered=int(data.get("answered", 0)),
         failed=int(data.get("failed", 0)),
+        cancel_sent=bool(data.get("cancel_sent", False)),
+        handed_back_through=int(data.get("handed_back_through", 0)),
         handed_back=bool(data.get("handed_back", False)),
+        unanswerable=bool(data.get("unanswerable", False)),
         concluded=int(data.get("concluded", 0)),
+        redo=tuple(data.get("redo", ())),
         finished=int(data.get("finished", 0)),
         returned=int(data.get("returned", 0)),
+        discarded=int(data.get("discarded", 0)),
         ended_at=int(data["ended_at"]) if data.get("ended_at") is not None else None,
     )

@@ -21,7 +21,7 @@ from botocore.exceptions import ClientError
 from engine.core.days import utc_day
 from engine.fleet.budgets import BudgetDay
 from engine.store.expressions import Expression
-from engine.store.items import Item, from_item, to_item
+from engine.store.items import Item, budget_day_key, from_item, to_item
 from engine.store.retries import BATCH_GET_KEYS, Backoff, batch_get, transact
 from engine.store.table import DAY_MS, conditional_update, default_client, is_condition_failure
 
@@ -35,10 +35,6 @@ MARKER_KEY = {"pk": {"S": CAPS_PK}, "sk": {"S": "MARKER"}}
 
 def cap_key(user_id: str) -> Item:
     return {"pk": {"S": CAPS_PK}, "sk": {"S": f"{CAP_PREFIX}{user_id}"}}
-
-
-def day_key(user_id: str, day: str) -> Item:
-    return {"pk": {"S": f"BUDGET#{user_id}"}, "sk": {"S": f"DAY#{day}"}}
 
 
 class BudgetTable:
@@ -78,7 +74,9 @@ class BudgetTable:
         # A new day begins at the cap: the caller has checked that cap - amount leaves `keep`.
         enough = expr.value("enough", amount + keep)
         expr.condition = f"attribute_not_exists({headroom}) OR {headroom} >= {enough}"
-        written, item = conditional_update(self._client, self.table_name, day_key(user_id, day), expr, "UPDATED_NEW")
+        written, item = conditional_update(
+            self._client, self.table_name, budget_day_key(user_id, day), expr, "UPDATED_NEW"
+        )
         return written, Decimal(from_item(item or {}).get("headroom", cap))
 
     def settle(self, user_id: str, day: str, returned: Decimal, spent: Decimal) -> None:
@@ -88,7 +86,7 @@ class BudgetTable:
         expr.add("headroom", returned)
         expr.add("spent", spent)
         expr.condition = f"attribute_exists({expr.name('pk')})"
-        update: Any = expr.update_params(self.table_name, day_key(user_id, day))
+        update: Any = expr.update_params(self.table_name, budget_day_key(user_id, day))
         transact(self._client, [{"Update": update}], self._backoff, token=True)
 
     # --- administration (aijobs budget) --------------------------------------------------------
@@ -117,7 +115,7 @@ class BudgetTable:
             expr.add("headroom", daily_usd - old_cap)
             expr.condition = f"{expr.name('cap')} = {expr.value('old_cap', old_cap)}"
             try:
-                self._client.update_item(**expr.update_params(self.table_name, day_key(user_id, day)))
+                self._client.update_item(**expr.update_params(self.table_name, budget_day_key(user_id, day)))
             except ClientError as exc:
                 if not is_condition_failure(exc):
                     raise
@@ -139,7 +137,7 @@ class BudgetTable:
         try:
             self._client.put_item(
                 TableName=self.table_name,
-                Item=day_key(user_id, day) | item,
+                Item=budget_day_key(user_id, day) | item,
                 ConditionExpression="attribute_not_exists(pk)",
             )
         except ClientError as exc:
@@ -171,7 +169,7 @@ class BudgetTable:
     def days(self, caps: Mapping[str, Decimal], now_ms: int) -> list[BudgetDay]:
         """Today of each user at their cap, in the order given: BatchGetItem, 100 users a request."""
         day = utc_day(now_ms)
-        items = {item["user_id"]: item for item in self._batch_get([day_key(user, day) for user in caps])}
+        items = {item["user_id"]: item for item in self._batch_get([budget_day_key(user, day) for user in caps])}
         return [_budget_day(user, day, cap, items.get(user)) for user, cap in caps.items()]
 
     def _batch_get(self, keys: Sequence[Item]) -> list[dict[str, Any]]:
@@ -185,7 +183,9 @@ class BudgetTable:
         return found
 
     def _day_item(self, user_id: str, day: str) -> dict[str, Any] | None:
-        response = self._client.get_item(TableName=self.table_name, Key=day_key(user_id, day), ConsistentRead=True)
+        response = self._client.get_item(
+            TableName=self.table_name, Key=budget_day_key(user_id, day), ConsistentRead=True
+        )
         item = response.get("Item")
         return from_item(item) if item else None
 

@@ -54,6 +54,11 @@ def attempt_sk(attempt: int) -> str:
     return f"{ATTEMPT_PREFIX}{attempt:04d}"
 
 
+def budget_day_key(user_id: str, day: str) -> Item:
+    """A user's UTC day of budget (engine.store.budgets)."""
+    return {"pk": {"S": f"BUDGET#{user_id}"}, "sk": {"S": f"DAY#{day}"}}
+
+
 def dead_letter_key(message_id: str) -> Item:
     return {"pk": {"S": f"DEADLETTER#{message_id}"}, "sk": {"S": DEAD_LETTER_SK}}
 
@@ -159,6 +164,7 @@ def job_from_item(item: Item) -> Job:
         # Jobs created before lanes were all interactive.
         lane=Lane(data.get("lane", Lane.INTERACTIVE)),
         batch=data.get("batch"),
+        batch_settled=frozenset(int(claim) for claim in data.get("batch_settled", ())),
     )
 
 

@@ -8,6 +8,7 @@ The role modules (worker_writes, dead_letter_writes, admin_writes, reads) build 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -16,12 +17,13 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from engine.aws_errors import CONDITION_FAILED, cancellation_codes
-from engine.core import AttemptRecord, Job, JobErrorInfo, JobStatus, NewJob
+from engine.core import AttemptRecord, Job, JobErrorInfo, JobStatus, NewJob, Settlement
 from engine.core.errors import ConditionRefusedError, ConfigurationError
 from engine.store.expressions import Expression
 from engine.store.items import (
     OPEN_SHARD,
     Item,
+    budget_day_key,
     error_attribute,
     input_item,
     input_json,
@@ -70,14 +72,17 @@ class JobTable:
         assert item is not None
         return job_from_item(item)
 
-    def _transact(self, update: dict[str, Any], puts: list[Item]) -> None:
-        """The job's conditional update and unconditional puts in one TransactWriteItems.
+    def _transact(self, update: dict[str, Any], puts: list[Item], others: Sequence[dict[str, Any]] = ()) -> None:
+        """The job's conditional update, unconditional puts and `others` (whole transaction items, after
+        them) in one TransactWriteItems.
 
         Its condition refused: ConditionRefusedError. Cancelled by a conflict with another write (a
-        cancel request, a duplicate's claim) on every try: the cancellation, transient.
+        cancel request, a duplicate's claim) on every try: the cancellation, transient. A condition of
+        `others` refused: the ClientError, for the caller to read (engine.aws_errors.cancellation_codes).
         """
         items: list[dict[str, Any]] = [{"Update": update | {"ReturnValuesOnConditionCheckFailure": "ALL_OLD"}}]
         items.extend({"Put": {"TableName": self.table_name, "Item": item}} for item in puts)
+        items.extend(others)
         try:
             transact(self._client, items, self._backoff)
         except ClientError as exc:
@@ -87,21 +92,44 @@ class JobTable:
             raise ConditionRefusedError("the job's condition failed", job_from_item(old) if old else None) from exc
 
     def _write(
-        self, expr: Expression, job: Job, puts: list[Item], store_input: dict[str, Any] | None, now_ms: int
+        self,
+        expr: Expression,
+        job: Job,
+        puts: list[Item],
+        store_input: dict[str, Any] | None,
+        now_ms: int,
+        settlement: Settlement | None = None,
     ) -> None:
         """One request: the job's conditional update alone, or in a transaction with the puts.
 
-        `store_input` (the input a message carried) is written as the job's input item too.
+        `store_input` (the input a message carried) is written as the job's input item too, and
+        `settlement` (a batched claim's) moves its user's budget in the same transaction.
         Raises ConditionRefusedError, with the job as it was, when the condition fails.
         """
         if store_input is not None:
             expr.set("input_stored", True)
             stored = self._stored_input(job.job_id, store_input)
             puts = [*puts, input_item(job.job_id, stored, job.request_hash, self._expiry(now_ms))]
-        if puts:
-            self._transact(expr.update_params(self.table_name, job_key(job.job_id)), puts)
+        others = [self._settled(expr, settlement)] if settlement is not None else []
+        if puts or others:
+            self._transact(expr.update_params(self.table_name, job_key(job.job_id)), puts, others)
         else:
             self._update(expr, job.job_id)
+
+    def _settled(self, expr: Expression, settlement: Settlement) -> dict[str, Any]:
+        """The budget's side of a settlement, as a transaction item; the job's side (its claim marked
+        settled, when the reservation is given back: at most once) goes into `expr`."""
+        if settlement.returned_usd:
+            claims = expr.name("batch_settled")
+            claim = expr.value("settled_claim", settlement.claim)
+            expr.add("batch_settled", {settlement.claim})
+            fence = f"NOT contains({claims}, {claim})"
+            expr.condition = f"{expr.condition} AND {fence}" if expr.condition else fence
+        day = Expression()
+        day.add("headroom", settlement.returned_usd - settlement.spent_usd)
+        day.add("spent", settlement.spent_usd)
+        day.condition = f"attribute_exists({day.name('pk')})"
+        return {"Update": day.update_params(self.table_name, budget_day_key(settlement.user_id, settlement.day))}
 
     def _put_if_absent(self, item: Item) -> Job | None:
         """Create a job item; None when created, else the job already there (ALL_OLD)."""

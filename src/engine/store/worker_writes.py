@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from botocore.exceptions import ClientError
+
+from engine.aws_errors import CONDITION_FAILED, cancellation_codes
 from engine.core import (
     AttemptRecord,
     BatchTerms,
@@ -16,6 +19,7 @@ from engine.core import (
     NewJob,
     Outcome,
     Released,
+    Settlement,
     Succeeded,
     can_transition,
     explain_claim_refusal,
@@ -94,11 +98,13 @@ class WorkerWrites(JobTable):
         now_ms: int,
         attempt: AttemptRecord | None = None,
         store_input: dict[str, Any] | None = None,
+        settlement: Settlement | None = None,
     ) -> None:
         """Write the attempt's outcome, fenced on this worker's lease: one request.
 
-        The job update, the attempt record and (for a failed job whose input only the message
-        held) the input go together in one TransactWriteItems; alone, the update is an UpdateItem.
+        The job update, the attempt record, (for a failed job whose input only the message held) the
+        input and (for a batched claim) its budget's settlement go together in one TransactWriteItems;
+        alone, the update is an UpdateItem.
         """
         target = target_status(outcome)
         if not can_transition(job.status, target):
@@ -122,7 +128,7 @@ class WorkerWrites(JobTable):
             expr.condition += f" AND {expr.name('cancel_requested')} = {expr.value('false', False)}"
         puts = [attempt_item(attempt, self._expiry(now_ms))] if attempt else []
         try:
-            self._write(expr, job, puts, store_input, now_ms)
+            self._write(expr, job, puts, store_input, now_ms, settlement)
         except ConditionRefusedError as exc:
             current = exc.job
             if current and current.lease_owner == job.lease_owner and current.cancel_requested:
@@ -151,15 +157,43 @@ class WorkerWrites(JobTable):
             return False
         return True
 
-    def record_orphan_attempt(self, attempt: AttemptRecord, now_ms: int) -> None:
-        """Keep the usage of an attempt whose result was discarded (its lease was lost)."""
+    def record_orphan_attempt(self, attempt: AttemptRecord, now_ms: int, settlement: Settlement | None = None) -> bool:
+        """Keep the usage of an attempt whose result was discarded (its lease was lost, or its batch
+        answered a job it no longer held): the job's usage, the attempt record put only where none of
+        its number is, and the settlement, in one transaction. False when the record was there already
+        (a write sent again, a batch's conclusion gone over again)."""
         expr = Expression()
         self._add_usage(expr, attempt)
         expr.condition = f"attribute_exists({expr.name('pk')})"
-        self._transact(
-            expr.update_params(self.table_name, job_key(attempt.job_id)),
-            [attempt_item(attempt, self._expiry(now_ms))],
-        )
+        others = [self._settled(expr, settlement)] if settlement is not None else []
+        record = {
+            "Put": {
+                "TableName": self.table_name,
+                "Item": attempt_item(attempt, self._expiry(now_ms)),
+                "ConditionExpression": "attribute_not_exists(pk)",
+            }
+        }
+        try:
+            self._transact(expr.update_params(self.table_name, job_key(attempt.job_id)), [], [record, *others])
+        except ClientError as exc:
+            if cancellation_codes(exc)[1:2] == [CONDITION_FAILED]:
+                return False
+            raise
+        return True
+
+    def settle_reservation(self, job_id: str, settlement: Settlement, now_ms: int) -> bool:
+        """Give back a batched claim's reservation once: its claim marked settled on the job, and the
+        budget moved, in one transaction fenced on the mark."""
+        if not settlement.returned_usd:
+            raise ValueError("a settlement of a reservation gives something back")
+        expr = Expression()
+        expr.condition = f"attribute_exists({expr.name('pk')})"
+        others = [self._settled(expr, settlement)]
+        try:
+            self._transact(expr.update_params(self.table_name, job_key(job_id)), [], others)
+        except ConditionRefusedError:
+            return False
+        return True
 
 
 def _claimable(expr: Expression, now_ms: int) -> str:
