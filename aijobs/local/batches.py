@@ -85,6 +85,8 @@ class StoredFile:
             "created_at": self.created_at,
             "filename": self.filename,
             "purpose": self.purpose,
+            # Deprecated by OpenAI, yet still sent and required by its SDK's FileObject.
+            "status": "processed",
         }
 
 
