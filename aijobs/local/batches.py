@@ -10,7 +10,9 @@ it after then (a status, a listing, a cancel) answers its lines, each as the cha
 endpoint answers that body (the same answers, `fault:<kind>` markers, token counts and prompt
 cache; not counted against the rate limit), writes its output and error files, and ends it.
 A cancelled batch is `cancelling` until it is looked at again, then `cancelled`. An input file with
-a malformed line, or a line for another endpoint, makes a `failed` batch, as OpenAI's validation does.
+a malformed line, or a line for another endpoint, makes a `failed` batch, as OpenAI's validation does;
+a line whose body the chat completions endpoint would refuse (aijobs.local.refusals) is answered as
+that endpoint answers it, with a 400, and so is a line of the error file.
 
 Faults, chosen per batch (`BatchFault`): by the provider's `batch_fault` when the batch is created
 (tests set it at runtime), or by a `batch-fault:<kind>` marker in any of its lines' prompts:
@@ -83,6 +85,8 @@ class StoredFile:
             "created_at": self.created_at,
             "filename": self.filename,
             "purpose": self.purpose,
+            # Deprecated by OpenAI, yet still sent and required by its SDK's FileObject.
+            "status": "processed",
         }
 
 

@@ -1,5 +1,7 @@
 """The Chat Completions wire format: parsing a request, the replies, and the bodies they carry.
 
+A request OpenAI would refuse is refused first (aijobs.local.refusals).
+
 A request is understood by its structure only, never by its prompts' wording: its output schema
 (response_format's json_schema, or in json_object mode the schema the engine's adapter appends to
 the system message after SCHEMA_PREAMBLE) and its job type (the X-Aijobs-Job-Type header).
@@ -13,16 +15,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from aijobs.local.refusals import InvalidRequestError, check_chat_body
 from engine.gateway.schema import SCHEMA_PREAMBLE
+
+NOT_JSON = "We could not parse the JSON body of your request: the API expects a JSON payload."
 
 
 def estimate_tokens(text: str) -> int:
     """About one token per four characters, at least one."""
     return max(1, (len(text) + 3) // 4)
-
-
-class BadRequestError(ValueError):
-    """The request body is not a chat completion request."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,19 +81,15 @@ def parse_chat_request(raw: bytes, job_type: str | None = None) -> ChatRequest:
     try:
         body = json.loads(raw)
     except ValueError as exc:
-        raise BadRequestError("the body is not JSON") from exc
+        raise InvalidRequestError(NOT_JSON) from exc
     return parse_chat_body(body, job_type)
 
 
 def parse_chat_body(body: object, job_type: str | None = None) -> ChatRequest:
-    """The request whose JSON body is `body` (a batch line carries it parsed); `job_type` as above."""
-    if not isinstance(body, dict):
-        raise BadRequestError("the body is not a JSON object")
-    model, messages = body.get("model"), body.get("messages")
-    if not isinstance(model, str) or not model:
-        raise BadRequestError("'model' is required")
-    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
-        raise BadRequestError("'messages' must be a non-empty list of messages")
+    """The request whose JSON body is `body` (a batch line carries it parsed); `job_type` as above.
+    InvalidRequestError for a request OpenAI would refuse."""
+    body = check_chat_body(body)
+    model, messages = body["model"], body["messages"]
     turns = [(str(message.get("role")), _content_text(message.get("content"))) for message in messages]
     system = next((text for role, text in turns if role == "system"), "")
     users = [text for role, text in turns if role == "user"]
@@ -141,9 +138,10 @@ def error_reply(
     code: str | None = None,
     headers: dict[str, str] | None = None,
     delay_seconds: float = 0.0,
+    param: str | None = None,
 ) -> Reply:
-    """An error response in OpenAI's shape."""
-    body = {"error": {"message": message, "type": error_type, "param": None, "code": code}}
+    """An error response in OpenAI's shape (`param`: the request's parameter at fault)."""
+    body = {"error": {"message": message, "type": error_type, "param": param, "code": code}}
     return Reply(status, body, headers or {}, delay_seconds)
 
 

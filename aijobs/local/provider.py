@@ -6,7 +6,9 @@ structure alone (aijobs.local.answers): the output schema it carries (response_f
 or in json_object mode the one after SCHEMA_PREAMBLE in the system message), which the engine
 narrows to the job's input, so they pass the job types' own validation whatever their prompts say.
 The job type comes in the X-Aijobs-Job-Type header and is logged. Token counts are about a token
-per four characters, like a real tokenizer on English text.
+per four characters, like a real tokenizer on English text. A request OpenAI would refuse (no
+content, a content part of an unknown type, ...: aijobs.local.refusals) gets OpenAI's 400
+`invalid_request_error`, with its `param` and `code`, so that no test passes on such a request.
 
 A request gets a fault in one of two ways:
 - its prompt (the first user message, so: the job's input) holds a marker, `fault:<kind>` (every
@@ -52,7 +54,6 @@ from aijobs.local.answers import answer_for, faulty_content
 from aijobs.local.batches import DEFAULT_BATCH_DELAY_SECONDS, FILES_PATH, MAX_FILE_BYTES, BatchApi, BatchFault
 from aijobs.local.faults import TRANSIENT_FAULTS, FaultKind, find_fault_marker, prompt_hash
 from aijobs.local.protocol import (
-    BadRequestError,
     ChatRequest,
     Reply,
     completion_body,
@@ -62,6 +63,7 @@ from aijobs.local.protocol import (
     parse_chat_request,
 )
 from aijobs.local.ratelimit import ProviderRateLimit
+from aijobs.local.refusals import InvalidRequestError
 from engine.gateway.openai import JOB_TYPE_HEADER
 
 DEFAULT_MODEL = "local-model"
@@ -267,9 +269,9 @@ class LocalProvider:
             return self._unauthorized()
         try:
             request = parse_chat_request(raw, job_type)
-        except BadRequestError as exc:
+        except InvalidRequestError as exc:
             self._record(ServedRequest(time.time(), "", None, None, 400, 0, 0, job_type=job_type))
-            return error_reply(400, str(exc), "invalid_request_error")
+            return _refused(exc)
         key = prompt_hash(request.prompt)
         if self._models is not None and request.model not in self._models:
             entry = ServedRequest(
@@ -295,9 +297,9 @@ class LocalProvider:
         header to name its job type: its schema's name does, else its prompt_cache_key's first part."""
         try:
             request = parse_chat_body(body)
-        except BadRequestError as exc:
+        except InvalidRequestError as exc:
             self._record(ServedRequest(time.time(), "", None, None, 400, 0, 0, batch_id=batch_id))
-            return 400, error_reply(400, str(exc), "invalid_request_error").body
+            return 400, _refused(exc).body
         key = prompt_hash(request.prompt)
         cache_key_job_type = request.cache_key.rpartition(":")[0] if request.cache_key else None
         request = replace(request, job_type=request.schema_name or cache_key_job_type or None)
@@ -436,6 +438,11 @@ class LocalProvider:
         """Sleep up to `seconds` (a handler's latency or hang); returns at once when the server stops."""
         if seconds > 0:
             self._stopping.wait(seconds)
+
+
+def _refused(exc: InvalidRequestError) -> Reply:
+    """The 400 OpenAI answers a request it refuses."""
+    return error_reply(400, str(exc), "invalid_request_error", exc.code, param=exc.param)
 
 
 class _Server(ThreadingHTTPServer):

@@ -4,7 +4,6 @@ uploads, validation, listing, cancelling, the rate limit, and the log of batch l
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -14,18 +13,6 @@ from aijobs.local.batches import BatchFault, multipart_fields
 from aijobs.local.provider import LocalProvider
 from engine.gateway.openai import chat_completion_body
 from tests.support.providers import completion_request
-
-
-@pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=10.0, trust_env=False) as client:
-        yield client
-
-
-@pytest.fixture
-def server() -> Iterator[LocalProvider]:
-    with LocalProvider(latency_seconds=0, batch_delay_seconds=0) as provider:
-        yield provider
 
 
 def line(custom_id: str, user: str = "Text: hello", **fields: Any) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,6 +27,9 @@ MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 # Every request names its job type in this header: harmless to a real provider, useful in a proxy's
 # logs, and how the local provider (aijobs.local) tells job types apart.
 JOB_TYPE_HEADER = "X-Aijobs-Job-Type"
+# What OpenAI takes as a structured output's name; a job type's name may hold any character.
+_OUTPUT_NAME_REFUSED = re.compile(r"[^a-zA-Z0-9_-]")
+MAX_OUTPUT_NAME_CHARS = 64
 
 
 class ApiKeySource(Protocol):
@@ -158,7 +162,7 @@ def chat_completion_body(request: CompletionRequest, structured_output: Structur
         response_format: dict[str, Any] = {
             "type": "json_schema",
             "json_schema": {
-                "name": request.schema_name,
+                "name": output_name(request.schema_name),
                 "schema": strict_json_schema(request.output_schema),
                 "strict": True,
             },
@@ -181,6 +185,12 @@ def chat_completion_body(request: CompletionRequest, structured_output: Structur
         # Routes requests that share a prompt prefix (a job type's instructions) to the same prompt cache.
         body["prompt_cache_key"] = request.cache_key
     return body
+
+
+def output_name(job_type: str) -> str:
+    """A job type's name as a structured output's name OpenAI takes: its other characters as `_`, at
+    most MAX_OUTPUT_NAME_CHARS of them (a name only names the schema; the schema is the contract)."""
+    return _OUTPUT_NAME_REFUSED.sub("_", job_type)[:MAX_OUTPUT_NAME_CHARS] or "output"
 
 
 def parse_completion(
