@@ -753,17 +753,61 @@ def dev(
     ui_allow_actions: Annotated[
         bool, typer.Option("--ui-allow-actions", help="Let the dashboard cancel, retry and redrive.")
     ] = False,
+    batch_api: Annotated[
+        str | None,
+        typer.Option(
+            "--batch-api",
+            metavar="on|off",
+            help="Background jobs with time to spare through the provider's batch API (AIJOBS_BATCH_API).",
+        ),
+    ] = None,
+    batch_window_seconds: Annotated[
+        int | None,
+        typer.Option(
+            "--batch-window-seconds", help="How long background jobs gather for a batch (AIJOBS_BATCH_WINDOW_SECONDS)."
+        ),
+    ] = None,
+    batch_poll_seconds: Annotated[
+        int | None,
+        typer.Option(
+            "--batch-poll-seconds", help="How often batches in flight are checked (AIJOBS_BATCH_POLL_SECONDS)."
+        ),
+    ] = None,
+    batch_rescue_seconds: Annotated[
+        int | None,
+        typer.Option(
+            "--batch-rescue-seconds",
+            help="A batched job this near its deadline goes back to real time (AIJOBS_BATCH_RESCUE_SECONDS).",
+        ),
+    ] = None,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            help="The functions' logs and metric documents (EMF) to a file, named on a line `logs PATH`, "
+            "not to this terminal.",
+        ),
+    ] = False,
 ) -> None:
     """The embedded stack: local AWS endpoint, local provider (unless AI_BASE_URL is set) and the worker.
 
-    The functions get every AI_* and AIJOBS_* variable of this environment, as the template would
-    set them; the options above win over the variables they name."""
-    import os
+    Its state (jobs, queues, usage, budgets, dead letters) is in memory only: it is gone when it
+    stops, and a new start begins empty. Job types are loaded once, at start: restart it after
+    adding one. The functions get every AI_* and AIJOBS_* variable of this environment, as the
+    template would set them; the options above win over the variables they name."""
     import shlex
 
     with local_extra("dev"):
-        from aijobs.local.devstack import DevStack, DevStackOptions, function_variables
+        from aijobs.local.devstack import DevStack, DevStackOptions, function_output_to, function_variables
 
+    settings_flags = setting_flags(
+        {
+            "AIJOBS_BATCH_API": ("--batch-api", batch_api),
+            "AIJOBS_BATCH_WINDOW_SECONDS": ("--batch-window-seconds", batch_window_seconds),
+            "AIJOBS_BATCH_POLL_SECONDS": ("--batch-poll-seconds", batch_poll_seconds),
+            "AIJOBS_BATCH_RESCUE_SECONDS": ("--batch-rescue-seconds", batch_rescue_seconds),
+        }
+    )
     flags = {
         "AI_BASE_URL": ai_base_url,
         "AIJOBS_PROVIDER_LIMITS": provider_limits,
@@ -772,7 +816,9 @@ def dev(
     options = DevStackOptions(
         aws_port=port,
         provider_port=provider_port,
-        function_environment=function_variables(os.environ) | {name: value for name, value in flags.items() if value},
+        function_environment=function_variables(os.environ)
+        | {name: value for name, value in flags.items() if value}
+        | settings_flags,
         concurrency=concurrency,
         background_concurrency=background_concurrency,
         fault_rate=fault_rate,
@@ -782,18 +828,47 @@ def dev(
     )
     if batch_delay is not None:
         options = replace(options, provider_batch_delay_seconds=batch_delay)
-    with DevStack(options) as stack, ExitStack() as serving:
+    with ExitStack() as serving:
+        terminal, log_path = sys.stdout, None
+        if quiet:
+            log_path = new_log_file()
+            terminal = serving.enter_context(function_output_to(log_path))
+        stack = serving.enter_context(DevStack(options))
         for name, value in sorted(stack.environment.items()):
-            print(f"export {name}={shlex.quote(value)}")
+            print(f"export {name}={shlex.quote(value)}", file=terminal)
+        if log_path is not None:
+            print(f"logs {log_path}", file=terminal)
         if with_ui:
             jobs = AiJobsClient.from_settings(stack.settings, stack.session)
             board = dashboard_server()(jobs, port=ui_port, allow_actions=ui_allow_actions)
             serving.enter_context(board)
-            print(f"ui {board.url}")
+            print(f"ui {board.url}", file=terminal)
         else:
             err.print("the dashboard: `aijobs ui` in a shell with these exports, or `aijobs dev --ui`", highlight=False)
-        print("ready", flush=True)
+        print("ready", file=terminal, flush=True)
         _wait_for_interrupt()
+
+
+def setting_flags(flags: Mapping[str, tuple[str, object | None]]) -> dict[str, str]:
+    """Flags that stand for the functions' settings ({variable: (flag, value)}), as those variables: the
+    ones given, each checked as the setting checks the variable (engine.config.Settings), and a value it
+    refuses is one line naming the flag."""
+    given = {variable: (flag, str(value)) for variable, (flag, value) in flags.items() if value is not None}
+    try:
+        Settings.model_validate({variable.lower(): value for variable, (_, value) in given.items()})
+    except ValidationError as exc:
+        for error in exc.errors():
+            variable = str(error["loc"][0]).upper() if error["loc"] else ""
+            if variable in given:
+                raise ValueError(f"{given[variable][0]}: {error['msg']}") from exc
+    return {variable: value for variable, (_, value) in given.items()}
+
+
+def new_log_file() -> Path:
+    """A file of its own for the functions' output of one `aijobs dev --quiet`; kept after it stops."""
+    handle, name = tempfile.mkstemp(prefix="aijobs-dev-", suffix=".log")
+    os.close(handle)
+    return Path(name)
 
 
 @app.command()
