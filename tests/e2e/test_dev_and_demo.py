@@ -213,3 +213,8 @@ def test_demo_ends_every_job_as_meant(demo_run: tuple[subprocess.Popen[str], Pat
     assert f"{DEMO_JOBS} of {DEMO_JOBS}" in text
     assert "summary" in text
     assert "`aijobs dev --ui`" in text  # how to look at jobs like these in a browser
+    # What its latencies are made of, so that they do not read as slowness
+    explained = " ".join(line.strip("│ ") for line in text.splitlines() if "│" in line)
+    assert "what they include" in explained
+    for part in ("requests/min", "Retry-After", "wait for budget until their deadline", "wait for their batch"):
+        assert part in explained, part
