@@ -652,11 +652,15 @@ def events(
                 break
             for event, receipt_handle in batch:
                 if webhook:
-                    answer = httpx.post(webhook, json=event, timeout=10.0)
-                    if not answer.is_success:
+                    try:
+                        answer = httpx.post(webhook, json=event, timeout=10.0)
+                        problem = None if answer.is_success else f"answered {answer.status_code}"
+                    except httpx.HTTPError as exc:
+                        problem = f"did not answer ({type(exc).__name__}: {exc})"
+                    if problem is not None:
                         refused += 1
-                        status = answer.status_code
-                        err.print(f"error: {webhook} answered {status}; the event stays queued", markup=False)
+                        line = f"error: {webhook} {problem}; the event stays queued"
+                        err.print(line, markup=False, highlight=False, soft_wrap=True)
                         continue
                 elif as_json:
                     print(json_line(event, COMPACT), flush=True)

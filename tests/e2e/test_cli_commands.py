@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -315,6 +316,23 @@ def test_a_reader_that_closes_the_output_ends_the_command_quietly(dev_env: DevSt
 
     # Then it ends with SIGPIPE's status and says nothing: no traceback, no "Exception ignored"
     assert (command.returncode, stderr) == (141, "")
+
+
+def test_events_to_a_webhook_that_does_not_answer_are_one_line_each_not_a_traceback(dev_env: DevStack) -> None:
+    job_id = unique("hook")
+    assert submit_and_wait(job_id, "u-hook", classify_input(job_id))["status"] == "succeeded"
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{unused.getsockname()[1]}/hook"
+
+    result = eventually(lambda: (ran := run("events", "--webhook", closed)).stderr and ran)
+
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert all(
+        re.fullmatch(rf"error: {closed} did not answer \(ConnectError: .+\); the event stays queued", line)
+        for line in lines
+    ), lines
 
 
 # --- watch ---------------------------------------------------------------------------------------
