@@ -169,6 +169,7 @@ def test_dev_quiet_writes_the_functions_output_to_the_file_it_names_and_its_batc
         assert '"level"' not in dev.log
         assert "CloudWatchMetrics" not in dev.log
         assert dev.terminate() == 0, dev.log
+    log_path.unlink()  # kept by `aijobs dev` for its user to read: not by a test
 
 
 @pytest.mark.parametrize(
