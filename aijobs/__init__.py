@@ -1,22 +1,72 @@
 """aijobs: the client API and the `aijobs` command for the aijobs engine.
 
-`aijobs.AiJobsClient` is imported on first use, so that a program importing only a submodule (the
-local stack's Lambda event builders, say) does not load the client and the engine with it.
+`from aijobs import AiJobsClient, JobNotFoundError, ...`: the client, what its calls return, and
+every error they raise on purpose, each a subclass of `AiJobsError` (docs/errors.md); `wait` also
+raises the built-in `TimeoutError`. Each is imported on first use, so that a program importing only a
+submodule (the local stack's Lambda event builders, say) does not load the client and the engine
+with it.
 """
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from aijobs.client import AiJobsClient, SubmitResult
+if TYPE_CHECKING:  # each name as its own alias: what this module exports (PEP 484)
+    from aijobs.client import AiJobsClient as AiJobsClient
+    from aijobs.client import InvalidArgumentError as InvalidArgumentError
+    from aijobs.client import RedriveOutcome as RedriveOutcome
+    from aijobs.client import RedriveResult as RedriveResult
+    from aijobs.client import SubmitResult as SubmitResult
+    from engine.core.errors import AiJobsError as AiJobsError
+    from engine.core.errors import ConditionRefusedError as ConditionRefusedError
+    from engine.core.errors import ConfigurationError as ConfigurationError
+    from engine.core.errors import InputValidationError as InputValidationError
+    from engine.core.errors import JobConflictError as JobConflictError
+    from engine.core.errors import JobError as JobError
+    from engine.core.errors import JobNotFailedError as JobNotFailedError
+    from engine.core.errors import JobNotFoundError as JobNotFoundError
+    from engine.core.errors import JobStateError as JobStateError
+    from engine.core.errors import MissingSettingsError as MissingSettingsError
+    from engine.core.errors import SchemaVersionMismatchError as SchemaVersionMismatchError
+    from engine.core.errors import UnknownJobTypeError as UnknownJobTypeError
+    from engine.core.errors import UnreadKeysError as UnreadKeysError
+    from engine.store.payloads import PayloadMissingError as PayloadMissingError
 
-__all__ = ["AiJobsClient", "SubmitResult"]
+# Each name, and the module that defines it.
+_EXPORTS = {
+    "AiJobsClient": "aijobs.client",
+    "SubmitResult": "aijobs.client",
+    "RedriveOutcome": "aijobs.client",
+    "RedriveResult": "aijobs.client",
+    # The root of every error below.
+    "AiJobsError": "engine.core.errors",
+    # No stack configured, a setting missing or malformed, a deployed stack unusable.
+    "ConfigurationError": "engine.core.errors",
+    "MissingSettingsError": "engine.core.errors",
+    # `submit`: a job that could never run (each a JobError carrying the code a job would record).
+    "JobError": "engine.core.errors",
+    "InputValidationError": "engine.core.errors",
+    "InvalidArgumentError": "aijobs.client",
+    "UnknownJobTypeError": "engine.core.errors",
+    "SchemaVersionMismatchError": "engine.core.errors",
+    # `submit` of a job id taken by another job; `get`, `inspect`, `cancel`, `retry` of no such job.
+    "JobConflictError": "engine.core.errors",
+    "JobNotFoundError": "engine.core.errors",
+    # `retry` of a job that is not failed, or has no stored input.
+    "JobStateError": "engine.core.errors",
+    "JobNotFailedError": "engine.core.errors",
+    # `cancel` of a job that kept changing while it was cancelled.
+    "ConditionRefusedError": "engine.core.errors",
+    # A read the table throttled on every try (it passes by itself), an input gone from the bucket.
+    "UnreadKeysError": "engine.core.errors",
+    "PayloadMissingError": "engine.store.payloads",
+}
+
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from aijobs import client
-
-        return getattr(client, name)
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
     raise AttributeError(f"module 'aijobs' has no attribute {name!r}")

@@ -1,25 +1,33 @@
-"""The `aijobs` command. Every command takes --json; errors are one line on stderr and exit 1."""
+"""The `aijobs` command. Every command takes --json; errors are one line on stderr and exit 1 (2 for
+a flag missing, unknown or of the wrong type); a reader that stops reading (`| head`) ends it quietly."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from functools import wraps
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from urllib.parse import urlsplit
 
 import typer
+from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
+from pydantic import ValidationError
 from rich.console import Console
 from rich.live import Live
+from typer.core import TyperGroup
 
-from aijobs.client import AiJobsClient
+from aijobs.client import AiJobsClient, InvalidArgumentError, check_user_id
 from aijobs.render import (
+    COMPACT,
     batches_table,
     budget_json,
     budgets_table,
@@ -33,19 +41,88 @@ from aijobs.render import (
     usage_json,
     usage_table,
 )
-from engine.config import REQUIRED_SETTINGS, load_settings
-from engine.core import JobStatus, Lane
-from engine.core.errors import AiJobsError, ConfigurationError, MissingSettingsError
-from engine.models import JobView
+from engine.config import REQUIRED_SETTINGS, Settings, is_local_host, load_settings
+from engine.core import ErrorCode, JobStatus, Lane
+from engine.core.errors import AiJobsError, ConfigurationError, MissingSettingsError, UnknownJobTypeError
+from engine.models import JobInspection, JobView
 from engine.store.batches import ENDED_RETENTION_DAYS
 from engine.worker import FUNCTION_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
     from aijobs.ui.server import DashboardServer
 
-app = typer.Typer(help="Run AI jobs reliably on SQS, Lambda and DynamoDB.", no_args_is_help=True, add_completion=False)
+# The exit status of a command whose reader closed its output, as a shell reports one ended by SIGPIPE.
+CLOSED_PIPE_STATUS = 141
+
+
+class OneLineErrors(TyperGroup):
+    """The command's group: a flag missing, unknown or of the wrong type is one line on stderr, as every
+    other error (not a usage box); a reader that closes the output early (`aijobs list --json | head -1`)
+    ends the command with status 141 and nothing more on stderr, whether a command's own write met the
+    closed pipe (one_line_errors) or the last flush of what it printed did (here)."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        try:
+            status = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+            sys.stdout.flush()
+        except typer.TyperException as exc:
+            # A usage error carries the context of its command, whose help it points to.
+            ctx: typer.Context | None = getattr(exc, "ctx", None)
+            hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+            err.print(f"error: {exc.format_message()}{hint}", markup=False, highlight=False, soft_wrap=True)
+            status = exc.exit_code
+        except typer.Abort:
+            err.print("error: aborted", markup=False, highlight=False)
+            status = 1
+        except BrokenPipeError:
+            status = closed_pipe()
+        status = status if isinstance(status, int) else 0
+        if not standalone_mode:
+            return status
+        sys.exit(status)
+
+
+def closed_pipe() -> int:
+    """Whatever is still buffered for a closed stdout goes nowhere, so that nothing is printed about it
+    at exit ("Exception ignored ... BrokenPipeError"); the status to end with."""
+    # Not a file descriptor (a test's captured output): nothing is flushed to it at exit.
+    with suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return CLOSED_PIPE_STATUS
+
+
+app = typer.Typer(cls=OneLineErrors, help="Run AI jobs reliably on SQS, Lambda and DynamoDB.", add_completion=False)
+
+
+def help_without_a_command(ctx: typer.Context) -> None:
+    """A group given no command answers with its help (rather than a usage error)."""
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(0)
+
+
+app.callback(invoke_without_command=True)(help_without_a_command)
+
+
+class Output(Console):
+    """rich's Console for stdout, whose closed pipe ends the command as any other write's does
+    (one_line_errors), rather than by rich's own exit with status 1."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
 # Piped output is not cut to 80 columns: tables stay readable in logs and CI.
-out = Console(width=None if sys.stdout.isatty() else 160)
+out = Output(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
@@ -65,29 +142,98 @@ DASHBOARD_PORT = 8765
 
 
 def one_line_errors(command: F) -> F:
-    """Turn the engine's errors (and bad arguments) into one line on stderr and exit status 1."""
+    """Turn the engine's errors, AWS's and bad arguments into one line on stderr and exit status 1."""
 
     @wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
+        except BrokenPipeError as exc:
+            raise typer.Exit(closed_pipe()) from exc  # the reader stopped reading: nothing to say
         except (AiJobsError, TimeoutError, ValueError, OSError) as exc:
-            err.print(f"error: {exc}", markup=False, highlight=False, soft_wrap=True)
-            raise typer.Exit(1) from exc
+            fail(str(exc), exc)
+        except (BotoCoreError, ClientError) as exc:
+            fail(aws_problem(exc), exc)
 
     return wrapper  # type: ignore[return-value]
 
 
+def fail(line: str, cause: BaseException) -> None:
+    err.print(f"error: {line}", markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(1) from cause
+
+
+def aws_problem(exc: BotoCoreError | ClientError) -> str:
+    """An AWS error as one line; an endpoint on this machine that does not answer is the embedded stack
+    stopped (or never started), and says so."""
+    line = " ".join(str(exc).split())
+    if isinstance(exc, EndpointConnectionError):
+        host = urlsplit(exc.kwargs.get("endpoint_url", "")).hostname or ""
+        if is_local_host(host):
+            return f"{line}: is `aijobs dev` running? (start it, then use the exports it prints)"
+    return line
+
+
 def read_input(value: str) -> dict[str, Any]:
     """--input is JSON text, or @FILE holding it."""
-    text = Path(value[1:]).read_text() if value.startswith("@") else value
+    if value.startswith("@"):
+        path = value[1:]
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError as exc:
+            raise ValueError(f"--input: cannot read @{path}: no such file") from exc
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise ValueError(f"--input: cannot read @{path}: {reason.lower()}") from exc
+    else:
+        text = value
     try:
-        parsed = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--input is not valid JSON: {exc}") from exc
+        parsed = json.loads(text, parse_constant=_not_json)
+    except ValueError as exc:
+        raise ValueError(f"--input: not valid JSON: {exc}") from exc
     if not isinstance(parsed, dict):
-        raise ValueError(f"--input must be a JSON object, not {type(parsed).__name__}")
+        raise ValueError(f"--input: must be a JSON object, not {type(parsed).__name__}")
     return parsed
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+# The flags of `submit` by the argument of AiJobsClient.submit they give.
+SUBMIT_FLAGS = {
+    "job_type": "--type",
+    "user_id": "--user",
+    "input": "--input",
+    "job_id": "--job-id",
+    "max_attempts": "--max-attempts",
+    "deadline_seconds": "--deadline-seconds",
+    "lane": "--lane",
+}
+BUDGET_FLAGS = {"user_id": "--user", "daily_usd": "--daily-usd"}
+
+
+@contextmanager
+def naming_flags(flags: Mapping[str, str]) -> Iterator[None]:
+    """A client call's refusal of an argument, as the flag the user wrote: "--user: 'a b' is not a user id ..."."""
+    try:
+        yield
+    except InvalidArgumentError as exc:
+        if exc.argument not in flags:
+            raise
+        raise ValueError(f"{flags[exc.argument]}: {exc.detail}") from exc
+    except UnknownJobTypeError as exc:
+        if "job_type" not in flags:
+            raise
+        raise ValueError(f"{flags['job_type']}: {exc}") from exc
+
+
+def checked_user(user: str | None) -> str | None:
+    """--user of a listing: a user id, or one line saying what one is."""
+    if user is not None:
+        with naming_flags({"user_id": "--user"}):
+            check_user_id(user)
+    return user
 
 
 def parse_duration(value: str) -> int:
@@ -103,11 +249,40 @@ def print_json(data: Any) -> None:
     print(json_line(data))
 
 
-def print_view(view: JobView, as_json: bool) -> None:
+def print_view(inspection: JobInspection, jobs: AiJobsClient, as_json: bool) -> None:
+    """A job's view as `aijobs inspect` has it (how its latest attempt ran included), and its calls."""
+    view = inspection.job
     if as_json:
         print_json(view.model_dump(mode="json"))
     else:
-        out.print(job_table(view))
+        out.print(job_table(view, inspection.attempts))
+    unknown_to_the_stack([view], jobs)
+
+
+def unknown_to_the_stack(views: Sequence[JobView], jobs: AiJobsClient) -> None:
+    """A job that failed `unknown_job_type` although this command knows its type ran on a stack whose
+    workers loaded their job types before it was added (jobtypes/, AIJOBS_JOB_MODULES): one line
+    saying how to have them load it."""
+    known = set(jobs.job_types())
+    embedded = jobs.target is not None and jobs.target.embedded
+    for job_type in sorted(
+        {
+            view.job_type
+            for view in views
+            if view.error is not None and view.error.code is ErrorCode.UNKNOWN_JOB_TYPE and view.job_type in known
+        }
+    ):
+        fix = (
+            "restart aijobs dev (it loads job types once, when it starts)"
+            if embedded
+            else "deploy it again (sam build, then sam deploy)"
+        )
+        err.print(
+            f"note: job type {job_type} is not known to the running stack; {fix}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def client(stack: str | None) -> AiJobsClient:
@@ -145,19 +320,21 @@ def submit(
 ) -> None:
     """Create a job and enqueue it; prints the job id."""
     jobs = client(stack)
-    result = jobs.submit(
-        job_type,
-        user,
-        read_input(job_input),
-        job_id=job_id,
-        max_attempts=max_attempts,
-        deadline_seconds=deadline_seconds,
-        lane=lane,
-    )
+    with naming_flags(SUBMIT_FLAGS):
+        result = jobs.submit(
+            job_type,
+            user,
+            read_input(job_input),
+            job_id=job_id,
+            max_attempts=max_attempts,
+            deadline_seconds=deadline_seconds,
+            lane=lane,
+        )
     if wait:
-        view = jobs.wait(result.job_id, timeout_seconds=timeout)
-        print_view(view, as_json)
-        if view.status is not JobStatus.SUCCEEDED:
+        jobs.wait(result.job_id, timeout_seconds=timeout)
+        inspection = jobs.inspect(result.job_id)
+        print_view(inspection, jobs, as_json)
+        if inspection.job.status is not JobStatus.SUCCEEDED:
             raise typer.Exit(1)
         return
     if as_json:
@@ -171,8 +348,9 @@ def submit(
 def status(
     job_id: Annotated[str, typer.Argument(help="The job id.")], as_json: JsonFlag = False, stack: StackOption = None
 ) -> None:
-    """Show one job."""
-    print_view(client(stack).get(job_id), as_json)
+    """Show one job: its view (how its latest attempt ran included: its attempts are read with it)."""
+    jobs = client(stack)
+    print_view(jobs.inspect(job_id), jobs, as_json)
 
 
 @app.command()
@@ -209,6 +387,7 @@ def watch(
             time.sleep(interval)
             views = poll()
             live.update(jobs_table(views), refresh=True)
+    unknown_to_the_stack(views, jobs)
     if not all(view.status is JobStatus.SUCCEEDED for view in views):
         raise typer.Exit(1)
 
@@ -262,11 +441,13 @@ def inspect_job(
     job_id: Annotated[str, typer.Argument(help="The job id.")], as_json: JsonFlag = False, stack: StackOption = None
 ) -> None:
     """What happened to a job and what it cost: its view, every attempt, its dead letters, its lease."""
-    inspection = client(stack).inspect(job_id)
+    jobs = client(stack)
+    inspection = jobs.inspect(job_id)
     if as_json:
         print_json(inspection.model_dump(mode="json"))
     else:
         out.print(inspection_group(inspection))
+    unknown_to_the_stack([inspection.job], jobs)
 
 
 @app.command(name="list")
@@ -280,7 +461,7 @@ def list_jobs(
     stack: StackOption = None,
 ) -> None:
     """Jobs, newest first (everyone's of the last 30 days, or one user's)."""
-    views = client(stack).list_jobs(user_id=user, status=job_status, limit=limit, lane=lane)
+    views = client(stack).list_jobs(user_id=checked_user(user), status=job_status, limit=limit, lane=lane)
     if as_json:
         print_json([view.model_dump(mode="json") for view in views])
     else:
@@ -296,7 +477,7 @@ def usage(
     stack: StackOption = None,
 ) -> None:
     """Tokens and cost by user, job type, model and lane."""
-    rows = client(stack).usage(parse_duration(since), user_id=user)
+    rows = client(stack).usage(parse_duration(since), user_id=checked_user(user))
     if as_json:
         print_json([usage_json(row) for row in rows])
     else:
@@ -321,7 +502,8 @@ def batches(
         out.print(batches_table(views, int(time.time() * 1000), title=title))
 
 
-budget_app = typer.Typer(help="Daily spending caps per user (UTC days).", no_args_is_help=True)
+budget_app = typer.Typer(help="Daily spending caps per user (UTC days).")
+budget_app.callback(invoke_without_command=True)(help_without_a_command)
 app.add_typer(budget_app, name="budget")
 
 
@@ -329,7 +511,7 @@ def parse_usd(value: str) -> Decimal:
     try:
         amount = Decimal(value)
     except InvalidOperation as exc:
-        raise ValueError(f"--daily-usd {value!r} is not an amount in US dollars") from exc
+        raise ValueError(f"--daily-usd: {value!r} is not an amount in US dollars") from exc
     return amount
 
 
@@ -342,7 +524,8 @@ def budget_set(
     stack: StackOption = None,
 ) -> None:
     """Give a user a daily cap of their own; it applies from now on, today included."""
-    day = client(stack).set_budget(user, parse_usd(daily_usd))
+    with naming_flags(BUDGET_FLAGS):
+        day = client(stack).set_budget(user, parse_usd(daily_usd))
     if as_json:
         print_json(budget_json(day))
     else:
@@ -358,6 +541,7 @@ def budget_show(
 ) -> None:
     """Today's budgets: cap, spent, reserved by attempts in flight, left (users with a cap)."""
     jobs = client(stack)
+    user = checked_user(user)
     if user is not None:
         day = jobs.budget(user)
         if day is None:
@@ -468,14 +652,18 @@ def events(
                 break
             for event, receipt_handle in batch:
                 if webhook:
-                    answer = httpx.post(webhook, json=event, timeout=10.0)
-                    if not answer.is_success:
+                    try:
+                        answer = httpx.post(webhook, json=event, timeout=10.0)
+                        problem = None if answer.is_success else f"answered {answer.status_code}"
+                    except httpx.HTTPError as exc:
+                        problem = f"did not answer ({type(exc).__name__}: {exc})"
+                    if problem is not None:
                         refused += 1
-                        status = answer.status_code
-                        err.print(f"error: {webhook} answered {status}; the event stays queued", markup=False)
+                        line = f"error: {webhook} {problem}; the event stays queued"
+                        err.print(line, markup=False, highlight=False, soft_wrap=True)
                         continue
                 elif as_json:
-                    print(json.dumps(event, separators=(",", ":")), flush=True)
+                    print(json_line(event, COMPACT), flush=True)
                 else:
                     out.print(event_line(event), highlight=False)
                 tap.done(receipt_handle)
@@ -569,17 +757,61 @@ def dev(
     ui_allow_actions: Annotated[
         bool, typer.Option("--ui-allow-actions", help="Let the dashboard cancel, retry and redrive.")
     ] = False,
+    batch_api: Annotated[
+        str | None,
+        typer.Option(
+            "--batch-api",
+            metavar="on|off",
+            help="Background jobs with time to spare through the provider's batch API (AIJOBS_BATCH_API).",
+        ),
+    ] = None,
+    batch_window_seconds: Annotated[
+        int | None,
+        typer.Option(
+            "--batch-window-seconds", help="How long background jobs gather for a batch (AIJOBS_BATCH_WINDOW_SECONDS)."
+        ),
+    ] = None,
+    batch_poll_seconds: Annotated[
+        int | None,
+        typer.Option(
+            "--batch-poll-seconds", help="How often batches in flight are checked (AIJOBS_BATCH_POLL_SECONDS)."
+        ),
+    ] = None,
+    batch_rescue_seconds: Annotated[
+        int | None,
+        typer.Option(
+            "--batch-rescue-seconds",
+            help="A batched job this near its deadline goes back to real time (AIJOBS_BATCH_RESCUE_SECONDS).",
+        ),
+    ] = None,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            help="The functions' logs and metric documents (EMF) to a file, named on a line `logs PATH`, "
+            "not to this terminal.",
+        ),
+    ] = False,
 ) -> None:
     """The embedded stack: local AWS endpoint, local provider (unless AI_BASE_URL is set) and the worker.
 
-    The functions get every AI_* and AIJOBS_* variable of this environment, as the template would
-    set them; the options above win over the variables they name."""
-    import os
+    Its state (jobs, queues, usage, budgets, dead letters) is in memory only: it is gone when it
+    stops, and a new start begins empty. Job types are loaded once, at start: restart it after
+    adding one. The functions get every AI_* and AIJOBS_* variable of this environment, as the
+    template would set them; the options above win over the variables they name."""
     import shlex
 
     with local_extra("dev"):
-        from aijobs.local.devstack import DevStack, DevStackOptions, function_variables
+        from aijobs.local.devstack import DevStack, DevStackOptions, function_output_to, function_variables
 
+    settings_flags = setting_flags(
+        {
+            "AIJOBS_BATCH_API": ("--batch-api", batch_api),
+            "AIJOBS_BATCH_WINDOW_SECONDS": ("--batch-window-seconds", batch_window_seconds),
+            "AIJOBS_BATCH_POLL_SECONDS": ("--batch-poll-seconds", batch_poll_seconds),
+            "AIJOBS_BATCH_RESCUE_SECONDS": ("--batch-rescue-seconds", batch_rescue_seconds),
+        }
+    )
     flags = {
         "AI_BASE_URL": ai_base_url,
         "AIJOBS_PROVIDER_LIMITS": provider_limits,
@@ -588,7 +820,9 @@ def dev(
     options = DevStackOptions(
         aws_port=port,
         provider_port=provider_port,
-        function_environment=function_variables(os.environ) | {name: value for name, value in flags.items() if value},
+        function_environment=function_variables(os.environ)
+        | {name: value for name, value in flags.items() if value}
+        | settings_flags,
         concurrency=concurrency,
         background_concurrency=background_concurrency,
         fault_rate=fault_rate,
@@ -598,18 +832,47 @@ def dev(
     )
     if batch_delay is not None:
         options = replace(options, provider_batch_delay_seconds=batch_delay)
-    with DevStack(options) as stack, ExitStack() as serving:
+    with ExitStack() as serving:
+        terminal, log_path = sys.stdout, None
+        if quiet:
+            log_path = new_log_file()
+            terminal = serving.enter_context(function_output_to(log_path))
+        stack = serving.enter_context(DevStack(options))
         for name, value in sorted(stack.environment.items()):
-            print(f"export {name}={shlex.quote(value)}")
+            print(f"export {name}={shlex.quote(value)}", file=terminal)
+        if log_path is not None:
+            print(f"logs {log_path}", file=terminal)
         if with_ui:
             jobs = AiJobsClient.from_settings(stack.settings, stack.session)
             board = dashboard_server()(jobs, port=ui_port, allow_actions=ui_allow_actions)
             serving.enter_context(board)
-            print(f"ui {board.url}")
+            print(f"ui {board.url}", file=terminal)
         else:
             err.print("the dashboard: `aijobs ui` in a shell with these exports, or `aijobs dev --ui`", highlight=False)
-        print("ready", flush=True)
+        print("ready", file=terminal, flush=True)
         _wait_for_interrupt()
+
+
+def setting_flags(flags: Mapping[str, tuple[str, object | None]]) -> dict[str, str]:
+    """Flags that stand for the functions' settings ({variable: (flag, value)}), as those variables: the
+    ones given, each checked as the setting checks the variable (engine.config.Settings), and a value it
+    refuses is one line naming the flag."""
+    given = {variable: (flag, str(value)) for variable, (flag, value) in flags.items() if value is not None}
+    try:
+        Settings.model_validate({variable.lower(): value for variable, (_, value) in given.items()})
+    except ValidationError as exc:
+        for error in exc.errors():
+            variable = str(error["loc"][0]).upper() if error["loc"] else ""
+            if variable in given:
+                raise ValueError(f"{given[variable][0]}: {error['msg']}") from exc
+    return {variable: value for variable, (_, value) in given.items()}
+
+
+def new_log_file() -> Path:
+    """A file of its own for the functions' output of one `aijobs dev --quiet`; kept after it stops."""
+    handle, name = tempfile.mkstemp(prefix="aijobs-dev-", suffix=".log")
+    os.close(handle)
+    return Path(name)
 
 
 @app.command()

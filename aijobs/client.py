@@ -31,7 +31,8 @@ from engine.core.errors import (
     JobNotFoundError,
 )
 from engine.core.ports import AdminStore
-from engine.definitions import JobRegistry
+from engine.definitions import JobDefinition, JobRegistry
+from engine.definitions.base import one_line_error
 from engine.fleet.budgets import BudgetDay
 from engine.intake import BadMessageError, parse_message
 from engine.models import (
@@ -39,6 +40,7 @@ from engine.models import (
     DeadLetterView,
     JobDetailsView,
     JobInspection,
+    JobMessage,
     JobView,
     UserId,
     iso_timestamp,
@@ -53,6 +55,78 @@ from engine.wiring import Aws, build_queues, build_store
 # The most a daily budget may be (as AIJOBS_DEFAULT_DAILY_BUDGET_USD).
 MAX_DAILY_BUDGET_USD = Decimal(1_000_000_000)
 _USER_ID: TypeAdapter[str] = TypeAdapter(UserId)
+# What makes an id, said in the words of a person who wrote a bad one (engine.models.UserId, JobId).
+_ID_RULES = {
+    "user_id": "a user id: 1-128 characters of A-Z a-z 0-9 . _ : @ -",
+    "job_id": "a job id: 1-128 characters of A-Z a-z 0-9 . _ : -",
+}
+# A value quoted back in an error is cut to this many characters.
+_QUOTED_CHARS = 64
+
+
+class InvalidArgumentError(InputValidationError, ValueError):
+    """An argument of a client call that no job could take, found before anything is written.
+
+    `argument` names it as the call does (`user_id`, `job_id`, `input`, `max_attempts`,
+    `deadline_seconds`, `lane`), so that a caller can point at what it was given (the CLI names its
+    flag); `detail` says what is wrong. An `InputValidationError` (code input_validation_failed),
+    as the worker would record it, and a `ValueError`.
+    """
+
+    def __init__(self, argument: str, detail: str) -> None:
+        super().__init__(f"{argument}: {detail}")
+        self.argument = argument
+        self.detail = detail
+
+
+def quoted(value: object) -> str:
+    """A value a caller gave, quoted back to them in one bounded piece."""
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    cut = text if len(text) <= _QUOTED_CHARS else text[: _QUOTED_CHARS - 3] + "..."
+    return repr(cut)
+
+
+def check_user_id(user_id: str) -> str:
+    """`user_id` when it is a user id; else InvalidArgumentError saying what one is."""
+    try:
+        return _USER_ID.validate_python(user_id, strict=True)
+    except ValidationError as exc:
+        raise InvalidArgumentError("user_id", f"{quoted(user_id)} is not {_ID_RULES['user_id']}") from exc
+
+
+def _check_message(message: dict[str, Any]) -> None:
+    """The submission's fields as a message (engine.models.JobMessage), each refused by its name."""
+    try:
+        JobMessage.model_validate(message)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        argument = str(first["loc"][0]) if first["loc"] else "message"
+        if argument in _ID_RULES:
+            raise InvalidArgumentError(argument, f"{quoted(message[argument])} is not {_ID_RULES[argument]}") from exc
+        raise InvalidArgumentError(argument, first["msg"]) from exc
+
+
+def input_problem(definition: JobDefinition, job_input: Any) -> str | None:
+    """What is wrong with an input for a job type, naming the fields written and the fields it takes:
+    a field it does not take first (a misspelt name also shows as a missing one), then a missing
+    field, then any other; None when the input model accepts it."""
+    if not isinstance(job_input, dict):
+        return f"must be a JSON object, not {type(job_input).__name__}"
+    try:
+        definition.input_model.model_validate(job_input)
+    except ValidationError as exc:
+        errors = exc.errors()
+        model_fields = definition.input_model.model_fields
+        takes = f"{definition.name} takes {', '.join(field.alias or name for name, field in model_fields.items())}"
+        for kind, word in (("extra_forbidden", "unknown"), ("missing", "missing")):
+            for error in errors:
+                if error["type"] == kind:
+                    path = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"][:-1])
+                    name = quoted(str(error["loc"][-1]))
+                    where = f" in {path.removeprefix('.')}" if path else f" ({takes})"
+                    return f"{word} field {name}{where}"
+        return one_line_error(exc, "")
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,8 +251,9 @@ class AiJobsClient:
         """Create the job and enqueue it on its lane's queue; idempotent on `job_id` (a new id is made
         when absent). `lane`: interactive (someone waits for it) or background (docs/lanes.md).
 
-        Raises a JobError (input_validation_failed, unknown_job_type, ...) for a job that could
-        never run, and JobConflictError when the id is taken by a different job.
+        Raises UnknownJobTypeError for a job type this client does not know, InvalidArgumentError
+        (an InputValidationError) naming the argument of a job that could never run, and
+        JobConflictError when the id is taken by a different job.
         """
         message: dict[str, Any] = {"job_type": job_type, "user_id": user_id, "input": job_input}
         if job_id is not None:
@@ -188,11 +263,17 @@ class AiJobsClient:
         if deadline_seconds is not None:
             message["deadline_seconds"] = deadline_seconds
         message["lane"] = str(lane)
-        # The same checks the worker makes, before anything is written.
+        # The worker's own checks, before anything is written; each refusal names what it refuses.
+        definition = self._registry.get(job_type)
+        _check_message(message)
+        if problem := input_problem(definition, job_input):
+            raise InvalidArgumentError("input", problem)
         try:
             request = parse_message(json.dumps(message), uuid.uuid4().hex, self._registry)
         except BadMessageError as bad:
-            raise bad.error from bad
+            # The fields are checked above: what the worker's checks still refuse is in the input
+            # (its size, a value no store can hold).
+            raise InvalidArgumentError("input", bad.error.message) from bad
         if request.new_job is None or request.raw_input is None:
             raise InputValidationError("a submission needs a job type, a user and an input")
         job, created = self._store.create_job(request.job_id, request.new_job, request.raw_input, self._now_ms())
@@ -326,11 +407,9 @@ class AiJobsClient:
     def set_budget(self, user_id: str, daily_usd: Decimal) -> BudgetDay:
         """Give a user a daily cap of their own (UTC days); today's headroom moves by the change."""
         if not daily_usd.is_finite() or not 0 <= daily_usd <= MAX_DAILY_BUDGET_USD:
-            raise ValueError(f"a daily budget is an amount from 0 to {MAX_DAILY_BUDGET_USD} US dollars")
-        try:
-            _USER_ID.validate_python(user_id)
-        except ValidationError as exc:
-            raise ValueError(f"{user_id!r} is not a user id (1-128 characters of A-Z a-z 0-9 . _ : @ -)") from exc
+            amounts = f"an amount from 0 to {MAX_DAILY_BUDGET_USD} US dollars"
+            raise InvalidArgumentError("daily_usd", f"a daily budget is {amounts}")
+        check_user_id(user_id)
         budgets, now = self._budget_table(), self._now_ms()
         budgets.set_cap(user_id, daily_usd, now)
         return budgets.day(user_id, daily_usd, now)

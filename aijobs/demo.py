@@ -31,7 +31,7 @@ from aijobs.client import AiJobsClient
 from aijobs.events import EventsTap
 from aijobs.local.devstack import LOCAL_MODEL, DevStack, DevStackOptions
 from aijobs.local.provider import ServedRequest
-from aijobs.render import status_text
+from aijobs.render import status_text, usd
 from engine.batching.intake import BatchTiming
 from engine.core import AttemptRecord, ErrorCode, JobStatus, Lane, Via
 from engine.core.errors import JobNotFoundError
@@ -265,8 +265,9 @@ def submit(client: AiJobsClient, stack: DevStack, jobs: list[SampleJob], submitt
 
 def progress_table(jobs: list[SampleJob], views: dict[str, JobView | None]) -> Table:
     table = Table(title="aijobs demo: sample jobs on the embedded stack")
-    for column in ("job", "type", "status", "error", "tries", "tokens", "as meant", "what happens"):
-        table.add_column(column, no_wrap=True)
+    # The note wraps when the terminal is narrow: the columns before it stay whole.
+    for column in ("job", "type", "status", "error", "attempts", "tokens", "as meant", "what happens"):
+        table.add_column(column, no_wrap=column != "what happens")
     for job in jobs:
         view = views.get(job.job_id)
         done = view is not None and view.status.is_terminal
@@ -343,7 +344,9 @@ def run_demo(console: Console, timeout_seconds: float = 120.0) -> bool:
                 time.sleep(POLL_SECONDS)
         events = completion_events(stack, {job.job_id for job in jobs if job.job_id in ended_after})
         console.print()
-        console.print(summary(jobs, views, ended_after, time.monotonic() - started))
+        console.print(
+            summary(jobs, views, ended_after, time.monotonic() - started, stack.options.provider_latency_seconds)
+        )
         assert stack.provider is not None
         console.print(fleet_summary(client, cap, stack.provider.log))
         store = build_store(stack.settings, Aws(stack.settings, stack.session))
@@ -385,9 +388,14 @@ def events_summary(jobs: list[SampleJob], events: list[dict[str, Any]]) -> Table
 
 
 def summary(
-    jobs: list[SampleJob], views: dict[str, JobView | None], ended_after: dict[str, float], elapsed: float
+    jobs: list[SampleJob],
+    views: dict[str, JobView | None],
+    ended_after: dict[str, float],
+    elapsed: float,
+    provider_seconds: float,
 ) -> Table:
-    """`ended_after`: each ended job's time from its submission to its end (seconds)."""
+    """`ended_after`: each ended job's time from its submission to its end (seconds); `provider_seconds`:
+    how long the local provider takes to answer a call."""
     present = [view for view in views.values() if view is not None]
     statuses = Counter(view.status.value for view in present)
     table = Table(title="summary", show_header=False)
@@ -399,7 +407,8 @@ def summary(
     table.add_row(
         "tokens", f"{sum(v.usage.input_tokens for v in present)} in / {sum(v.usage.output_tokens for v in present)} out"
     )
-    table.add_row("cost", f"${sum(v.usage.cost_usd for v in present):.6f} (list prices of gpt-4o-mini)")
+    cost = sum((Decimal(repr(v.usage.cost_usd)) for v in present), Decimal(0))
+    table.add_row("cost", f"{usd(cost)} (list prices of gpt-4o-mini)")
     for lane in Lane:
         latencies = sorted(ended_after[job.job_id] for job in jobs if job.lane is lane and job.job_id in ended_after)
         if latencies:
@@ -408,12 +417,27 @@ def summary(
                 f"{lane} latency",
                 f"p50 {statistics.median(latencies):.2f}s, p95 {p95:.2f}s over {len(latencies)} jobs (submit to end)",
             )
+    table.add_row("what they include", latency_note(jobs, provider_seconds))
     during = [
         f"{ended_after[job.job_id]:.2f}s" for job in jobs if "-meanwhile-" in job.job_id and job.job_id in ended_after
     ]
     if during:
         table.add_row("during the backfill", f"interactive jobs answered in {', '.join(during)} (submit to end)")
     return table
+
+
+def latency_note(jobs: list[SampleJob], provider_seconds: float) -> str:
+    """What the demo's latencies are made of: waits it asks for, not slowness."""
+    at_once = sum(job.lane is Lane.INTERACTIVE and job.after is None for job in jobs)
+    return (
+        f"waits the demo makes on purpose: {at_once} interactive jobs sent at once share a limit of "
+        f"{DEMO_RPM} requests/min ({DEMO_RPM / 60:g} a second), so the last of them waits its turn; jobs "
+        "given a fault wait out a backoff (or the provider's Retry-After) before their next attempt; the "
+        "capped user's wait for budget until their deadline; background jobs leave the shared limit to "
+        f"interactive ones, or wait for their batch (a {DEMO_BATCH_TIMING.window_ms // 1000} s window, then "
+        f"the batch). The local provider answers a call in {provider_seconds:g} s: the line below is an "
+        "interactive job with nothing ahead of it"
+    )
 
 
 def meant_for_a_batch(job: SampleJob) -> bool:
@@ -455,7 +479,7 @@ def batch_summary(stack: DevStack, jobs: list[SampleJob], attempts: dict[str, li
     if realtime:
         table.add_row(
             "cost",
-            f"${paid:.6f} against ${realtime:.6f} for the same tokens in real time ({paid / realtime:.2f} of it)",
+            f"{usd(paid)} against {usd(realtime)} for the same tokens in real time ({paid / realtime:.2f} of it)",
         )
     return table
 
@@ -480,8 +504,8 @@ def fleet_summary(client: AiJobsClient, cap: Decimal, log: list[ServedRequest]) 
     if day is not None:
         table.add_row(
             "budget",
-            f"user {CAPPED_USER}: a daily cap of ${cap:.6f} (one classify job's worst case), "
-            f"spent ${day.spent_usd:.6f}, left ${day.left_usd:.6f}; their later jobs found no budget left "
+            f"user {CAPPED_USER}: a daily cap of {usd(cap)} (one classify job's worst case), "
+            f"spent {usd(day.spent_usd)}, left {usd(day.left_usd)}; their later jobs found no budget left "
             "and, their deadline too near to wait for it, ended budget_exceeded",
         )
     return table

@@ -12,6 +12,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from aijobs.render import usd
+
 # The longest long poll SQS allows.
 MAX_WAIT_SECONDS = 20
 
@@ -62,7 +64,7 @@ def event_line(event: dict[str, Any]) -> str:
         f"user={detail.get('user_id')}",
         f"attempts={detail.get('attempt_count')}",
         f"tokens={usage.get('input_tokens', 0)}+{usage.get('output_tokens', 0)}",
-        f"cost=${usage.get('cost_usd', 0)}",
+        f"cost={usd(usage.get('cost_usd', 0))}",
     ]
     if error:
         parts.append(f"error={error.get('code')}")

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import replace
-from decimal import Decimal
+from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
 from rich.console import Group
@@ -27,7 +28,36 @@ STATUS_STYLES = {
 }
 
 
-def json_line(data: Any) -> str:
+# Costs are shown to at least the cent's ten-thousandth, and to ten places at most: a token of the
+# cheapest models costs about $0.0000001.
+USD_PLACES = (6, 10)
+# json_line's separators as json.dumps has them by default, and compact ones (one event a line).
+SPACED = (", ", ": ")
+COMPACT = (",", ":")
+
+
+def usd(amount: Decimal | float) -> str:
+    """An amount in US dollars as people read it, never in E notation: $0.000017, $0.0000001, $12.500000."""
+    exact = amount if isinstance(amount, Decimal) else Decimal(repr(float(amount)))
+    most = Decimal(1).scaleb(-USD_PLACES[1])
+    whole, _, fraction = format(exact.quantize(most, rounding=ROUND_HALF_EVEN), "f").partition(".")
+    return f"${whole}.{fraction.rstrip('0').ljust(USD_PLACES[0], '0')}"
+
+
+def json_line(data: Any, separators: tuple[str, str] = SPACED) -> str:
+    """JSON as the command prints it: as json.dumps writes it, but every number in plain notation
+    (a cost of 1.74e-05 is written 0.0000174; a Decimal, which is written as a string, as "0.0000001")."""
+    items, keys = separators
+    if isinstance(data, dict):
+        pairs = (f"{json_line(str(key))}{keys}{json_line(value, separators)}" for key, value in data.items())
+        return "{" + items.join(pairs) + "}"
+    if isinstance(data, list | tuple):
+        return "[" + items.join(json_line(value, separators) for value in data) + "]"
+    if isinstance(data, float) and math.isfinite(data) and "e" in repr(data):
+        plain = format(Decimal(repr(data)), "f")
+        return plain if "." in plain else f"{plain}.0"
+    if isinstance(data, Decimal) and data.is_finite():
+        return json.dumps(format(data, "f"))
     return json.dumps(data, ensure_ascii=False, default=str)
 
 
@@ -35,7 +65,11 @@ def status_text(status: JobStatus) -> str:
     return f"[{STATUS_STYLES.get(status, '')}]{status.value}[/]"
 
 
-def job_table(view: JobView) -> Table:
+def job_table(view: JobView, attempts: Sequence[AttemptView] | None = None) -> Table:
+    """One job: its view, and with its attempt records the calls they made to the provider.
+
+    "attempts" are those counted against its budget (`attempt_count` of `max_attempts`); "calls" are
+    every request to the provider, re-asks and rate-limited ones included (docs/messages.md)."""
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()
@@ -47,12 +81,13 @@ def job_table(view: JobView) -> Table:
         ("status", status),
         ("lane", view.lane.value),
         ("attempts", f"{view.attempt_count} of {view.max_attempts}"),
+        *([("calls", str(sum(attempt.calls for attempt in attempts)))] if attempts is not None else []),
         ("via", via_text(view)),
         ("created", view.created_at or "-"),
         ("started", view.started_at or "-"),
         ("finished", view.finished_at or "-"),
-        ("tokens", tokens_text(view) + f" ({view.usage.attempts} attempts)"),
-        ("cost", f"${view.usage.cost_usd:.6f}"),
+        ("tokens", tokens_text(view)),
+        ("cost", usd(view.usage.cost_usd)),
     ]
     if view.error:
         rows.append(("error", Text.assemble((view.error.code.value, "red"), f": {view.error.message}")))
@@ -88,10 +123,10 @@ def tokens_text(view: JobView) -> str:
 def inspection_group(inspection: JobInspection) -> Group:
     """`aijobs inspect`: the job, what it is doing now, its attempts and the dead letters that name it."""
     view = inspection.job
-    parts: list[Table | Text] = [job_table(view)]
+    parts: list[Table | Text] = [job_table(view, inspection.attempts)]
     if now := _now_text(view, inspection.lease):
         parts.append(Text(now))
-    parts.append(attempts_table(inspection.attempts))
+    parts.append(attempts_table(inspection.attempts, view.attempt_count))
     if inspection.dead_letters:
         parts.append(dead_letters_table(inspection.dead_letters, title="dead letters naming this job"))
     return Group(*parts)
@@ -117,11 +152,20 @@ def _now_text(view: JobView, lease: LeaseView | None) -> str | None:
     return f"queued: retrying after {view.error.code.value}: {view.error.message}"
 
 
-def attempts_table(attempts: Sequence[AttemptView]) -> Table:
-    """Each attempt a row; those of a provider's batch are named under the table (batch ids are long)."""
-    batched = [f"#{attempt.attempt} ran in batch {attempt.batch_id}" for attempt in attempts if attempt.batch_id]
-    caption = "; ".join(batched) if batched else None
-    table = Table(title="attempts", caption=caption if attempts else "no attempt recorded")
+def attempts_table(attempts: Sequence[AttemptView], counted: int) -> Table:
+    """Each attempt record a row: one each time a worker took the job to the provider. `counted`: the
+    attempts counted against the budget, which leave out the rate-limited ones (and those before an
+    `aijobs retry`); the caption says so when they differ, and names the batches (their ids are long)."""
+    notes = [f"#{attempt.attempt} ran in batch {attempt.batch_id}" for attempt in attempts if attempt.batch_id]
+    if attempts and len(attempts) != counted:
+        why = (
+            "rate-limited calls, and attempts before a retry, are not counted"
+            if len(attempts) > counted
+            else "an attempt that made no call is not recorded"
+        )
+        notes.insert(0, f"{len(attempts)} records, {counted} counted as attempts: {why}")
+    caption = "; ".join(notes) if notes else None
+    table = Table(title="attempt records", caption=caption if attempts else "no attempt recorded")
     # The model wraps first when the terminal is narrow: times, codes and figures stay whole.
     for column in ("#", "started", "duration", "model", "via", "calls", "input", "cached", "output", "reasoning"):
         left = column in {"started", "model", "via"}
@@ -142,7 +186,7 @@ def attempts_table(attempts: Sequence[AttemptView]) -> Table:
             str(attempt.cached_input_tokens),
             str(attempt.output_tokens),
             str(attempt.reasoning_tokens),
-            f"${attempt.cost_usd:.6f}",
+            usd(attempt.cost_usd),
             attempt.outcome.value,
             attempt.error_code.value if attempt.error_code else "",
         )
@@ -229,7 +273,8 @@ def redrive_json(result: RedriveResult) -> dict[str, Any]:
 def jobs_table(views: Sequence[JobView], title: str | None = None) -> Table:
     table = Table(title=title)
     for column in ("job", "type", "user", "lane", "status", "attempts", "tokens", "cost", "created", "error"):
-        table.add_column(column, no_wrap=column in {"job", "status"})
+        # Ids, codes and figures stay whole: the names and times wrap first when the terminal is narrow.
+        table.add_column(column, no_wrap=column in {"job", "status", "attempts", "cost", "error"})
     for view in views:
         table.add_row(
             view.job_id,
@@ -239,7 +284,7 @@ def jobs_table(views: Sequence[JobView], title: str | None = None) -> Table:
             status_text(view.status),
             f"{view.attempt_count}/{view.max_attempts}",
             f"{view.usage.input_tokens + view.usage.output_tokens}",
-            f"${view.usage.cost_usd:.6f}",
+            usd(view.usage.cost_usd),
             view.created_at or "-",
             view.error.code.value if view.error else "",
         )
@@ -247,8 +292,10 @@ def jobs_table(views: Sequence[JobView], title: str | None = None) -> Table:
 
 
 # The columns of `aijobs usage`: (title, UsageRow attribute); the numbers are summed in a total row.
+# "records": attempt records, one each time a worker took a job to the provider (rate-limited ones
+# included, which do not count against a job's attempts).
 USAGE_COLUMNS = (
-    ("attempts", "attempts"),
+    ("records", "attempts"),
     ("input", "input_tokens"),
     ("cached", "cached_input_tokens"),
     ("cache write", "cache_write_input_tokens"),
@@ -258,7 +305,9 @@ USAGE_COLUMNS = (
     ("cache saved", "cache_savings_usd"),
     ("unpriced", "unpriced_attempts"),
 )
-UNPRICED_NOTE = "unpriced: attempts of a model with no price, whose cost is unknown and counted as 0 (AIJOBS_PRICES)"
+UNPRICED_NOTE = (
+    "unpriced: attempt records of a model with no price, whose cost is unknown and counted as 0 (AIJOBS_PRICES)"
+)
 
 
 def usage_table(rows: Sequence[UsageRow], title: str) -> Table:
@@ -293,7 +342,7 @@ def _sum(rows: Sequence[UsageRow]) -> UsageRow:
 
 def _usage_cells(row: UsageRow, columns: Sequence[tuple[str, str]]) -> list[str]:
     values = (getattr(row, name) for _, name in columns)
-    return [f"${value:.6f}" if isinstance(value, Decimal) else str(value) for value in values]
+    return [usd(value) if isinstance(value, Decimal) else str(value) for value in values]
 
 
 def usage_json(row: UsageRow) -> dict[str, Any]:
@@ -327,5 +376,5 @@ def budgets_table(days: Sequence[BudgetDay]) -> Table:
         table.add_column(column, justify="right")
     for day in days:
         amounts = (day.cap_usd, day.spent_usd, day.reserved_usd, day.left_usd)
-        table.add_row(day.user_id, *(f"${amount:.6f}" for amount in amounts))
+        table.add_row(day.user_id, *(usd(amount) for amount in amounts))
     return table

@@ -13,16 +13,20 @@
 Nothing here reads or changes os.environ: the functions' own settings (`AI_*`, `AIJOBS_*`) come in
 as `DevStackOptions.function_environment`, as the template would set them; `environment` holds the
 variables another process needs to use the stack (printed by `aijobs dev`), and
-`settings`/`session` serve this one.
+`settings`/`session` serve this one. Everything is in memory: a stack that stops keeps nothing.
 """
 
 from __future__ import annotations
 
+import logging
+import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 
 import boto3
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -45,6 +49,7 @@ from engine.config import Settings, load_settings
 from engine.definitions import JobRegistry
 from engine.gateway import build_gateway
 from engine.observability import Event, Handle, lambda_function
+from engine.observability import logger as engine_logger
 from engine.wiring import build_batcher, build_events, build_recorder, build_worker
 
 # The model id the local provider answers as; priced like the real one, so the demo shows costs.
@@ -101,6 +106,39 @@ def function_variables(environ: Mapping[str, str]) -> dict[str, str]:
         for name, value in environ.items()
         if name.upper().startswith(FUNCTION_VARIABLE_PREFIXES) and name.upper() not in COMMAND_VARIABLES
     }
+
+
+# The loggers of the local event source mappings and schedules (what Lambda's own service would log),
+# and of the functions' warnings (Powertools warns of an invocation with no metrics, say).
+FUNCTION_LOGGERS = ("aijobs.local", "py.warnings")
+
+
+@contextmanager
+def function_output_to(path: Path) -> Iterator[TextIO]:
+    """The functions' output to `path` instead of this process's stdout, as Lambda sends it to
+    CloudWatch Logs: the engine's log lines, its metric documents (EMF, which Powertools prints), its
+    warnings, and what the local event source mappings log about invocations. Yields the stdout it had,
+    for the lines the command itself prints there."""
+    terminal = sys.stdout
+    handler = engine_logger.registered_handler
+    lines = handler if isinstance(handler, logging.StreamHandler) else None
+    loggers = [logging.getLogger(name) for name in FUNCTION_LOGGERS]
+    with path.open("a", encoding="utf-8", buffering=1) as log, redirect_stdout(log):
+        previous = lines.setStream(log) if lines is not None else None
+        to_log = logging.StreamHandler(log)
+        for logger in loggers:
+            logger.addHandler(to_log)
+            logger.propagate = False
+        logging.captureWarnings(True)
+        try:
+            yield terminal
+        finally:
+            logging.captureWarnings(False)
+            for logger in loggers:
+                logger.propagate = True
+                logger.removeHandler(to_log)
+            if lines is not None and previous is not None:
+                lines.setStream(previous)
 
 
 def local_session() -> boto3.Session:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 from typing import Any
@@ -73,14 +75,51 @@ def test_submit_refuses_a_reused_id_with_other_content(endpoint_env: StackResour
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--type", "classify", "--input", json.dumps({"text": "x", "labels": ["a"]})], "input.labels"),
-        (["--type", "translate", "--input", CLASSIFY_INPUT], "no job type 'translate' is registered (known:"),
-        (["--type", "classify", "--input", "{not json"], "--input is not valid JSON"),
-        (["--type", "classify", "--input", "[1]"], "--input must be a JSON object"),
-        (["--type", "classify", "--input", "@/nonexistent/input.json"], "No such file"),
+        (
+            ["--type", "classify", "--input", json.dumps({"text": "x", "labels": ["a"]})],
+            "error: --input: labels: List should have at least 2 items after validation, not 1",
+        ),
+        (
+            ["--type", "classify", "--input", json.dumps({"txt": "x", "labels": ["a", "b"]})],
+            "error: --input: unknown field 'txt' (classify takes text, labels)",
+        ),
+        (
+            ["--type", "classify", "--input", json.dumps({"labels": ["a", "b"]})],
+            "error: --input: missing field 'text' (classify takes text, labels)",
+        ),
+        (
+            ["--type", "answer_with_citations", "--input", json.dumps({"question": "q", "documents": [{"id": "a"}]})],
+            "error: --input: missing field 'text' in documents[0]",
+        ),
+        (
+            ["--type", "translate", "--input", CLASSIFY_INPUT],
+            "error: --type: no job type 'translate' is registered (known: answer_with_citations, classify,",
+        ),
+        (["--type", "classify", "--input", "{not json"], "error: --input: not valid JSON: Expecting property name"),
+        (
+            ["--type", "classify", "--input", '{"text": NaN}'],
+            "error: --input: not valid JSON: NaN is not a JSON number",
+        ),
+        (["--type", "classify", "--input", "[1]"], "error: --input: must be a JSON object, not list"),
+        (
+            ["--type", "classify", "--input", "@/nonexistent/input.json"],
+            "error: --input: cannot read @/nonexistent/input.json: no such file",
+        ),
+        (
+            ["--type", "classify", "--input", CLASSIFY_INPUT, "--user", "u 2"],
+            "error: --user: 'u 2' is not a user id: 1-128 characters of A-Z a-z 0-9 . _ : @ -",
+        ),
+        (
+            ["--type", "classify", "--input", CLASSIFY_INPUT, "--max-attempts", "11"],
+            "error: --max-attempts: Input should be less than or equal to 10",
+        ),
+        (
+            ["--type", "classify", "--input", CLASSIFY_INPUT, "--deadline-seconds", "5"],
+            "error: --deadline-seconds: Input should be greater than or equal to 60",
+        ),
     ],
 )
-def test_submit_errors_are_one_line_and_write_nothing(
+def test_submit_errors_are_one_line_naming_the_flag_and_write_nothing(
     endpoint_env: StackResources, args: list[str], message: str
 ) -> None:
     result = run("submit", "--user", "u-1", "--job-id", "cli-bad", *args)
@@ -88,10 +127,88 @@ def test_submit_errors_are_one_line_and_write_nothing(
     assert result.exit_code == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1
-    assert lines[0].startswith("error: ")
-    assert message in lines[0]
+    assert lines[0].startswith(message), lines[0]
     assert run("status", "cli-bad").exit_code == 1
     assert queued_messages(endpoint_env.queue_url) == []
+
+
+def test_a_bad_job_id_is_named_by_its_flag(endpoint_env: StackResources) -> None:
+    result = run("submit", "--type", "classify", "--user", "u-1", "--input", CLASSIFY_INPUT, "--job-id", "a b")
+
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines() == [
+        "error: --job-id: 'a b' is not a job id: 1-128 characters of A-Z a-z 0-9 . _ : -"
+    ]
+    assert queued_messages(endpoint_env.queue_url) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["list", "--user", "a b"],
+        ["usage", "--user", "a b"],
+        ["budget", "show", "--user", "a b"],
+        ["budget", "set", "--user", "a b", "--daily-usd", "1"],
+    ],
+)
+def test_a_bad_user_is_one_line_naming_the_flag_in_every_command(endpoint_env: StackResources, args: list[str]) -> None:
+    result = run(*args)
+
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines() == [
+        "error: --user: 'a b' is not a user id: 1-128 characters of A-Z a-z 0-9 . _ : @ -"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["list", "--status", "bogus"], "error: Invalid value for '--status': "),
+        (["list", "--limit", "0"], "error: Invalid value for '--limit': "),
+        (["submit", "--user", "u-1"], "error: Missing option '--type'."),
+        (["dev", "--quite"], "error: No such option: --quite (Possible options: --quiet"),
+        (["status"], "error: Missing argument 'job_id'."),
+    ],
+)
+def test_a_flag_missing_unknown_or_of_a_bad_value_is_one_line_pointing_to_the_help(
+    endpoint_env: StackResources, args: list[str], message: str
+) -> None:
+    result = run(*args)
+
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(message), lines[0]
+    # (typer's test runner calls the program `root`, the console script `aijobs`)
+    assert re.search(rf"\(see `\w+ {args[0]} --help`\)$", lines[0]), lines[0]
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("args", [[], ["budget"]])
+def test_a_group_without_a_command_shows_its_help(args: list[str]) -> None:
+    result = run(*args)
+
+    assert result.exit_code == 0
+    assert "Usage:" in result.stdout
+    assert result.stderr == ""
+
+
+def test_an_endpoint_on_this_machine_that_does_not_answer_is_one_line_saying_to_start_aijobs_dev(
+    endpoint_env: StackResources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+
+    result = run("status", "anything")
+
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines() == [
+        f'error: Could not connect to the endpoint URL: "http://127.0.0.1:{port}/": is `aijobs dev` running? '
+        "(start it, then use the exports it prints)"
+    ]
 
 
 def test_submit_reads_the_input_from_a_file(endpoint_env: StackResources, tmp_path: Any) -> None:

@@ -122,14 +122,15 @@ def test_a_job_its_batch_answered_ran_via_that_batch_which_batches_all_lists_as_
     # When its batch has answered it
     done = view_once(job_id, lambda view: view["status"] == "succeeded", "the batched job's success")
 
-    # Then its one attempt ran via the provider's batch, which inspect names (the job alone reads no attempt)
-    assert (done["via"], done["batch"]) == (None, None)
+    # Then its one attempt ran via the provider's batch, which status and inspect both name
     inspection = run("inspect", job_id, "--json")
     [attempt] = inspection["attempts"]
     batch_id = attempt["batch_id"]
     assert (attempt["via"], attempt["outcome"]) == ("batch", "succeeded")
     assert batch_id
     assert (inspection["job"]["via"], inspection["job"]["batch"]) == ("batch", batch_id)
+    assert (done["via"], done["batch"]) == ("batch", batch_id)
+    assert re.search(rf"^via\s+batch {batch_id}\s*$", run("status", job_id), re.MULTILINE)
     assert f"batch {batch_id}" in run("inspect", job_id)
     # And `aijobs batches` no longer lists its batch in flight; with --all, ended, its one job finished
     assert batch_id not in [batch["batch_id"] for batch in run("batches", "--json")]

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -29,6 +30,7 @@ from aijobs.local.devstack import DevStack, DevStackOptions
 from aijobs.local.provider import LocalProvider
 from aijobs.stack import StackResources
 from tests.support.contract import USAGE_FIELDS, USAGE_ROW_FIELDS, VIEW_FIELDS
+from tests.support.dev_process import clean_environment
 from tests.support.waiting import eventually
 
 LABELS = ["billing", "bug", "account", "spam"]
@@ -217,6 +219,120 @@ def test_status_of_a_finished_job(dev_env: DevStack) -> None:
     assert job_id in human.stdout
     assert "succeeded" in human.stdout
     assert view["output"]["label"] in human.stdout
+
+
+def test_status_names_the_attempts_counted_apart_from_the_calls_and_says_how_the_job_ran_as_inspect_does(
+    dev_env: DevStack,
+) -> None:
+    # One 429 (recorded, not counted against the budget), then an answer
+    job_id = unique("status-429")
+    assert submit_and_wait(job_id, "u-status", classify_input(job_id, "rate_limited*1"))["status"] == "succeeded"
+
+    human = run("status", job_id)
+    viewed = view_of(job_id)
+    inspected = json_out(run("inspect", job_id, "--json"))
+
+    assert human.exit_code == 0, human.output
+    assert re.search(r"^attempts\s+1 of 3\s*$", human.stdout, re.MULTILINE), human.stdout
+    assert re.search(r"^calls\s+2\s*$", human.stdout, re.MULTILINE), human.stdout
+    assert re.search(r"^via\s+realtime\s*$", human.stdout, re.MULTILINE), human.stdout
+    assert "attempts)" not in human.stdout  # the attempt records are no longer called attempts
+    assert (viewed["attempt_count"], viewed["usage"]["attempts"]) == (1, 2)
+    assert viewed == inspected["job"]
+    assert viewed["via"] == "realtime"
+    inspect_human = run("inspect", job_id).stdout
+    assert "2 records, 1 counted as attempts" in inspect_human
+    assert re.search(r"^via\s+realtime\s*$", inspect_human, re.MULTILINE), inspect_human
+
+
+LATE_JOB_TYPES = """
+from dataclasses import replace
+from engine.definitions.classify import CLASSIFY
+
+JOB_DEFINITIONS = [replace(CLASSIFY, name="classify_late")]
+"""
+RESTART = "note: job type classify_late is not known to the running stack; restart aijobs dev"
+
+
+def test_a_job_type_added_after_the_stack_started_says_to_restart_it(
+    dev_env: DevStack, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a job type this shell loads (AIJOBS_JOB_MODULES) but the running stack's workers did not
+    (tmp_path / "late_job_types.py").write_text(LATE_JOB_TYPES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("AIJOBS_JOB_MODULES", "late_job_types")
+    job_id = unique("late")
+
+    # When a job of it is submitted and waited for
+    waited = run(
+        *submit_args(job_id, "u-late", classify_input(job_id), "classify_late"), "--wait", "--timeout", str(BOUND)
+    )
+
+    # Then it failed unknown_job_type, and the command says why and what to do, at each look at it
+    assert waited.exit_code == 1, waited.output
+    assert "unknown_job_type" in waited.stdout
+    assert waited.stderr.strip().splitlines() == [f"{RESTART} (it loads job types once, when it starts)"]
+    for args in (["status", job_id, "--json"], ["inspect", job_id], ["watch", job_id, "--json"]):
+        looked = run(*args)
+        assert looked.stderr.strip().startswith(RESTART), (args, looked.output)
+    assert view_of(job_id)["error"]["code"] == "unknown_job_type"
+
+
+def test_a_job_type_unknown_to_this_shell_too_gets_no_note(dev_env: DevStack) -> None:
+    # A raw message of a type nobody registered: the worker records it, and this shell knows no better
+    job_id = unique("nobody")
+    boto3.client("sqs").send_message(
+        QueueUrl=os.environ["JOBS_QUEUE_URL"],
+        MessageBody=json.dumps({"job_id": job_id, "job_type": "nobody", "user_id": "u", "input": {}}),
+    )
+    failed = wait_terminal(job_id)
+
+    assert failed["error"]["code"] == "unknown_job_type"
+    assert run("status", job_id).stderr == ""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["list", "--json", "--limit", "1000"], ["list", "--limit", "1000"], ["usage", "--json"], ["events", "--json"]],
+)
+def test_a_reader_that_closes_the_output_ends_the_command_quietly(dev_env: DevStack, args: list[str]) -> None:
+    # Given jobs to list and their completion events to print
+    for _ in range(2):
+        job_id = unique("piped")
+        assert submit_and_wait(job_id, "u-piped", classify_input(job_id))["status"] == "succeeded"
+    eventually(lambda: run("list", "--json").stdout.count('"job_id"') >= 2)
+
+    # When the command's reader has gone before it writes (`aijobs ... | head -1`, at its worst)
+    command = subprocess.Popen(
+        [sys.executable, "-m", "aijobs", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=clean_environment() | dev_env.environment,
+        text=True,
+    )
+    assert command.stdout is not None
+    command.stdout.close()
+    _, stderr = command.communicate(timeout=60)
+
+    # Then it ends with SIGPIPE's status and says nothing: no traceback, no "Exception ignored"
+    assert (command.returncode, stderr) == (141, "")
+
+
+def test_events_to_a_webhook_that_does_not_answer_are_one_line_each_not_a_traceback(dev_env: DevStack) -> None:
+    job_id = unique("hook")
+    assert submit_and_wait(job_id, "u-hook", classify_input(job_id))["status"] == "succeeded"
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{unused.getsockname()[1]}/hook"
+
+    result = eventually(lambda: (ran := run("events", "--webhook", closed)).stderr and ran)
+
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert all(
+        re.fullmatch(rf"error: {closed} did not answer \(ConnectError: .+\); the event stays queued", line)
+        for line in lines
+    ), lines
 
 
 # --- watch ---------------------------------------------------------------------------------------
@@ -579,9 +695,9 @@ def test_budget_set_gives_a_user_a_cap_that_show_reports_for_today(dev_env: DevS
 @pytest.mark.parametrize(
     ("args", "error"),
     [
-        (("--daily-usd", "-1"), "error: a daily budget is an amount from 0 to 1000000000 US dollars"),
-        (("--daily-usd", "NaN"), "error: a daily budget is an amount from 0 to 1000000000 US dollars"),
-        (("--daily-usd", "five"), "error: --daily-usd 'five' is not an amount in US dollars"),
+        (("--daily-usd", "-1"), "error: --daily-usd: a daily budget is an amount from 0 to 1000000000 US dollars"),
+        (("--daily-usd", "NaN"), "error: --daily-usd: a daily budget is an amount from 0 to 1000000000 US dollars"),
+        (("--daily-usd", "five"), "error: --daily-usd: 'five' is not an amount in US dollars"),
     ],
 )
 def test_budget_set_refuses_what_is_not_an_amount_in_one_line(

@@ -20,6 +20,7 @@ import pytest
 
 from aijobs.demo import sample_jobs
 from tests.support.dev_process import AIJOBS, DevProcess, clean_environment
+from tests.support.waiting import eventually
 
 DEMO_SECONDS = 180.0
 DEMO_JOBS = len(sample_jobs("count"))
@@ -132,6 +133,74 @@ def test_dev_prints_its_environment_then_ready_and_runs_jobs_its_dashboard_shows
         assert dev.terminate() == 0, dev.log
 
 
+def test_dev_quiet_writes_the_functions_output_to_the_file_it_names_and_its_batch_flags_win_over_the_environment(
+    tmp_path: Path,
+) -> None:
+    # Given batches off in the environment, and metric documents on (the functions' output to look for)
+    environment = clean_environment() | {"AIJOBS_BATCH_API": "off"}
+    del environment["POWERTOOLS_METRICS_DISABLED"]
+    batches_on = ["--batch-api", "on", "--batch-window-seconds", "1", "--batch-poll-seconds", "1"]
+    args = ["--port", "0", "--provider-port", "0", "--quiet", *batches_on, "--batch-rescue-seconds", "60"]
+
+    with DevProcess([*args, "--batch-delay", "0"], environment, tmp_path) as dev:
+        # Then it prints what another shell needs, and where the functions' output goes
+        assert dev.exported["AIJOBS_BATCH_API"] == "on"
+        assert dev.exported["AIJOBS_BATCH_WINDOW_SECONDS"] == "1"
+        assert dev.log_path is not None
+
+        # When a background job with a day to spare runs
+        job_input = {"text": "Please cancel my subscription", "labels": ["billing", "account"]}
+        submitted = dev.aijobs(
+            *("submit", "--type", "classify", "--user", "u-quiet", "--input", json.dumps(job_input)),
+            *("--lane", "background", "--job-id", "dev-quiet-1", "--wait", "--timeout", "120", "--json"),
+            timeout=180,
+        )
+
+        # Then it went through a batch (the flag, not the environment), and its logs and metric
+        # documents are in the file, not on the terminal
+        assert submitted.returncode == 0, submitted.stderr
+        view = json.loads(submitted.stdout)
+        assert (view["status"], view["via"]) == ("succeeded", "batch")
+        log_path = dev.log_path
+        log = eventually(lambda: (text := log_path.read_text()) and '"CloudWatchMetrics"' in text and text)
+        assert '"message":"job attempt finished"' in log
+        assert '"job_id":"dev-quiet-1"' in log
+        assert dev.later_lines() == []
+        assert '"level"' not in dev.log
+        assert "CloudWatchMetrics" not in dev.log
+        assert dev.terminate() == 0, dev.log
+    log_path.unlink()  # kept by `aijobs dev` for its user to read: not by a test
+
+
+@pytest.mark.parametrize(
+    ("args", "environment", "line"),
+    [
+        (
+            ["--batch-window-seconds", "0"],
+            {},
+            "error: --batch-window-seconds: Input should be greater than or equal to 1",
+        ),
+        (["--batch-api", "maybe"], {}, "error: --batch-api: Value error, must be on or off, not 'maybe'"),
+        ([], {"AIJOBS_BATCH_API": "maybe"}, "error: AIJOBS_BATCH_API: Value error, must be on or off, not 'maybe'"),
+    ],
+)
+def test_a_bad_batch_setting_is_one_line_naming_the_flag_or_the_variable_it_came_from(
+    args: list[str], environment: dict[str, str], line: str
+) -> None:
+    ran = subprocess.run(
+        [*AIJOBS, "dev", "--port", "0", "--provider-port", "0", *args],
+        capture_output=True,
+        text=True,
+        env=clean_environment() | environment,
+        timeout=120,
+        check=False,
+    )
+
+    assert ran.returncode == 1
+    assert ran.stderr.strip().splitlines() == [line]
+    assert "export" not in ran.stdout
+
+
 def test_demo_ends_every_job_as_meant(demo_run: tuple[subprocess.Popen[str], Path, float]) -> None:
     process, output, started = demo_run
 
@@ -145,3 +214,8 @@ def test_demo_ends_every_job_as_meant(demo_run: tuple[subprocess.Popen[str], Pat
     assert f"{DEMO_JOBS} of {DEMO_JOBS}" in text
     assert "summary" in text
     assert "`aijobs dev --ui`" in text  # how to look at jobs like these in a browser
+    # What its latencies are made of, so that they do not read as slowness
+    explained = " ".join(line.strip("│ ") for line in text.splitlines() if "│" in line)
+    assert "what they include" in explained
+    for part in ("requests/min", "Retry-After", "wait for budget until their deadline", "wait for their batch"):
+        assert part in explained, part

@@ -7,7 +7,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from aijobs.cli import app
 from aijobs.local.devstack import LOCAL_API_KEY, DevStack, DevStackOptions, function_variables
 from engine.definitions import JobRegistry
 
@@ -68,3 +70,12 @@ def test_the_local_provider_keeps_its_own_address_and_key_and_the_rest_is_passed
         # What another shell is told to export is what the functions run with.
         assert stack.environment["AI_MODEL_PRIMARY"] == "my-model"
         assert stack.environment["AI_API_KEY"] == LOCAL_API_KEY
+
+
+def test_the_dev_command_says_its_state_is_in_memory_only_and_job_types_load_at_start() -> None:
+    shown = CliRunner().invoke(app, ["dev", "--help"])
+
+    assert shown.exit_code == 0, shown.output
+    words = " ".join(shown.stdout.replace("│", " ").split())
+    assert "Its state (jobs, queues, usage, budgets, dead letters) is in memory only" in words
+    assert "Job types are loaded once, at start: restart it after adding one" in words

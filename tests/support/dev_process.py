@@ -39,7 +39,8 @@ def _read_lines(stream: IO[str], lines: queue.Queue[str | None]) -> None:
 
 class DevProcess:
     """`aijobs dev ARGS` with `environment`; `exported` holds the `export NAME=VALUE` lines it printed,
-    `ui_url` the dashboard's address (`ui URL`, with `--ui`)."""
+    `ui_url` the dashboard's address (`ui URL`, with `--ui`), `log_path` its functions' log (`logs PATH`,
+    with `--quiet`); `later_lines()`, what it printed on stdout after `ready`."""
 
     def __init__(self, args: list[str], environment: dict[str, str], log_dir: Path) -> None:
         self._args = args
@@ -47,6 +48,8 @@ class DevProcess:
         self._log = log_dir / "dev.err"
         self.exported: dict[str, str] = {}
         self.ui_url = ""
+        self.log_path: Path | None = None
+        self._lines: queue.Queue[str | None] = queue.Queue()
         self._process: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> DevProcess:
@@ -71,7 +74,7 @@ class DevProcess:
     def _read_exports(self) -> None:
         assert self._process is not None
         assert self._process.stdout is not None
-        lines: queue.Queue[str | None] = queue.Queue()
+        lines = self._lines
         # Drained to the end, so the stack's logs never fill the pipe.
         threading.Thread(target=_read_lines, args=(self._process.stdout, lines), daemon=True).start()
         deadline = time.monotonic() + READY_SECONDS
@@ -88,11 +91,25 @@ class DevProcess:
             if line.startswith("ui "):
                 self.ui_url = line.removeprefix("ui ")
                 continue
+            if line.startswith("logs "):
+                self.log_path = Path(line.removeprefix("logs "))
+                continue
             words = shlex.split(line)
             assert len(words) == 2, line
             assert words[0] == "export", line
             name, _, value = words[1].partition("=")
             self.exported[name] = value
+
+    def later_lines(self) -> list[str]:
+        """The lines it printed on stdout since `ready` (or since this was last called), so far."""
+        lines = []
+        while True:
+            try:
+                line = self._lines.get_nowait()
+            except queue.Empty:
+                return lines
+            if line is not None:
+                lines.append(line)
 
     def aijobs(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """Another shell with the exports: an `aijobs` command against this stack."""

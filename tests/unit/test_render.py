@@ -1,17 +1,35 @@
 """How `aijobs inspect` and `aijobs dead-letters` read to people: what a job is doing now, its
-attempts, and dead letters shown as written (their text is never markup)."""
+attempts, and dead letters shown as written (their text is never markup); costs and JSON numbers
+never in E notation; attempts counted against the budget named apart from calls and records."""
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from rich.console import Console, RenderableType
 
 from aijobs.client import RedriveOutcome, RedriveResult
-from aijobs.render import dead_letters_table, inspection_group, job_table, redrive_json, redrive_line
+from aijobs.events import event_line
+from aijobs.render import (
+    COMPACT,
+    budgets_table,
+    dead_letters_table,
+    inspection_group,
+    job_table,
+    jobs_table,
+    json_line,
+    redrive_json,
+    redrive_line,
+    usage_table,
+    usd,
+)
 from engine.core import (
     AttemptOutcome,
     AttemptRecord,
@@ -21,8 +39,11 @@ from engine.core import (
     JobErrorInfo,
     JobHistory,
     JobStatus,
+    Usage,
 )
-from engine.models import DeadLetterView, JobInspection, JobView
+from engine.fleet.budgets import BudgetDay
+from engine.models import AttemptView, DeadLetterView, JobInspection, JobView
+from engine.store import UsageRow
 
 NOW = 1_800_000_000_000  # 2027-01-15T08:00:00Z
 
@@ -173,3 +194,144 @@ def test_redrive_results_read_as_one_line_each_and_as_json() -> None:
         "outcome": "no_job",
         "detail": "names no job; not re-sent",
     }
+
+
+# --- attempts, calls and records --------------------------------------------------------------------
+
+
+def rate_limited_then_answered() -> JobInspection:
+    """A job whose first call was refused with a 429 (recorded, not counted) and whose second answered."""
+    history = JobHistory(
+        attempts=[
+            replace(attempt(1, AttemptOutcome.RETRYABLE, ErrorCode.PROVIDER_RATE_LIMITED), calls=1),
+            replace(attempt(2, AttemptOutcome.SUCCEEDED), calls=2),
+        ],
+        dead_letters=[],
+    )
+    usage = Usage(input_tokens=812, output_tokens=40, cost_usd=Decimal("0.00021"), attempts=2)
+    done = job(JobStatus.SUCCEEDED, attempt_count=1, finished_at=NOW, usage=usage)
+    return JobInspection.of(done, history, NOW)
+
+
+def rows_of(text: str) -> dict[str, str]:
+    return {line.split()[0]: " ".join(line.split()[1:]) for line in text.splitlines() if line.strip()}
+
+
+def test_the_job_table_names_attempts_counted_apart_from_the_calls_made() -> None:
+    inspection = rate_limited_then_answered()
+
+    rows = rows_of(text_of(job_table(inspection.job, inspection.attempts)))
+
+    assert rows["attempts"] == "1 of 3"
+    assert rows["calls"] == "3"  # the refused call, then an answer and its re-ask
+    assert rows["tokens"] == "812 in / 40 out"
+    assert rows["via"] == "realtime"
+
+
+def test_inspect_says_why_its_attempt_records_outnumber_the_attempts_counted() -> None:
+    text = text_of(inspection_group(rate_limited_then_answered()))
+
+    assert "attempt records" in text
+    assert "2 records, 1 counted as attempts: rate-limited calls, and attempts before a retry, are not counted" in text
+
+
+def test_the_list_shows_attempts_as_the_job_view_does() -> None:
+    inspection = rate_limited_then_answered()
+
+    text = text_of(jobs_table([inspection.job]))
+
+    assert "1/3" in text
+    assert "$0.000210" in text
+
+
+def test_usage_counts_attempt_records_under_their_own_name() -> None:
+    row = UsageRow("u-1", "classify", "gpt-4o-mini", "interactive", attempts=2, cost_usd=Decimal("1E-7"))
+
+    text = text_of(usage_table([row], title="usage"))
+
+    header = next(line for line in text.splitlines() if "user" in line and "model" in line)
+    assert "records" in header
+    assert "attempts" not in header
+    assert "$0.0000001" in text
+
+
+# --- costs and JSON numbers ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("amount", "shown"),
+    [
+        (Decimal("1E-7"), "$0.0000001"),
+        (Decimal("0.00021"), "$0.000210"),
+        (Decimal(0), "$0.000000"),
+        (Decimal("12.5"), "$12.500000"),
+        (Decimal("1E+3"), "$1000.000000"),
+        (1.74e-05, "$0.0000174"),
+        (7.5e-08, "$0.000000075"),
+        (0.0, "$0.000000"),
+    ],
+)
+def test_a_cost_reads_in_plain_dollars(amount: Decimal | float, shown: str) -> None:
+    assert usd(amount) == shown
+
+
+@given(st.decimals(min_value=0, max_value=10**6, places=10, allow_nan=False, allow_infinity=False))
+def test_every_cost_to_ten_places_is_shown_exactly_and_never_in_e_notation(amount: Decimal) -> None:
+    shown = usd(amount)
+
+    assert "E" not in shown.upper()
+    assert Decimal(shown.removeprefix("$")) == amount
+
+
+def test_budgets_read_in_plain_dollars() -> None:
+    day = BudgetDay("u-1", "2027-01-15", Decimal("0.000001"), Decimal("1E-7"), Decimal(0), Decimal("9E-7"))
+
+    text = text_of(budgets_table([day]))
+
+    assert "$0.0000001" in text
+    assert "$0.0000009" in text
+
+
+def test_an_event_line_reads_its_cost_in_plain_dollars() -> None:
+    event = {"time": "t", "detail-type": "Job Succeeded", "detail": {"job_id": "j", "usage": {"cost_usd": 1.74e-05}}}
+
+    assert "cost=$0.0000174" in event_line(event)
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children) | st.dictionaries(st.text(), children),
+    max_leaves=20,
+)
+
+
+@given(JSON_VALUES)
+def test_json_lines_mean_what_json_dumps_means(value: Any) -> None:
+    for separators in (COMPACT, (", ", ": ")):
+        assert json.loads(json_line(value, separators)) == json.loads(json.dumps(value))
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_json_lines_write_every_float_in_plain_notation(number: float) -> None:
+    written = json_line({"cost_usd": number})
+
+    assert "e" not in written.lower()
+    parsed = json.loads(written)["cost_usd"]
+    assert isinstance(parsed, float)
+    assert parsed == number or (number == 0 and parsed == 0 and math.copysign(1, parsed) == math.copysign(1, number))
+
+
+def test_json_lines_write_a_job_view_s_cost_as_printed_before_but_in_plain_notation() -> None:
+    view = rate_limited_then_answered().job.model_dump(mode="json")
+    view["usage"]["cost_usd"] = 1.74e-05
+
+    written = json_line(view)
+
+    assert '"cost_usd": 0.0000174' in written
+    assert written == json.dumps(view, ensure_ascii=False).replace("1.74e-05", "0.0000174")
+
+
+def test_attempt_views_keep_their_numbers() -> None:
+    view = AttemptView.from_record(replace(attempt(1, AttemptOutcome.SUCCEEDED), cost_usd=Decimal("1E-7")))
+
+    assert '"cost_usd": 0.0000001' in json_line(view.model_dump(mode="json"))
