@@ -27,11 +27,12 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from aijobs.amounts import usd
 from aijobs.client import AiJobsClient
 from aijobs.events import EventsTap
 from aijobs.local.devstack import LOCAL_MODEL, DevStack, DevStackOptions
 from aijobs.local.provider import ServedRequest
-from aijobs.render import status_text, usd
+from aijobs.render import status_text
 from engine.batching.intake import BatchTiming
 from engine.core import AttemptRecord, ErrorCode, JobStatus, Lane, Via
 from engine.core.errors import JobNotFoundError

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from aijobs.render import usd
+from aijobs.amounts import usd
 
 # The longest long poll SQS allows.
 MAX_WAIT_SECONDS = 20

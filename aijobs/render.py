@@ -6,13 +6,14 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import Decimal
 from typing import Any
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from aijobs.amounts import usd
 from aijobs.client import RedriveOutcome, RedriveResult
 from engine.core import JobStatus
 from engine.fleet.budgets import BudgetDay
@@ -28,20 +29,9 @@ STATUS_STYLES = {
 }
 
 
-# Costs are shown to at least the cent's ten-thousandth, and to ten places at most: a token of the
-# cheapest models costs about $0.0000001.
-USD_PLACES = (6, 10)
 # json_line's separators as json.dumps has them by default, and compact ones (one event a line).
 SPACED = (", ", ": ")
 COMPACT = (",", ":")
-
-
-def usd(amount: Decimal | float) -> str:
-    """An amount in US dollars as people read it, never in E notation: $0.000017, $0.0000001, $12.500000."""
-    exact = amount if isinstance(amount, Decimal) else Decimal(repr(float(amount)))
-    most = Decimal(1).scaleb(-USD_PLACES[1])
-    whole, _, fraction = format(exact.quantize(most, rounding=ROUND_HALF_EVEN), "f").partition(".")
-    return f"${whole}.{fraction.rstrip('0').ljust(USD_PLACES[0], '0')}"
 
 
 def json_line(data: Any, separators: tuple[str, str] = SPACED) -> str:

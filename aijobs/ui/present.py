@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from aijobs.amounts import usd
 from engine.models import BatchView, JobView, iso_timestamp
 from engine.store import UsageRow
 
@@ -24,8 +25,10 @@ _LABELS, _SCALE = 20, 18
 
 
 def money(value: float | Decimal) -> str:
+    """Dollars as the CLI writes them (aijobs.amounts.usd: never rounded to nothing, never in E
+    notation); with thousands separated from a dollar up."""
     amount = Decimal(str(value))
-    return f"${amount:,.2f}" if amount >= 1 else f"${amount:.6f}"
+    return f"${amount:,.2f}" if amount >= 1 else usd(amount)
 
 
 def count(value: int) -> str:

@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rich.console import Console, RenderableType
 
+from aijobs.amounts import usd
 from aijobs.client import RedriveOutcome, RedriveResult
 from aijobs.events import event_line
 from aijobs.render import (
@@ -28,7 +29,6 @@ from aijobs.render import (
     redrive_json,
     redrive_line,
     usage_table,
-    usd,
 )
 from engine.core import (
     AttemptOutcome,

@@ -117,6 +117,8 @@ def test_a_batch_s_rescue_time_is_written_as_what_is_left_of_it() -> None:
 
 def test_figures_are_written_for_reading() -> None:
     assert (money(Decimal("0.000210")), money(1234.5), money(0)) == ("$0.000210", "$1,234.50", "$0.000000")
+    # A cost below a millionth is shown, not rounded to nothing, and never in E notation.
+    assert money(Decimal("1E-7")) == "$0.0000001"
     assert [duration(ms) for ms in (None, 850, 1_250, 125_000, 7_500_000)] == [
         "-",
         "850 ms",
