@@ -33,7 +33,7 @@ $(SAM):
 demo: $(STAMP)
 	$(BIN)/aijobs demo
 
-# The engine's figures (README, Performance), side by side (not part of `make test`).
+# The engine's figures (docs/performance.md), side by side (not part of `make test`).
 bench: $(STAMP) $(RUNTIME_STAMP)
 	$(BIN)/python -m bench.figures
 

@@ -1,4 +1,4 @@
-"""`make bench`: the engine's figures (README, Performance), each a ratio measured side by side in one run.
+"""`make bench`: the engine's figures (docs/performance.md), each a ratio measured side by side in one run.
 
 Everything runs on this machine: DynamoDB and SQS are moto (in-process, or its server on
 127.0.0.1 where another process needs it), the model is the local OpenAI-compatible provider

@@ -2,7 +2,7 @@
 
 The engine imports this package whenever it exists (no setting needed), and `sam build` ships it
 with every function, since it sits in src/ beside `engine`. Add a module per job type and list its
-definition below; README's "Your own job types" says what a definition holds.
+definition below; docs/jobtypes.md says what a definition holds.
 """
 
 from jobtypes.extract_contact import EXTRACT_CONTACT

@@ -1,4 +1,4 @@
-"""The built-in job types: input bounds (README, Job types), output validation, rules and prompts."""
+"""The built-in job types: input bounds (docs/jobtypes.md), output validation, rules and prompts."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""README's "What the stack creates", claim by claim, against template.yaml.
+"""docs/stack.md's "Resources and roles", claim by claim, against template.yaml.
 
-Every bullet of that section has a check here, and every check a bullet: a claim added to README
+Every bullet of that section has a check here, and every check a bullet: a claim added to the page
 without a check, or a check whose claim was removed, fails as surely as a template that drifted.
 """
 
@@ -25,7 +25,7 @@ from engine.gateway.bedrock_batch import MAX_INPUT_BYTES as BEDROCK_MAX_INPUT_BY
 from engine.worker import FUNCTION_TIMEOUT_SECONDS, QUEUE_VISIBILITY_SECONDS
 from tests.support.template import function_role, role_policies, transformed_template
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 TEMPLATE = load_template()
 RESOURCES: dict[str, Any] = TEMPLATE["Resources"]
 REGION, ACCOUNT = "eu-west-1", "123456789012"
@@ -34,8 +34,8 @@ SECRET_ARN = f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:aijobs-key-AbCdE
 
 
 def claims() -> dict[str, str]:
-    """The bullets of README's "What the stack creates": {label: text}."""
-    section = README.read_text().split("### What the stack creates", 1)[1].split("\n## ", 1)[0]
+    """The bullets of docs/stack.md's "Resources and roles": {label: text}."""
+    section = (DOCS / "stack.md").read_text().split("\n## Resources and roles\n", 1)[1].split("\n## ", 1)[0]
     return {match[1]: match[2] for match in re.finditer(r"^- \*\*(.+?)\.\*\* (.+)$", section, flags=re.MULTILINE)}
 
 
@@ -788,7 +788,7 @@ CHECKS: dict[str, Callable[[str], None]] = {
 }
 
 
-def test_every_claim_of_readme_has_a_check_and_every_check_a_claim() -> None:
+def test_every_claim_of_the_stack_page_has_a_check_and_every_check_a_claim() -> None:
     assert set(claims()) == set(CHECKS)
 
 
@@ -818,7 +818,7 @@ def test_the_web_dashboard_finds_the_stack_and_its_cloudwatch_dashboard_from_the
 
 
 def test_the_architecture_doc_gives_each_function_its_handler_timeout_memory_and_schedule() -> None:
-    text = (README.parent / "docs" / "architecture.md").read_text()
+    text = (DOCS / "architecture.md").read_text()
     rows = re.findall(
         r"^\| `(handlers\.\w+\.lambda_handler)` \| `(\w+)` \((\d+) s, (\d+) MB[;)][^|]*\| ([^|]+) \|", text, re.M
     )

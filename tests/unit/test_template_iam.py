@@ -3,7 +3,7 @@
 SAM expands the template before CloudFormation creates anything, and may add roles and policies of
 its own (an event source's AWS managed policy, a schedule's role). This walks what it produces:
 every policy document, inline or managed, of every resource. A statement that allows an action on
-`*` (or on an ARN with a `*` in it) must be one README's "Permissions on `*`" table holds, with the
+`*` (or on an ARN with a `*` in it) must be one docs/stack.md's "Permissions on `*`" table holds, with the
 same roles and actions; no role may attach an AWS managed policy; a parameter that reaches an IAM
 resource must not be able to put a `*` there.
 """
@@ -20,7 +20,7 @@ import pytest
 from aijobs.stack import load_template
 from tests.support.template import attached_policies, function_role, transformed_template
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+STACK_PAGE = Path(__file__).resolve().parents[2] / "docs" / "stack.md"
 TEMPLATE = load_template()
 # How a log group's ARN reads (GetAtt ... Arn ends in ":*": its streams) in the role of its own function.
 OWN_LOG_GROUP = "<its own log group>:*"
@@ -29,8 +29,8 @@ Row = tuple[str, frozenset[str], frozenset[str], str]
 
 
 def documented() -> set[Row]:
-    """README's table: (statement, roles, actions, resource) per row."""
-    section = README.read_text().split("#### Permissions on `*`", 1)[1].split("\n#", 1)[0]
+    """docs/stack.md's table: (statement, roles, actions, resource) per row."""
+    section = STACK_PAGE.read_text().split("\n## Permissions on `*`\n", 1)[1].split("\n#", 1)[0]
     rows = set()
     for line in section.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
@@ -130,7 +130,7 @@ def as_list(value: Any) -> list[Any]:
 
 
 def wildcards() -> set[Row]:
-    """Every statement that allows an action on a resource with a `*`, as README's table names it."""
+    """Every statement that allows an action on a resource with a `*`, as docs/stack.md's table names it."""
     found: dict[tuple[str, frozenset[str], str], set[str]] = {}
     for name, statement in allowed_statements():
         roles = owners(name)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import typing
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +14,6 @@ from aijobs.stack import load_template
 from engine.config import Settings, load_settings
 from engine.core.errors import ConfigurationError
 
-ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = load_template()
 RESOURCES = TEMPLATE["Resources"]
 BASE = {"JOBS_TABLE_NAME": "aijobs-jobs", "JOBS_QUEUE_URL": "https://sqs/q", "JOBS_PAYLOAD_BUCKET": "aijobs-payloads"}
@@ -169,17 +167,3 @@ def test_the_budget_parameter_accepts_exactly_what_the_worker_can_read(value: st
         assert readable
     else:
         assert value in {"1e3", "5."} or not readable
-
-
-def documented_parameters(text: str) -> set[str]:
-    return set(re.findall(r"`([A-Z][A-Za-z]+)`", text)) & set(TEMPLATE["Parameters"])
-
-
-def test_readme_and_the_configuration_doc_name_every_parameter() -> None:
-    readme = (ROOT / "README.md").read_text()
-    deploying = readme.split("## Deploying", 1)[1].split("\n### ", 1)[0]
-    assert documented_parameters(deploying) == set(TEMPLATE["Parameters"])
-    configuration = (ROOT / "docs" / "configuration.md").read_text()
-    table = configuration.split("## Template parameters", 1)[1].split("\n## ", 1)[0]
-    rows = {line.split("|")[1].strip().strip("`") for line in table.splitlines() if line.startswith("| `")}
-    assert rows == set(TEMPLATE["Parameters"])
