@@ -36,8 +36,8 @@ from aijobs.render import (
 from engine.config import REQUIRED_SETTINGS, load_settings
 from engine.core import JobStatus, Lane
 from engine.core.errors import AiJobsError, ConfigurationError, MissingSettingsError
-from engine.models import JobView
 from engine.store.batches import ENDED_RETENTION_DAYS
+from engine.views import JobView
 from engine.worker import FUNCTION_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:

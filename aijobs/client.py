@@ -20,9 +20,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from aijobs.deployed import load_stack_settings
 from aijobs.target import StackTarget
-from engine.batching.records import BatchRecords
 from engine.config import Settings, load_settings
 from engine.core import DeadLetter, JobStatus, Lane
+from engine.core.batches import BatchRecords
 from engine.core.errors import (
     AiJobsError,
     ConfigurationError,
@@ -34,20 +34,13 @@ from engine.core.ports import AdminStore
 from engine.definitions import JobRegistry
 from engine.fleet.budgets import BudgetDay
 from engine.intake import BadMessageError, parse_message
-from engine.models import (
-    BatchView,
-    DeadLetterView,
-    JobDetailsView,
-    JobInspection,
-    JobView,
-    UserId,
-    iso_timestamp,
-)
+from engine.messages import UserId
 from engine.queue import JobQueue, JobQueues, QueueDepth
 from engine.store import JobListing, UsageLedger, UsageReport, UsageRow
 from engine.store.batches import BatchTable
 from engine.store.budgets import BudgetTable
 from engine.store.listing import MAX_OUTLINED, JobFilter, JobOutlines, ListingCursor
+from engine.views import BatchView, DeadLetterView, JobDetailsView, JobInspection, JobView, iso_timestamp
 from engine.wiring import Aws, build_queues, build_store
 
 # The most a daily budget may be (as AIJOBS_DEFAULT_DAILY_BUDGET_USD).

@@ -6,9 +6,9 @@ from typing import Protocol
 
 import pytest
 
-from engine.core.memory import InMemoryJobStore
 from engine.core.ports import AdminStore, DeadLetterStore, JobReader, ReconcilerStore, WorkerStore
 from engine.store import DynamoJobStore
+from engine.testing import InMemoryJobStore
 
 
 class JobStore(JobReader, WorkerStore, DeadLetterStore, ReconcilerStore, AdminStore, Protocol):

@@ -22,7 +22,7 @@ from engine.core import (
     JobHistory,
     JobStatus,
 )
-from engine.models import DeadLetterView, JobInspection, JobView
+from engine.views import DeadLetterView, JobInspection, JobView
 
 NOW = 1_800_000_000_000  # 2027-01-15T08:00:00Z
 
