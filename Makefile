@@ -69,7 +69,8 @@ lint: $(STAMP)
 lint-template: $(STAMP) $(SAM)
 	scripts/lint-template.sh
 
-# sam build, then a check that each function ships the engine, its handlers, jobtypes and their pins only.
+# sam build (src/Makefile: each function's pins and src/ but engine/testing), then a check that each
+# function ships the engine, its handlers, jobtypes and their pins only.
 build: $(SAM)
 	PYENV_VERSION=$(SAM_PYENV) SAM_CLI_TELEMETRY=0 $(SAM) build
 	$(PYTHON) scripts/check_build.py
