@@ -1,10 +1,10 @@
 """The batch path's stores, in memory and on AWS (moto, the template's table and bucket): the same answers.
 
 engine.testing's MemoryBatchRecords and MemoryObjects let the batcher's decisions be tested without
-moto; these tests hold them to engine.store.batches.BatchTable (records: a create refused when the
-record exists, a save fenced on the `updated_at` it was read with, listings oldest first) and to
-engine.store.payloads.PayloadStore (objects: put, get, keys by prefix, delete; a missing key raises
-PayloadMissingError).
+moto; these tests (on conftest.py's `records` and `objects`) hold them to
+engine.store.batches.BatchTable (records: a create refused when the record exists, a save fenced on
+the `updated_at` it was read with, listings oldest first) and to engine.store.payloads.PayloadStore
+(objects: put, get, keys by prefix, delete; a missing key raises PayloadMissingError).
 """
 
 from __future__ import annotations
@@ -20,27 +20,9 @@ from hypothesis import strategies as st
 from engine.batching.files import Objects
 from engine.core.batches import BatchPhase, BatchRecord, BatchRecords, BatchState
 from engine.core.errors import PayloadMissingError
-from engine.store.batches import BatchTable
-from engine.testing import MemoryBatchRecords, MemoryObjects
 
 NOW = 1_800_000_000_000
 HOUR_MS = 3_600_000
-
-
-@pytest.fixture(params=["memory", "dynamodb"])
-def records(request: pytest.FixtureRequest) -> BatchRecords:
-    if request.param == "memory":
-        return MemoryBatchRecords()
-    return BatchTable(request.getfixturevalue("stack").table_name, request.getfixturevalue("dynamodb"))
-
-
-@pytest.fixture(params=["memory", "s3"])
-def objects(request: pytest.FixtureRequest) -> Objects:
-    if request.param == "memory":
-        return MemoryObjects()
-    # tests/conftest.py's `payloads`: the template's payload bucket on moto.
-    payloads: Objects = request.getfixturevalue("payloads")
-    return payloads
 
 
 def record(key: str = "1800000000000-gpt-4o-mini-a1", created_at: int = NOW, **changes: Any) -> BatchRecord:
