@@ -58,22 +58,25 @@ $(LITELLM):
 test: $(STAMP) $(LITELLM)
 	AIJOBS_LITELLM=$(LITELLM) AIJOBS_REQUIRE_LITELLM=1 $(BIN)/pytest -n auto --dist loadfile
 
+# lint-imports: the layers of docs/architecture.md, as the contracts of pyproject.toml's [tool.importlinter].
 lint: $(STAMP)
 	$(BIN)/ruff check src aijobs tests bench
 	$(BIN)/ruff format --check src aijobs tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # sam validate --lint, cfn-lint and cfn-lint's serverless rules: all must be clean.
 lint-template: $(STAMP) $(SAM)
 	scripts/lint-template.sh
 
-# sam build, then a check that each function ships the engine, its handlers, jobtypes and their pins only.
+# sam build (src/Makefile: each function's pins and src/ but engine/testing), then a check that each
+# function ships the engine, its handlers, jobtypes and their pins only.
 build: $(SAM)
 	PYENV_VERSION=$(SAM_PYENV) SAM_CLI_TELEMETRY=0 $(SAM) build
 	$(PYTHON) scripts/check_build.py
 
 clean:
-	rm -rf $(VENV) $(SAM_VENV) $(RUNTIME_VENV) $(LITELLM_VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(SAM_VENV) $(RUNTIME_VENV) $(LITELLM_VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
 
 # The soak (not part of `make test`): 1000 jobs in both lanes, a fifth of them through the provider's
 # batch API, one in five with an injected fault of every class, each message delivered 2-3 times,

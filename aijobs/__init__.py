@@ -28,10 +28,10 @@ if TYPE_CHECKING:  # each name as its own alias: what this module exports (PEP 4
     from engine.core.errors import JobNotFoundError as JobNotFoundError
     from engine.core.errors import JobStateError as JobStateError
     from engine.core.errors import MissingSettingsError as MissingSettingsError
+    from engine.core.errors import PayloadMissingError as PayloadMissingError
     from engine.core.errors import SchemaVersionMismatchError as SchemaVersionMismatchError
     from engine.core.errors import UnknownJobTypeError as UnknownJobTypeError
     from engine.core.errors import UnreadKeysError as UnreadKeysError
-    from engine.store.payloads import PayloadMissingError as PayloadMissingError
 
 # Each name, and the module that defines it.
 _EXPORTS = {

@@ -44,8 +44,8 @@ from aijobs.render import (
 from engine.config import REQUIRED_SETTINGS, Settings, is_local_host, load_settings
 from engine.core import ErrorCode, JobStatus, Lane
 from engine.core.errors import AiJobsError, ConfigurationError, MissingSettingsError, UnknownJobTypeError
-from engine.models import JobInspection, JobView
 from engine.store.batches import ENDED_RETENTION_DAYS
+from engine.views import JobInspection, JobView
 from engine.worker import FUNCTION_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:

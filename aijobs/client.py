@@ -20,9 +20,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from aijobs.deployed import load_stack_settings
 from aijobs.target import StackTarget
-from engine.batching.records import BatchRecords
 from engine.config import Settings, load_settings
 from engine.core import DeadLetter, JobStatus, Lane
+from engine.core.batches import BatchRecords
 from engine.core.errors import (
     AiJobsError,
     ConfigurationError,
@@ -35,27 +35,19 @@ from engine.definitions import JobDefinition, JobRegistry
 from engine.definitions.base import one_line_error
 from engine.fleet.budgets import BudgetDay
 from engine.intake import BadMessageError, parse_message
-from engine.models import (
-    BatchView,
-    DeadLetterView,
-    JobDetailsView,
-    JobInspection,
-    JobMessage,
-    JobView,
-    UserId,
-    iso_timestamp,
-)
+from engine.messages import JobMessage, UserId
 from engine.queue import JobQueue, JobQueues, QueueDepth
 from engine.store import JobListing, UsageLedger, UsageReport, UsageRow
 from engine.store.batches import BatchTable
 from engine.store.budgets import BudgetTable
 from engine.store.listing import MAX_OUTLINED, JobFilter, JobOutlines, ListingCursor
+from engine.views import BatchView, DeadLetterView, JobDetailsView, JobInspection, JobView, iso_timestamp
 from engine.wiring import Aws, build_queues, build_store
 
 # The most a daily budget may be (as AIJOBS_DEFAULT_DAILY_BUDGET_USD).
 MAX_DAILY_BUDGET_USD = Decimal(1_000_000_000)
 _USER_ID: TypeAdapter[str] = TypeAdapter(UserId)
-# What makes an id, said in the words of a person who wrote a bad one (engine.models.UserId, JobId).
+# What makes an id, said in the words of a person who wrote a bad one (engine.messages.UserId, JobId).
 _ID_RULES = {
     "user_id": "a user id: 1-128 characters of A-Z a-z 0-9 . _ : @ -",
     "job_id": "a job id: 1-128 characters of A-Z a-z 0-9 . _ : -",
@@ -95,7 +87,7 @@ def check_user_id(user_id: str) -> str:
 
 
 def _check_message(message: dict[str, Any]) -> None:
-    """The submission's fields as a message (engine.models.JobMessage), each refused by its name."""
+    """The submission's fields as a message (engine.messages.JobMessage), each refused by its name."""
     try:
         JobMessage.model_validate(message)
     except ValidationError as exc:

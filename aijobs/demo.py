@@ -37,8 +37,8 @@ from engine.batching.intake import BatchTiming
 from engine.core import AttemptRecord, ErrorCode, JobStatus, Lane, Via
 from engine.core.errors import JobNotFoundError
 from engine.gateway import price_table
-from engine.models import JobView
 from engine.observability import logger as engine_logger
+from engine.views import JobView
 from engine.wiring import Aws, build_store
 
 POLL_SECONDS = 1.0

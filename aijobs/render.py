@@ -17,8 +17,8 @@ from aijobs.amounts import usd
 from aijobs.client import RedriveOutcome, RedriveResult
 from engine.core import JobStatus
 from engine.fleet.budgets import BudgetDay
-from engine.models import AttemptView, BatchView, DeadLetterView, JobInspection, JobView, LeaseView
 from engine.store import UsageRow
+from engine.views import AttemptView, BatchView, DeadLetterView, JobInspection, JobView, LeaseView
 
 STATUS_STYLES = {
     JobStatus.QUEUED: "cyan",

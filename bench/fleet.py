@@ -23,7 +23,7 @@ from bench.report import Figure, print_figures
 from bench.requests import SessionRequests
 from engine.core import ErrorCode, JobStatus
 from engine.core.errors import JobNotFoundError
-from engine.models import JobView
+from engine.views import JobView
 
 # The provider's own limit: jobs at this rate take about a minute.
 PROVIDER_RPM = 300

@@ -69,9 +69,9 @@ from aijobs.local.schedule import Schedule
 from aijobs.local.streams import TableStream
 from aijobs.stack import batching_window, create_stack_resources, function_timeout, load_template
 from engine.batching.files import MANIFESTS_PREFIX, PARTS_PREFIX
-from engine.batching.records import BatchPhase
 from engine.config import Settings, load_settings
 from engine.core import ErrorCode, Job, JobStatus, Lane, Usage
+from engine.core.batches import BatchPhase
 from engine.definitions import BUILTIN_DEFINITIONS, JobRegistry
 from engine.definitions.classify import CLASSIFY
 from engine.queue import JobQueue, JobQueues
@@ -501,7 +501,7 @@ class TableContents:
     jobs: dict[str, Job] = field(default_factory=dict)
     attempts: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
     dead_letters: int = 0
-    # The records of the batches (engine.batching.records), as items.
+    # The records of the batches (engine.core.batches), as items.
     batches: list[dict[str, Any]] = field(default_factory=list)
 
 

@@ -4,8 +4,9 @@ pinned dependencies, nothing else.
 Every top-level entry of a function's build folder must be `engine`, `handlers`, `jobtypes` (the
 package of your own job types, which the registry loads whenever it is there), requirements.txt,
 or belong to a distribution that src/requirements.txt pins (directly or as a dependency), as the
-build's own *.dist-info records say; `engine`, `handlers` and `jobtypes` must be there. Prints one
-line per function; exits 1 on anything else.
+build's own *.dist-info records say. Every module of src/engine, src/handlers and src/jobtypes
+must be there but those of `engine/testing` (the stores in memory: test support, which src/Makefile
+leaves out), and those must not. Prints one line per function; exits 1 on anything else.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ import sys
 from pathlib import Path
 
 BUILD = Path(".aws-sam/build")
+SOURCE = Path("src")
 PROJECT_PACKAGES = ("engine", "handlers", "jobtypes")
 PROJECT_ENTRIES = {*PROJECT_PACKAGES, "requirements.txt"}
 FORBIDDEN = {"aijobs", "tests", "bench", "moto", "yaml", "rich", "typer"}
+# Parts of the project's packages that only tests use.
+TEST_SUPPORT = Path("engine/testing")
 
 
 def distribution_entries(folder: Path) -> dict[str, str]:
@@ -32,7 +36,12 @@ def distribution_entries(folder: Path) -> dict[str, str]:
     return owners
 
 
-def check(folder: Path) -> list[str]:
+def modules(root: Path) -> set[Path]:
+    """The project's modules under `root` (src/ or a function's build folder), relative to it."""
+    return {path.relative_to(root) for package in PROJECT_PACKAGES for path in (root / package).rglob("*.py")}
+
+
+def check(folder: Path, source: Path = SOURCE) -> list[str]:
     owners = distribution_entries(folder)
     problems = []
     for entry in sorted(path.name for path in folder.iterdir()):
@@ -40,9 +49,11 @@ def check(folder: Path) -> list[str]:
             problems.append(f"{entry} is shipped, and the function never imports it")
         elif entry not in PROJECT_ENTRIES and entry not in owners and not entry.startswith("__pycache__"):
             problems.append(f"{entry} belongs to no pinned distribution")
-    for required in PROJECT_PACKAGES:
-        if not (folder / required / "__init__.py").is_file():
-            problems.append(f"{required} is missing")
+    if (folder / TEST_SUPPORT).exists():
+        problems.append(f"{TEST_SUPPORT} is shipped, and only tests use it")
+    wanted = {module for module in modules(source) if not module.is_relative_to(TEST_SUPPORT)}
+    if missing := sorted(wanted - modules(folder)):
+        problems.append(f"{len(missing)} modules of src/ are missing: {', '.join(map(str, missing[:3]))}")
     return problems
 
 

@@ -35,8 +35,8 @@ from aijobs.ui.overview import STACKED, overview
 from aijobs.ui.queries import LANES, WINDOWS, BatchesQuery, JobsQuery, user, window
 from engine.core import DeadLetter, JobStatus
 from engine.core.errors import AiJobsError, JobNotFoundError
-from engine.models import iso_timestamp
 from engine.store.batches import ENDED_RETENTION_DAYS
+from engine.views import iso_timestamp
 
 # Seconds between refreshes of a visible page.
 REFRESH_SECONDS = 5

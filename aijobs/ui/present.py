@@ -14,8 +14,8 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from aijobs.amounts import usd
-from engine.models import BatchView, JobView, iso_timestamp
 from engine.store import UsageRow
+from engine.views import BatchView, JobView, iso_timestamp
 
 # Inputs and outputs longer than this are shown cut, with a link to the whole as a download.
 CLIP_CHARS = 10_000

@@ -16,8 +16,9 @@ from urllib.parse import urlencode
 from pydantic import TypeAdapter, ValidationError
 
 from engine.core import JobStatus, Lane
-from engine.models import BatchView, JobId, JobTypeName, UserId, iso_timestamp
+from engine.messages import JobId, JobTypeName, UserId
 from engine.store.listing import MAX_PAGE_SIZE, JobFilter
+from engine.views import BatchView, iso_timestamp
 
 # Time windows a page looks back over, by the names its URL uses.
 WINDOWS = {"1h": 3_600, "24h": 86_400, "7d": 7 * 86_400, "30d": 30 * 86_400, "90d": 90 * 86_400}

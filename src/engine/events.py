@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from engine.core import Job, JobStatus
-from engine.models import JobView
 from engine.observability import log_unexpected, logger
 from engine.store.items import job_from_item
+from engine.views import JobView
 
 if TYPE_CHECKING:
     from mypy_boto3_events import EventBridgeClient

@@ -13,7 +13,7 @@ from engine.core import Lane, NewJob
 from engine.core.errors import AiJobsError, InputValidationError, JobError, SchemaVersionMismatchError
 from engine.definitions import JobDefinition, JobRegistry
 from engine.definitions.base import one_line_error
-from engine.models import JobId, JobMessage, JobTypeName, LaneName, MaxAttempts, UserId
+from engine.messages import JobId, JobMessage, JobTypeName, LaneName, MaxAttempts, UserId
 from engine.text import json_value_problem
 
 _job_id_adapter: TypeAdapter[str] = TypeAdapter(JobId)

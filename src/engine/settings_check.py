@@ -22,13 +22,11 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import boto3
-
-from engine.config import Settings, load_settings
+from engine.config import load_settings
 from engine.core.errors import ConfigurationError
 from engine.observability import log_unexpected, logger
 from engine.text import one_line
-from engine.wiring import build_batcher, build_events, build_reconciler, build_recorder, build_worker
+from engine.wiring import build_every_function
 
 # The physical id of the check: one per stack, never replaced.
 PHYSICAL_ID = "aijobs-settings-check"
@@ -36,30 +34,12 @@ PHYSICAL_ID = "aijobs-settings-check"
 RESPONSE_TIMEOUT_SECONDS = 30
 
 
-def build_batcher_if_on(settings: Settings, session: boto3.Session | None = None) -> object:
-    """The batcher's parts, when the settings turn batches on (the stack has BatchFunction only then)."""
-    return build_batcher(settings, session) if settings.aijobs_batch_api else None
-
-
-# Each function's parts, built as its handler builds them on the first invocation.
-BUILDS: tuple[Callable[..., object], ...] = (
-    build_worker,
-    build_recorder,
-    build_events,
-    build_reconciler,
-    build_batcher_if_on,
-)
-
 Respond = Callable[[str, dict[str, Any]], None]
 
 
-def check_environment(environment: Mapping[str, str], session: boto3.Session | None = None) -> str:
+def check_environment(environment: Mapping[str, str]) -> str:
     """The environment's fingerprint when every function accepts it; ConfigurationError otherwise."""
-    settings = load_settings(environment)
-    # One session for every build: its clients share the service models it loads.
-    session = session or boto3.Session()
-    for build in BUILDS:
-        build(settings, session)
+    build_every_function(load_settings(environment))
     canonical = json.dumps(dict(environment), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 

@@ -208,6 +208,20 @@ def build_reconciler(settings: Settings, session: boto3.Session | None = None) -
     return Reconciler(build_store(settings, aws), build_queues(settings, aws))
 
 
+def build_every_function(settings: Settings) -> None:
+    """Every function's parts, built as each handler builds them on its first invocation (the batcher's
+    when the settings turn batches on: the stack has BatchFunction only then); what the settings check
+    runs at deployment (engine.settings_check). One session for every build: its clients share the
+    service models it loads."""
+    session = boto3.Session()
+    build_worker(settings, session)
+    build_recorder(settings, session)
+    build_events(settings, session)
+    build_reconciler(settings, session)
+    if settings.aijobs_batch_api:
+        build_batcher(settings, session)
+
+
 class EntryPoint:
     """A Lambda handler whose parts are built once, from the settings read once.
 

@@ -1,6 +1,6 @@
 """The fleet's stores, in memory and on DynamoDB (moto, the template's table): the same conditions.
 
-engine.fleet.memory lets admission's decisions (lanes, holds, budgets) be tested on a clock the test
+engine.testing.fleet lets admission's decisions (lanes, holds, budgets) be tested on a clock the test
 moves; these tests hold it to engine.store.limits and engine.store.budgets.
 """
 
@@ -14,9 +14,9 @@ import pytest
 from engine.fleet.budgets import BudgetStore
 from engine.fleet.limiter import LimitStore
 from engine.fleet.limits import Bounds, BucketState
-from engine.fleet.memory import InMemoryBudgetStore, InMemoryLimitStore
 from engine.store.budgets import BudgetTable
 from engine.store.limits import LimitTable
+from engine.testing import InMemoryBudgetStore, InMemoryLimitStore
 
 NOW = 1_800_000_000_000
 NS = 1_000_000

@@ -17,11 +17,10 @@ import pytest
 from engine.core import Failed, Job, Lane, Released, Settlement, Succeeded
 from engine.core.days import utc_day
 from engine.core.errors import ConditionRefusedError
-from engine.core.memory import InMemoryJobStore
 from engine.fleet.budgets import BudgetStore
-from engine.fleet.memory import InMemoryBudgetStore
 from engine.store import DynamoJobStore
 from engine.store.budgets import BudgetTable
+from engine.testing import InMemoryBudgetStore, InMemoryJobStore
 from tests.contract.conftest import JobStore
 from tests.contract.test_job_store import NOW, REJECTED, attempt_of, claim, current
 

@@ -85,8 +85,8 @@ def test_the_demo_runs_from_the_installed_wheel_outside_the_checkout(wheel: Path
         [
             sys.executable,
             "-c",
-            "import aijobs.stack, engine.core.memory, aijobs.local.devstack as d;"
-            "print(aijobs.stack.DEFAULT_TEMPLATE); print(engine.core.memory.__file__); print(d.__file__)",
+            "import aijobs.stack, engine.testing, aijobs.local.devstack as d;"
+            "print(aijobs.stack.DEFAULT_TEMPLATE); print(engine.testing.__file__); print(d.__file__)",
         ],
         cwd=tmp_path,
         env=environment,

@@ -22,8 +22,8 @@ from aijobs.stack import StackResources
 from engine.batching.batcher import Batcher
 from engine.batching.files import BatchFiles
 from engine.batching.intake import BatchIntake, BatchTiming
-from engine.batching.records import BatchPhase
 from engine.core import JobStatus, Lane, Via
+from engine.core.batches import BatchPhase
 from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
 from engine.gateway import ModelGateway, ModelTiers, PriceTable

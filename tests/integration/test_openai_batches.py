@@ -13,10 +13,11 @@ import pytest
 from aijobs.local.batches import BatchFault
 from aijobs.local.protocol import estimate_tokens
 from aijobs.local.provider import PREFIX_BLOCK_CHARS, LocalProvider
+from engine.core.batches import BatchState
 from engine.core.errors import ProviderRateLimitedError, ProviderRejectedError, ProviderUnavailableError
 from engine.definitions import JobRegistry
 from engine.gateway import CompletionRequest
-from engine.gateway.batches import BatchAnswer, BatchLine, BatchState, BatchStatus
+from engine.gateway.batches import BatchAnswer, BatchLine, BatchStatus
 from engine.gateway.gateway import prompt_cache_key
 from engine.gateway.openai import StructuredOutput, static_api_key
 from engine.gateway.openai_batch import OpenAIBatchProvider

@@ -18,20 +18,19 @@ from typing import Any
 from engine.batching.batcher import Batcher
 from engine.batching.files import BatchFiles
 from engine.batching.intake import Batched, BatchIntake, BatchTiming, NotKept, RunNow
-from engine.batching.memory import MemoryBatchRecords, MemoryObjects
 from engine.core import Ack, Delivery, Disposition, Fate, Job, JobStatus, Lane
+from engine.core.batches import BatchState
 from engine.core.errors import InternalError
-from engine.core.memory import InMemoryJobStore
 from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
 from engine.fleet.admission import Admission
 from engine.fleet.budgets import Budgets
-from engine.fleet.memory import InMemoryBudgetStore
 from engine.gateway import ModelGateway, ModelTiers, PriceTable
-from engine.gateway.batches import BatchAnswer, BatchLine, BatchState, BatchStatus
+from engine.gateway.batches import BatchAnswer, BatchLine, BatchStatus
 from engine.gateway.pricing import Cost
 from engine.queue import Resend
 from engine.runner import Claimed, JobRunner
+from engine.testing import InMemoryBudgetStore, InMemoryJobStore, MemoryBatchRecords, MemoryObjects
 from tests.support.batches import RecordingQueue, ScriptedBatchProvider
 from tests.support.events import job_message
 from tests.support.providers import FakeProvider

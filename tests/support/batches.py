@@ -9,11 +9,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from engine.batching.records import BatchPhase, BatchRecord
 from engine.core import Lane
+from engine.core.batches import BatchPhase, BatchRecord, BatchState
 from engine.core.errors import JobError
 from engine.gateway import Completion
-from engine.gateway.batches import BatchAnswer, BatchLine, BatchState, BatchStatus
+from engine.gateway.batches import BatchAnswer, BatchLine, BatchStatus
 from engine.queue import Resend
 from tests.support.providers import VALID_OUTPUTS
 

@@ -31,9 +31,9 @@ from aijobs.local.devstack import local_session
 from aijobs.stack import create_stack_resources
 from aijobs.ui.server import DashboardServer
 from engine.aws_errors import is_transient
-from engine.batching.records import BatchRecord
 from engine.config import Settings, load_settings
 from engine.core import BatchTerms, Delivery, Lane
+from engine.core.batches import BatchRecord
 from engine.core.errors import ProviderRejectedError, ProviderUnavailableError
 from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry

@@ -13,7 +13,7 @@ from playwright.sync_api import Page, expect
 
 from aijobs.ui import present
 from aijobs.ui.server import DashboardServer
-from engine.models import iso_timestamp
+from engine.views import iso_timestamp
 from tests.ui.conftest import BATCH_CACHED_TOKENS, LONG_SUMMARY, SUMMARIZE_INPUT, Jobs
 
 

@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 
 from engine.batching.batcher import GIVE_UP_MS
 from engine.batching.files import PARTS_PREFIX, UNREADABLE_PREFIX
-from engine.batching.records import BatchPhase, BatchRecord
 from engine.core import JobStatus, Lane, Released, Via
+from engine.core.batches import BatchPhase, BatchRecord, BatchState
 from engine.core.days import utc_day
 from engine.core.errors import ProviderRejectedError, ProviderUnavailableError
-from engine.gateway.batches import BatchAnswer, BatchLine, BatchState
+from engine.gateway.batches import BatchAnswer, BatchLine
 from tests.support.batch_fleet import (
     POLL_MS,
     RESCUE_MS,

@@ -9,10 +9,9 @@ from dataclasses import replace
 import pytest
 
 from aijobs.render import batches_table, inspection_group, span
-from engine.batching.records import BatchPhase, BatchRecord
 from engine.core import AttemptOutcome, AttemptRecord, JobHistory, JobStatus, Via
-from engine.gateway.batches import BatchState
-from engine.models import BatchView, JobInspection, JobView
+from engine.core.batches import BatchPhase, BatchRecord, BatchState
+from engine.views import BatchView, JobInspection, JobView
 from tests.support.batch_fleet import MODEL, RESCUE_MS, T0_MS, TIMING, Fleet
 from tests.support.contract import BATCH_FIELDS
 from tests.unit.test_render import QUEUED, text_of

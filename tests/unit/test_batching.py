@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.batching.records import BatchPhase
 from engine.core import Ack, Fate, JobStatus, Lane, Via
+from engine.core.batches import BatchPhase, BatchState
 from engine.core.errors import ProviderRejectedError, ProviderUnavailableError
-from engine.gateway.batches import BatchLine, BatchState
+from engine.gateway.batches import BatchLine
 from engine.runner import Claimed
 from tests.support.batch_fleet import (
     MODEL,

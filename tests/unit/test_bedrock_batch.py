@@ -14,6 +14,7 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
+from engine.core.batches import BatchState
 from engine.core.errors import (
     JobError,
     OutputTooLargeError,
@@ -21,7 +22,7 @@ from engine.core.errors import (
     ProviderRejectedError,
     ProviderUnavailableError,
 )
-from engine.gateway.batches import BatchLine, BatchState
+from engine.gateway.batches import BatchLine
 from engine.gateway.bedrock import converse_completion
 from engine.gateway.bedrock_batch import MAX_LINE_BYTES, MIN_RECORDS, BedrockBatchProvider
 from engine.gateway.schema import SCHEMA_PREAMBLE

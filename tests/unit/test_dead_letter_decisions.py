@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 
 from engine.core import ErrorCode, Job, JobErrorInfo, JobStatus, Released, Succeeded
-from engine.core.memory import InMemoryJobStore
 from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
 from engine.intake import sha256_hex
 from engine.observability import metrics
+from engine.testing import InMemoryJobStore
 from tests.support.events import InvocationContext, job_message, new_job_for, sqs_event, sqs_record
 from tests.support.providers import VALID_OUTPUTS
 

@@ -10,7 +10,7 @@ import pytest
 from engine.core import ErrorCode
 from engine.definitions import MAX_INPUT_BYTES, JobRegistry
 from engine.intake import BadMessageError, JobRequest, parse_message, request_hash
-from engine.models import MAX_DEADLINE_SECONDS, MIN_DEADLINE_SECONDS
+from engine.messages import MAX_DEADLINE_SECONDS, MIN_DEADLINE_SECONDS
 from engine.text import MAX_JSON_DEPTH, MAX_REASON_CHARS
 from tests.support.events import job_message
 

@@ -18,8 +18,8 @@ from engine.fleet.admission import BACKGROUND_HORIZON_MS, Admission, Ask, Hold, 
 from engine.fleet.budgets import Budgets
 from engine.fleet.limiter import RateLimiter
 from engine.fleet.limits import ModelLimit
-from engine.fleet.memory import InMemoryBudgetStore, InMemoryLimitStore
 from engine.gateway import CallPlan
+from engine.testing import InMemoryBudgetStore, InMemoryLimitStore
 
 T0_MS = 1_800_000_000_000
 MODEL = "gpt-4o-mini"

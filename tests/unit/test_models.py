@@ -18,7 +18,8 @@ from engine.core import (
     Usage,
     can_transition,
 )
-from engine.models import JobMessage, JobView, iso_timestamp
+from engine.messages import JobMessage
+from engine.views import JobView, iso_timestamp
 from tests.support.contract import USAGE_FIELDS, VIEW_FIELDS
 
 CREATED = int(datetime(2026, 12, 2, 10, 0, 0, tzinfo=UTC).timestamp() * 1000)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from itertools import islice
 
 from engine.core import NewJob
-from engine.core.memory import InMemoryJobStore
+from engine.testing import InMemoryJobStore
 
 NOW = 1_800_000_000_000
 

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from engine.core.batches import BatchState
 from engine.core.errors import (
     JobError,
     OutputTooLargeError,
@@ -19,7 +20,7 @@ from engine.core.errors import (
     ProviderTimeoutError,
     ProviderUnavailableError,
 )
-from engine.gateway.batches import BatchLine, BatchState
+from engine.gateway.batches import BatchLine
 from engine.gateway.openai import OpenAICompatibleProvider, StructuredOutput, chat_completion_body, static_api_key
 from engine.gateway.openai_batch import MAX_FIND_PAGES, MAX_LINE_BYTES, OpenAIBatchProvider
 from tests.support.providers import completion_request, openai_completion

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from engine.core import ErrorCode, Job, JobErrorInfo, JobStatus, NewJob, Released, Succeeded
-from engine.core.memory import InMemoryJobStore, MemoryOpenJobs
 from engine.core.open_jobs import OpenJobKey, OpenJobsWalk
 from engine.intake import request_hash
 from engine.reconciler import STOP_MARGIN_MS, Reconciler
+from engine.testing import InMemoryJobStore, MemoryOpenJobs
 from tests.support.events import job_message
 from tests.support.providers import VALID_OUTPUTS
 

@@ -42,8 +42,8 @@ from engine.core import (
     Usage,
 )
 from engine.fleet.budgets import BudgetDay
-from engine.models import AttemptView, DeadLetterView, JobInspection, JobView
 from engine.store import UsageRow
+from engine.views import AttemptView, DeadLetterView, JobInspection, JobView
 
 NOW = 1_800_000_000_000  # 2027-01-15T08:00:00Z
 

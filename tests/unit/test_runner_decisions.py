@@ -38,7 +38,6 @@ from engine.core.errors import (
     ProviderRejectedError,
     ProviderUnavailableError,
 )
-from engine.core.memory import InMemoryJobStore
 from engine.dead_letters import DeadLetterRecorder
 from engine.decisions import RETRY_SOON_SECONDS, output_hash
 from engine.definitions import JobDefinition, JobRegistry, Prompt
@@ -50,6 +49,7 @@ from engine.intake import sha256_hex
 from engine.observability import GENAI_USAGE_ATTRIBUTES, job_metrics
 from engine.retry import MAX_DELAY_SECONDS, RESERVE_RECEIVES, backoff_seconds
 from engine.runner import FINISH_MARGIN_MS, GIVE_UP_RECEIVES, Claimed, JobRunner
+from engine.testing import InMemoryJobStore
 from tests.support.events import job_message, new_job_for
 from tests.support.providers import VALID_OUTPUTS, FakeProvider, valid_answer
 

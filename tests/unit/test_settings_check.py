@@ -258,7 +258,7 @@ def test_an_unexpected_error_still_answers_naming_only_its_type(
     def broken(*_: object) -> object:
         raise RuntimeError("a message that could quote a setting")
 
-    monkeypatch.setattr(settings_check, "BUILDS", (broken,))
+    monkeypatch.setattr(settings_check, "build_every_function", broken)
 
     invoke(cloudformation.request("Create", GOOD))
 

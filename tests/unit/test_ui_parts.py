@@ -17,9 +17,9 @@ from aijobs.ui.present import batch_name, clip, day_chart, duration, money, pret
 from aijobs.ui.queries import BatchesQuery, JobsQuery, include_ended
 from engine.config import load_settings
 from engine.core import ErrorCode, Job, JobStatus, Lane
-from engine.models import BatchView, JobView
 from engine.store import UsageRow
 from engine.store.listing import JobFilter, JobOutline, JobOutlines
+from engine.views import BatchView, JobView
 from tests.support.batches import batch_record, ended_batch
 
 HOST = "127.0.0.1:8765"

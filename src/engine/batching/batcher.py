@@ -2,7 +2,7 @@
 
 Run on a schedule (every minute in AWS, every few seconds in the embedded stack), one pass at a
 time. A pass
-1. moves each batch in flight on (engine.batching.records): creates at the provider one recorded
+1. moves each batch in flight on (engine.core.batches): creates at the provider one recorded
    but not created (adopting the batch a stopped pass created, found by its metadata), polls those
    due, cancels one once every job it holds has reached its rescue time, hands each job it has not
    answered back to real time at that job's own hand-back time, and concludes those that ended;
@@ -30,12 +30,12 @@ from engine.batching.conclusion import NO_ANSWERS, Answers, Conclusion, EntryFat
 from engine.batching.entries import BatchEntry, Manifest, Part, line_id
 from engine.batching.files import BatchFiles, PartKey
 from engine.batching.intake import BatchTiming
-from engine.batching.records import BatchPhase, BatchRecord, BatchRecords
+from engine.core.batches import BatchPhase, BatchRecord, BatchRecords, BatchState
 from engine.core.errors import JobError, ProviderTimeoutError, ProviderUnavailableError, RetryableError
 from engine.core.ports import JobReader
 from engine.definitions import JobRegistry
 from engine.gateway import ModelGateway
-from engine.gateway.batches import BatchLine, BatchProvider, BatchState, BatchStatus
+from engine.gateway.batches import BatchLine, BatchProvider, BatchStatus
 from engine.observability import log_unexpected, logger, metrics
 from engine.queue import JobQueues
 from engine.runner import JobRunner, RemainingMs

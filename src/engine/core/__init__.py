@@ -6,7 +6,8 @@
 - outcomes.py: how an attempt ends, as a store writes it
 - deliveries.py: a delivery of a message and what becomes of it
 - ports.py: the store Protocols the runner, reconciler, recorder and client depend on
-- memory.py: those Protocols in memory, for tests of the decisions
+- batches.py: a provider batch's record and states, and what keeps the records
+- open_jobs.py, days.py: the reconciler's walk of open jobs; UTC days
 """
 
 from engine.core.codes import ClaimRefusal, ErrorCode

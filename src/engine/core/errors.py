@@ -171,6 +171,10 @@ class UnreadKeysError(AiJobsError):
         self.keys = keys
 
 
+class PayloadMissingError(AiJobsError):
+    """A referenced payload is gone from the payload bucket (expired with its lifecycle, or deleted)."""
+
+
 class CancelRequestedError(AiJobsError):
     """The finishing fence met a cancel request: the job ends `cancelled`, its output discarded."""
 

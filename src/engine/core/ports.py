@@ -2,7 +2,7 @@
 
 The runner, the dead-letter recorder, the reconciler and the client depend on these, never on a
 particular store. Two implementations keep them: DynamoDB (engine.store, the one deployed) and
-memory (engine.core.memory, for tests of the decisions above it); one contract test suite runs
+memory (engine.testing.InMemoryJobStore, for tests of the decisions above it); one contract test suite runs
 against both (tests/contract), so that the two cannot drift apart. docs/protocol.md gives the
 conditions each write is fenced on.
 """

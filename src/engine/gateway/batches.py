@@ -13,25 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Protocol
 
+from engine.core.batches import BatchState
 from engine.core.errors import JobError, ProviderRejectedError
 from engine.gateway.provider import Completion, CompletionRequest
-
-
-class BatchState(StrEnum):
-    """Where a provider's batch is, in the engine's words (each adapter maps its provider's)."""
-
-    PENDING = "pending"  # accepted: validating, queued, in progress or finalizing
-    COMPLETED = "completed"  # every line answered or failed; results can be read
-    EXPIRED = "expired"  # the completion window passed: the lines answered by then can be read
-    CANCELLED = "cancelled"  # cancelled (by us): the lines answered before can be read
-    FAILED = "failed"  # the batch as a whole was refused (a malformed input file, a quota): no results
-
-    @property
-    def ended(self) -> bool:
-        return self is not BatchState.PENDING
 
 
 @dataclass(frozen=True, slots=True)

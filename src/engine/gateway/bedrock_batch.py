@@ -49,9 +49,10 @@ from typing import IO, Any, Protocol, cast
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 
+from engine.core.batches import BatchState
 from engine.core.errors import JobError, ProviderRejectedError, ProviderUnavailableError
 from engine.gateway.batch_files import UnreadableLine, jsonl_line, jsonl_values, spooled, unreadable_answer
-from engine.gateway.batches import BatchAnswer, BatchLine, BatchState, BatchStatus, stop_unless_ended
+from engine.gateway.batches import BatchAnswer, BatchLine, BatchStatus, stop_unless_ended
 from engine.gateway.bedrock import classified_error, converse_completion, converse_input
 from engine.gateway.provider import error_for_status
 from engine.gateway.schema import system_with_schema

@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 import httpx
 
+from engine.core.batches import BatchState
 from engine.core.errors import JobError, ProviderUnavailableError
 from engine.gateway.batch_files import (
     UnreadableLine,
@@ -30,7 +31,7 @@ from engine.gateway.batch_files import (
     unreadable_answer,
     write_chunks,
 )
-from engine.gateway.batches import BatchAnswer, BatchLine, BatchState, BatchStatus, stop_unless_ended
+from engine.gateway.batches import BatchAnswer, BatchLine, BatchStatus, stop_unless_ended
 from engine.gateway.openai import (
     MAX_RESPONSE_BYTES,
     ApiKeySource,

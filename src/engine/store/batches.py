@@ -1,4 +1,4 @@
-"""Batch records in the jobs table (engine.batching.records): `pk = BATCHES, sk = <batch key>`.
+"""Batch records in the jobs table (engine.core.batches): `pk = BATCHES, sk = <batch key>`.
 
 One partition, read with Query (there are few batches in flight at a time). A record is created
 with a put fenced on its absence, and replaced with puts fenced on the `updated_at` it was read
@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from engine.batching.records import BatchPhase, BatchRecord
-from engine.gateway.batches import BatchState
+from engine.core.batches import BatchPhase, BatchRecord, BatchState
 from engine.store.items import Item, from_item, to_item
 from engine.store.table import DAY_MS, default_client, is_condition_failure
 

@@ -44,7 +44,7 @@ MAX_OUTLINED = 2_000
 # A listing reads one round of queries a day; a longer range is refused (as a usage range is).
 MAX_LISTING_DAYS = 400
 DAY_MS = 86_400_000
-# As engine.models.JobId allows.
+# As engine.messages.JobId allows.
 MAX_JOB_ID_CHARS = 128
 
 

@@ -18,7 +18,7 @@ from typing import IO, TYPE_CHECKING
 import boto3
 from botocore.exceptions import ClientError
 
-from engine.core.errors import AiJobsError
+from engine.core.errors import AiJobsError, PayloadMissingError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -31,10 +31,6 @@ INLINE_BYTES = 256 * 1024
 DELETE_KEYS = 1000
 
 _SAFE_KEY_PART = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-
-
-class PayloadMissingError(AiJobsError):
-    """A referenced payload is gone (expired with the bucket's lifecycle, or deleted)."""
 
 
 class PayloadDeleteError(AiJobsError):

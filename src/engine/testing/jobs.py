@@ -51,7 +51,7 @@ from engine.core.open_jobs import OpenJobKey, OpenJobsWalk
 from engine.core.outcomes import Cancelled, Outcome, Released, Succeeded, outcome_error, target_status
 from engine.text import MAX_REASON_CHARS, bounded, one_line, valid_text
 
-# What the DynamoDB store (engine.store, which this core module does not import) does with sizes:
+# What the DynamoDB store (engine.store, which the fakes do not import) does with sizes:
 # a dead-letter body past PAYLOAD_INLINE_BYTES is kept in the payload bucket and referenced by key
 # (engine.store.payloads.INLINE_BYTES), and the names an attempt records (provider, tier, model,
 # prompt key and version) are cut to MAX_NAME_CHARS (engine.store.items.MAX_NAME_CHARS).
@@ -60,7 +60,7 @@ MAX_NAME_CHARS = 256
 
 
 class BudgetBook(Protocol):
-    """Users' days of budget, as a settlement writes them (engine.fleet.memory.InMemoryBudgetStore)."""
+    """Users' days of budget, as a settlement writes them (engine.testing.InMemoryBudgetStore)."""
 
     def settle(self, user_id: str, day: str, returned: Decimal, spent: Decimal) -> None: ...
 

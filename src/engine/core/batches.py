@@ -1,4 +1,5 @@
-"""A batch's record: written before the batch is created at the provider, kept until it has ended.
+"""A batch's record: written before the batch is created at the provider, kept until it has ended;
+and the provider's batch states, in the engine's words.
 
 The record is what makes a paid batch impossible to lose: it exists before the provider's batch
 does (`creating`), names it once created (`pending`), is marked when its rescue time came and it
@@ -13,7 +14,20 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from engine.gateway.batches import BatchState
+
+class BatchState(StrEnum):
+    """Where a provider's batch is, in the engine's words (each adapter of engine.gateway.batches maps
+    its provider's)."""
+
+    PENDING = "pending"  # accepted: validating, queued, in progress or finalizing
+    COMPLETED = "completed"  # every line answered or failed; results can be read
+    EXPIRED = "expired"  # the completion window passed: the lines answered by then can be read
+    CANCELLED = "cancelled"  # cancelled (by us): the lines answered before can be read
+    FAILED = "failed"  # the batch as a whole was refused (a malformed input file, a quota): no results
+
+    @property
+    def ended(self) -> bool:
+        return self is not BatchState.PENDING
 
 
 class BatchPhase(StrEnum):
@@ -71,7 +85,7 @@ class BatchRecord:
 
 
 class BatchRecords(Protocol):
-    """Where batch records are kept (engine.store.batches.BatchTable; engine.batching.memory)."""
+    """Where batch records are kept (engine.store.batches.BatchTable; engine.testing.MemoryBatchRecords)."""
 
     def create(self, record: BatchRecord) -> bool:
         """Write a new record; False when one with its key exists already."""

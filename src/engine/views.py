@@ -1,18 +1,17 @@
-"""The job at the engine's two edges: the SQS message that asks for it, and the public view of it.
+"""The outbound edge: the public views of jobs, their attempts, dead letters and batches.
 
-Models here do no I/O; intake maps messages to requests, the client maps jobs to views. The job
-itself, its states and rules are in engine.core.
+Views do no I/O; the client and the completion events map the core's records to them. The job
+itself, its states and rules are in engine.core; the message that asks for a job, in engine.messages.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel
 
-from engine.batching.records import BatchPhase, BatchRecord
 from engine.core import (
     AttemptOutcome,
     AttemptRecord,
@@ -25,41 +24,7 @@ from engine.core import (
     Lane,
     Via,
 )
-from engine.gateway.batches import BatchState
-
-JobId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
-UserId = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:@-]+$")]
-JobTypeName = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_]*$")]
-
-MaxAttempts = Annotated[int, Field(ge=1, le=10)]
-# A lane as a message names it (engine.core.Lane).
-LaneName = Literal["interactive", "background"]
-# Bounded so that every number a message carries fits a DynamoDB number.
-SchemaVersion = Annotated[int, Field(ge=1, le=1_000_000)]
-
-MIN_DEADLINE_SECONDS = 60
-MAX_DEADLINE_SECONDS = 604_800
-
-
-class JobMessage(BaseModel):
-    """The body of a message on the jobs queue (docs/messages.md)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    job_id: JobId | None = None
-    job_type: JobTypeName | None = None
-    user_id: UserId | None = None
-    input: dict[str, Any] | None = None
-    schema_version: SchemaVersion | None = None
-    max_attempts: MaxAttempts | None = None
-    deadline_seconds: Annotated[int, Field(ge=MIN_DEADLINE_SECONDS, le=MAX_DEADLINE_SECONDS)] | None = None
-    # Absent: the lane of the queue the message was sent to.
-    lane: LaneName | None = None
-
-    @property
-    def is_reference(self) -> bool:
-        """A body of only a job id refers to a job created beforehand."""
-        return self.model_fields_set == {"job_id"}
+from engine.core.batches import BatchPhase, BatchRecord, BatchState
 
 
 def iso_timestamp(epoch_ms: int | None) -> str | None:
@@ -303,7 +268,7 @@ _BATCH_TIMES = ("created_at", "updated_at", "rescue_at", "abandon_at", "ended_at
 
 
 class BatchView(BaseModel):
-    """A batch's record (engine.batching.records) as `aijobs batches` shows it (docs/batches.md)."""
+    """A batch's record (engine.core.batches) as `aijobs batches` shows it (docs/batches.md)."""
 
     key: str
     model: str

@@ -1,5 +1,5 @@
-"""Batch records and bucket objects in memory: for tests of the batching decisions, and the contract
-suite that holds them to the DynamoDB and S3 ones."""
+"""Batch records and bucket objects in memory, for tests of the batching decisions; tests/contract
+holds them to engine.store.batches.BatchTable and engine.store.payloads.PayloadStore."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import threading
 from collections.abc import Sequence
 from dataclasses import replace
 
-from engine.batching.records import BatchRecord
-from engine.store.payloads import PayloadMissingError
+from engine.core.batches import BatchRecord
+from engine.core.errors import PayloadMissingError
 
 
 class MemoryBatchRecords:
