@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # each name as its own alias: what this module exports (PEP 4
     from aijobs.client import RedriveResult as RedriveResult
     from aijobs.client import SubmitResult as SubmitResult
     from engine.core.errors import AiJobsError as AiJobsError
+    from engine.core.errors import AttachmentInvalidError as AttachmentInvalidError
     from engine.core.errors import ConditionRefusedError as ConditionRefusedError
     from engine.core.errors import ConfigurationError as ConfigurationError
     from engine.core.errors import InputValidationError as InputValidationError
@@ -50,6 +51,7 @@ _EXPORTS = {
     "InvalidArgumentError": "aijobs.client",
     "UnknownJobTypeError": "engine.core.errors",
     "SchemaVersionMismatchError": "engine.core.errors",
+    "AttachmentInvalidError": "engine.core.errors",
     # `submit` of a job id taken by another job; `get`, `inspect`, `cancel`, `retry` of no such job.
     "JobConflictError": "engine.core.errors",
     "JobNotFoundError": "engine.core.errors",
@@ -60,7 +62,7 @@ _EXPORTS = {
     "ConditionRefusedError": "engine.core.errors",
     # A read the table throttled on every try (it passes by itself), an input gone from the bucket.
     "UnreadKeysError": "engine.core.errors",
-    "PayloadMissingError": "engine.store.payloads",
+    "PayloadMissingError": "engine.core.errors",
 }
 
 __all__ = list(_EXPORTS)

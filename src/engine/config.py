@@ -20,6 +20,18 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from engine.core.errors import ConfigurationError, MissingSettingsError
 
 HttpUrl = Annotated[str, Field(pattern=r"^https?://\S+$")]
+BucketName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")]
+AttachmentLimitName = Literal[
+    "max_file_bytes",
+    "max_image_bytes",
+    "max_total_bytes",
+    "max_images",
+    "max_documents",
+    "max_pdf_pages",
+    "max_pixels_per_side",
+    "many_images",
+    "many_images_pixels_per_side",
+]
 ModelId = Annotated[str, Field(min_length=1, max_length=256)]
 # US dollars per million tokens: no price list comes near 10,000.
 UsdPerMillion = Annotated[Decimal, Field(ge=0, le=10_000, allow_inf_nan=False)]
@@ -65,7 +77,7 @@ class Settings(BaseModel):
     jobs_queue_url: HttpUrl
     jobs_background_queue_url: HttpUrl | None = None
     # Inputs and dead-letter bodies too large for a DynamoDB item are kept here (S3).
-    jobs_payload_bucket: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")]
+    jobs_payload_bucket: BucketName
     # boto3's own override: one local endpoint for every AWS service (the embedded stack).
     aws_endpoint_url: HttpUrl | None = None
     # The dead-letter queue, read by the client only: its depth, on the dashboard's health strip.
@@ -106,6 +118,12 @@ class Settings(BaseModel):
     aijobs_batch_rescue_seconds: Annotated[int, Field(ge=1, le=86_400)] = 1_800
     # The service role Bedrock's batch inference jobs read their input and write their output with.
     aijobs_batch_role_arn: Annotated[str | None, Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/\S+$")] = None
+    # Buckets attachments may name besides the payload bucket (the worker's role reads only these), and
+    # the providers' per-request limits on them, over their documented defaults (docs/attachments.md).
+    aijobs_attachment_buckets: tuple[BucketName, ...] = ()
+    aijobs_attachment_limits: dict[AttachmentLimitName, Annotated[int, Field(ge=1, le=10**12, strict=True)]] = Field(
+        default_factory=dict
+    )
     # The EventBridge bus completion events go to (a name or an ARN; "default": the account's own).
     aijobs_event_bus: Annotated[str, Field(min_length=1, max_length=1600, pattern=r"^[A-Za-z0-9._\-/:]+$")] = "default"
     # Kept after a job ends before DynamoDB's TTL removes its items.
@@ -167,7 +185,7 @@ class Settings(BaseModel):
             raise ValueError(f"plain http sends the API key in clear; use https for {parts.hostname or 'that host'}")
         return value
 
-    @field_validator("aijobs_prices", "aijobs_provider_limits", mode="before")
+    @field_validator("aijobs_prices", "aijobs_provider_limits", "aijobs_attachment_limits", mode="before")
     @classmethod
     def _parse_json(cls, value: object) -> object:
         if isinstance(value, str):
@@ -179,7 +197,7 @@ class Settings(BaseModel):
                 raise ValueError(f"not valid JSON ({exc})") from exc
         return value
 
-    @field_validator("aijobs_job_modules", mode="before")
+    @field_validator("aijobs_job_modules", "aijobs_attachment_buckets", mode="before")
     @classmethod
     def _split_modules(cls, value: object) -> object:
         if isinstance(value, str):

@@ -10,7 +10,14 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from engine.core import Lane, NewJob
-from engine.core.errors import AiJobsError, InputValidationError, JobError, SchemaVersionMismatchError
+from engine.core.attachments import AttachmentRef, ref_documents
+from engine.core.errors import (
+    AiJobsError,
+    AttachmentInvalidError,
+    InputValidationError,
+    JobError,
+    SchemaVersionMismatchError,
+)
 from engine.definitions import JobDefinition, JobRegistry
 from engine.definitions.base import one_line_error
 from engine.messages import JobId, JobMessage, JobTypeName, LaneName, MaxAttempts, UserId
@@ -66,9 +73,14 @@ def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def request_hash(job_type: str, user_id: str, job_input: dict[str, Any]) -> str:
-    """What makes two submissions of one job id the same job."""
-    return sha256_hex(canonical_json({"job_type": job_type, "user_id": user_id, "input": job_input}))
+def request_hash(
+    job_type: str, user_id: str, job_input: dict[str, Any], attachments: tuple[AttachmentRef, ...] = ()
+) -> str:
+    """What makes two submissions of one job id the same job (its attachments included, when it has some)."""
+    request: dict[str, Any] = {"job_type": job_type, "user_id": user_id, "input": job_input}
+    if attachments:
+        request["attachments"] = ref_documents(attachments)
+    return sha256_hex(canonical_json(request))
 
 
 def _refuse_constant(name: str) -> Any:
@@ -130,13 +142,27 @@ def _new_job_request(
             f"message schema_version {message.schema_version} != {job_type} schema version {definition.schema_version}"
         )
     job_input = definition.parse_input(raw_input)
+    attachments = tuple(AttachmentRef.parse(spec.s3, spec.name) for spec in message.attachments or ())
+    check_attachment_count(definition, len(attachments))
     new_job = NewJob(
         job_type=job_type,
         user_id=user_id,
         schema_version=definition.schema_version,
         max_attempts=message.max_attempts or definition.max_attempts,
         deadline_seconds=message.deadline_seconds or definition.deadline_seconds,
-        request_hash=request_hash(job_type, user_id, raw_input),
+        request_hash=request_hash(job_type, user_id, raw_input, attachments),
         lane=lane,
+        attachments=attachments,
     )
     return JobRequest(job_id, new_job, definition, job_input, raw_input)
+
+
+def check_attachment_count(definition: JobDefinition, count: int) -> None:
+    """A job type that takes no attachments, or fewer (or more) than a message names, refuses them."""
+    policy = definition.attachments
+    if count and not policy.takes_any:
+        raise AttachmentInvalidError(f"{definition.name} takes no attachments; the message names {count}")
+    if count > policy.max_count:
+        raise AttachmentInvalidError(f"{definition.name} takes at most {policy.max_count} attachments, not {count}")
+    if count < policy.min_count:
+        raise AttachmentInvalidError(f"{definition.name} takes at least {policy.min_count} attachments, not {count}")

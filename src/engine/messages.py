@@ -22,6 +22,23 @@ SchemaVersion = Annotated[int, Field(ge=1, le=1_000_000)]
 
 MIN_DEADLINE_SECONDS = 60
 MAX_DEADLINE_SECONDS = 604_800
+# The most attachments a message names (engine.core.attachments.MAX_ATTACHMENTS).
+MAX_ATTACHMENTS = 20
+# s3://BUCKET/KEY: a bucket's name (S3's rules: 3-63 of a-z 0-9 . -) and a key of 1-1024 characters.
+AttachmentUri = Annotated[
+    str, StringConstraints(max_length=1100, pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/.{1,1024}$")
+]
+# The name it goes by: 1-255 characters, no path separators.
+AttachmentName = Annotated[str, StringConstraints(min_length=1, max_length=255, pattern=r"^[^/\\]+$")]
+
+
+class AttachmentSpec(BaseModel):
+    """One attachment a message names (docs/attachments.md)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    s3: AttachmentUri
+    name: AttachmentName | None = None
 
 
 class JobMessage(BaseModel):
@@ -38,6 +55,7 @@ class JobMessage(BaseModel):
     deadline_seconds: Annotated[int, Field(ge=MIN_DEADLINE_SECONDS, le=MAX_DEADLINE_SECONDS)] | None = None
     # Absent: the lane of the queue the message was sent to.
     lane: LaneName | None = None
+    attachments: Annotated[list[AttachmentSpec], Field(max_length=MAX_ATTACHMENTS)] | None = None
 
     @property
     def is_reference(self) -> bool:

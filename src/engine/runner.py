@@ -19,13 +19,14 @@ import math
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
+from engine.attachments.loader import AttachmentLoader
 from engine.core import (
     Ack,
     AttemptRecord,
@@ -46,7 +47,9 @@ from engine.core import (
     outcome_error,
     target_status,
 )
+from engine.core.attachments import Attachment, AttachmentInfo, AttachmentRef
 from engine.core.errors import (
+    AttachmentInvalidError,
     CancelRequestedError,
     ClaimRefusedError,
     InputValidationError,
@@ -140,6 +143,12 @@ class Claimed:
     delivery: Delivery
     # The input as it was given (the message's, or the one stored), before it was parsed.
     raw_input: dict[str, Any] | None = None
+    # Its documents and images, read and checked (engine.attachments).
+    attachments: tuple[Attachment, ...] = ()
+
+    @property
+    def attachments_read(self) -> tuple[AttachmentInfo, ...]:
+        return tuple(attachment.info for attachment in self.attachments)
 
 
 _Result = TypeVar("_Result", bound="Claimed | Disposition")
@@ -159,6 +168,7 @@ class JobRunner:
         is_transient: TransientCheck = _never_transient,
         sleep: Callable[[float], None] = time.sleep,
         max_receives: int = DEFAULT_MAX_RECEIVES,
+        attachments: AttachmentLoader | None = None,
     ) -> None:
         self._store = store
         self._gateway = gateway
@@ -170,6 +180,7 @@ class JobRunner:
         self._is_transient = is_transient
         self._sleep = sleep
         self._max_receives = max_receives
+        self._attachments = attachments
 
     # --- the spine ----------------------------------------------------------------------------
 
@@ -202,7 +213,9 @@ class JobRunner:
         started = self._now_ms()
         execution: Execution | None = None
         try:
-            execution = self._gateway.execute_answer(claimed.definition, claimed.job_input, answered)
+            execution = self._gateway.execute_answer(
+                claimed.definition, claimed.job_input, answered, attachments=claimed.attachments
+            )
             return self._decide(claimed, execution, started)
         except Exception as exc:
             log_unexpected("a batch's answer could not be decided", exc, job_id=claimed.job.job_id)
@@ -211,12 +224,18 @@ class JobRunner:
             return decide_retry(claimed.job, internal, attempt, self._moment(claimed.delivery.receive_count))
 
     def finish(
-        self, job: Job, request: JobRequest, decision: Decision, settlement: Settlement | None = None
+        self,
+        job: Job,
+        request: JobRequest,
+        decision: Decision,
+        settlement: Settlement | None = None,
+        read: tuple[AttachmentInfo, ...] = (),
     ) -> Disposition:
         """Write a decision: what then becomes of the delivery. A cancel requested meanwhile ends the job
         `cancelled`; a lost lease discards the result and keeps its usage (with `settlement`, a batched
-        claim's budget settles with the write that ends the claim). Store errors propagate."""
-        written = self._write(job, request, decision.outcome, decision.attempt, settlement)
+        claim's budget settles with the write that ends the claim; with `read`, what the attempt read of
+        its attachments is kept). Store errors propagate."""
+        written = self._write(job, request, decision.outcome, decision.attempt, settlement, read)
         return decision.then if written is None else written
 
     def hand_back(self, job: Job, why: JobError, settlement: Settlement | None = None) -> Disposition:
@@ -267,13 +286,26 @@ class JobRunner:
             return self._on_refusal(delivery, request, refused)
         try:
             definition, job_input, raw_input = self._resolve(job, request)
+            attachments = self._load_attachments(job, definition)
         except PermanentError as exc:
             return self.finish(job, request, Decision(Failed(exc.info()), Ack(Fate.FAILED)))
         except Exception as exc:
             log_unexpected("the claimed job could not be resolved", exc, job_id=job.job_id)
             internal = InternalError(f"internal error: {type(exc).__name__}")
             return self.finish(job, request, decide_retry(job, internal, None, self._moment(delivery.receive_count)))
-        return Claimed(job, request, definition, job_input, delivery, raw_input)
+        return Claimed(job, request, definition, job_input, delivery, raw_input, attachments)
+
+    def load_attachments(self, refs: Sequence[AttachmentRef], definition: JobDefinition) -> tuple[Attachment, ...]:
+        """Attachments read and checked (AttachmentInvalidError when one cannot go), for a claim that is
+        not this runner's own (a batch's line to make, its answer to conclude)."""
+        if not refs:
+            return ()
+        if self._attachments is None:
+            raise AttachmentInvalidError("this stack reads no attachments")
+        return self._attachments.load(refs, definition.attachments, definition.name)
+
+    def _load_attachments(self, job: Job, definition: JobDefinition) -> tuple[Attachment, ...]:
+        return self.load_attachments(job.attachments, definition)
 
     def _batch_terms(self, request: JobRequest, delivery: Delivery, batch: BatchTerms | None) -> BatchTerms | None:
         """The batch's terms, for a job that may join it: none for a message a batch handed back, nor for a
@@ -366,16 +398,18 @@ class JobRunner:
                 return self.finish(job, request, held)
             started = self._now_ms()
             time_left = _time_left(remaining_ms)
-            execution = self._gateway.execute(claimed.definition, claimed.job_input, time_left)
+            execution = self._gateway.execute(claimed.definition, claimed.job_input, time_left, claimed.attachments)
             if isinstance(verdict, Pass):
                 verdict.record(execution)
-            return self.finish(job, request, self._decide(claimed, execution, started))
+            decision = self._decide(claimed, execution, started)
+            return self.finish(job, request, decision, read=claimed.attachments_read)
         except Exception as exc:
             # The job is still this worker's: hand it back (its usage kept) rather than wait for the lease.
             log_unexpected("job attempt failed unexpectedly", exc, job_id=job.job_id)
             attempt = attempt_record(job, execution, started, self._now_ms()) if execution else None
             internal = InternalError(f"internal error: {type(exc).__name__}")
-            return self.finish(job, request, decide_retry(job, internal, attempt, self._moment(receive_count)))
+            retry = decide_retry(job, internal, attempt, self._moment(receive_count))
+            return self.finish(job, request, retry, read=claimed.attachments_read)
 
     def _admit(self, claimed: Claimed, remaining_ms: RemainingMs | None, verdict: Verdict | None) -> Decision | None:
         """A decision without a call (held, or too little time left), or None once the job may call: it
@@ -413,13 +447,14 @@ class JobRunner:
         outcome: Outcome,
         attempt: AttemptRecord | None,
         settlement: Settlement | None,
+        read: tuple[AttachmentInfo, ...] = (),
     ) -> Disposition | None:
         """Write `outcome`: None when it was written as asked, else what became of the delivery instead."""
         store_input = request.raw_input if isinstance(outcome, Failed) and not job.input_stored else None
         try:
-            self._store.finish_job(job, outcome, self._now_ms(), attempt, store_input, settlement)
+            self._store.finish_job(job, outcome, self._now_ms(), attempt, store_input, settlement, read)
         except CancelRequestedError:
-            return self._write(job, request, Cancelled(), attempt, settlement) or Ack(Fate.CANCELLED)
+            return self._write(job, request, Cancelled(), attempt, settlement, read) or Ack(Fate.CANCELLED)
         except LeaseLostError as lost:
             return self._on_lease_lost(job, lost, attempt, settlement)
         self._log_outcome(job, outcome, attempt)

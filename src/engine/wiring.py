@@ -17,6 +17,8 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+from engine.attachments.limits import limits_for
+from engine.attachments.loader import AttachmentLoader
 from engine.aws_errors import is_transient
 from engine.batching.batcher import Batcher
 from engine.batching.files import BatchFiles
@@ -38,6 +40,7 @@ from engine.queue import JobQueue, JobQueues
 from engine.reconciler import Reconciler
 from engine.runner import JobRunner
 from engine.store import DynamoJobStore, PayloadStore
+from engine.store.attachments import S3Attachments
 from engine.store.batches import BatchTable
 from engine.store.budgets import BudgetTable
 from engine.store.limits import LimitTable
@@ -85,7 +88,7 @@ def build_worker(
     aws = Aws(settings, session)
     store = build_store(settings, aws)
     gateway = build_gateway(settings)
-    runner = build_runner(settings, store, gateway, registry or JobRegistry.from_settings(settings))
+    runner = build_runner(settings, store, gateway, registry or JobRegistry.from_settings(settings), aws)
     if settings.budgets_enabled and (unpriced := gateway.unpriced_models()):
         raise ConfigurationError(
             f"AIJOBS_PRICES: model {unpriced[0]!r} has no price, so no budget can hold what it costs; "
@@ -105,7 +108,17 @@ def build_worker(
     )
 
 
-def build_runner(settings: Settings, store: DynamoJobStore, gateway: ModelGateway, registry: JobRegistry) -> JobRunner:
+def build_attachments(settings: Settings, aws: Aws) -> AttachmentLoader:
+    """The attachments' loader: the payload bucket and AIJOBS_ATTACHMENT_BUCKETS, read with the S3 client
+    made on first use, checked against the configured provider's limits (docs/attachments.md)."""
+    buckets = {settings.jobs_payload_bucket, *settings.aijobs_attachment_buckets}
+    limits = limits_for(settings.ai_provider, settings.aijobs_attachment_limits)
+    return AttachmentLoader(S3Attachments(lambda: aws.client("s3")), buckets, limits)
+
+
+def build_runner(
+    settings: Settings, store: DynamoJobStore, gateway: ModelGateway, registry: JobRegistry, aws: Aws
+) -> JobRunner:
     return JobRunner(
         store,
         gateway,
@@ -117,6 +130,7 @@ def build_runner(settings: Settings, store: DynamoJobStore, gateway: ModelGatewa
         rng=random.SystemRandom(),
         is_transient=is_transient,
         max_receives=settings.aijobs_max_receive_count,
+        attachments=build_attachments(settings, aws),
     )
 
 
@@ -161,7 +175,7 @@ def build_batcher(settings: Settings, session: boto3.Session | None = None) -> B
         build_batch_provider(settings, aws),
         gateway,
         registry,
-        build_runner(settings, store, gateway, registry),
+        build_runner(settings, store, gateway, registry, aws),
         store,
         build_queues(settings, aws),
         batch_timing(settings),

@@ -206,7 +206,7 @@ class Worker:
         planned: list[tuple[Claimed, Ask]] = []
         for step in claimed:
             try:
-                plan = self._planner(step.definition, step.job_input)
+                plan = self._planner(step.definition, step.job_input, step.attachments)
             except Exception as exc:
                 # The job type's own code (its prompt, its schema) failed: the job runs unadmitted,
                 # where its attempt fails the same way before any call and the runner records it.

@@ -60,6 +60,13 @@ def render(value: Any, own_log_groups: set[str]) -> Iterator[str]:
             yield OWN_LOG_GROUP if resource in own_log_groups else f"${{{resource}.Arn}}:*"
         else:
             yield f"${{{resource}.{attribute}}}"
+    elif set(value) == {"Fn::Split"}:
+        # ARNs made of a list parameter (AttachmentBuckets): each reads as the one of its first item.
+        delimiter, joined = value["Fn::Split"]
+        yield from (text.split(delimiter)[0] for text in render(joined, own_log_groups))
+    elif set(value) == {"Fn::Join"}:
+        delimiter, items = value["Fn::Join"]
+        yield delimiter.join(next(render(item, own_log_groups)) for item in as_list(items))
     elif set(value) == {"Fn::Sub"}:
         text, names = (value["Fn::Sub"], {}) if isinstance(value["Fn::Sub"], str) else value["Fn::Sub"]
         for name, bound in names.items():
@@ -218,6 +225,7 @@ def parameters_in_iam_resources() -> set[str]:
 # A value each parameter that reaches an IAM resource accepts.
 ACCEPTED = {
     "AiApiKeySecretArn": "arn:aws:secretsmanager:eu-west-1:123456789012:secret:aijobs/key-AbCdEf",
+    "AttachmentBuckets": "acme-invoices,acme-scans",
     "AiModelFallback": "us.anthropic.claude-3-5-haiku-20241022-v1:0",
     "AiModelPrimary": "anthropic.claude-3-5-haiku-20241022-v1:0",
     "EventBusName": "orders-bus",

@@ -34,7 +34,7 @@ from engine.core.batches import BatchPhase, BatchRecord, BatchRecords, BatchStat
 from engine.core.errors import JobError, ProviderTimeoutError, ProviderUnavailableError, RetryableError
 from engine.core.ports import JobReader
 from engine.definitions import JobRegistry
-from engine.gateway import ModelGateway
+from engine.gateway import CompletionRequest, ModelGateway
 from engine.gateway.batches import BatchLine, BatchProvider, BatchStatus
 from engine.observability import log_unexpected, logger, metrics
 from engine.queue import JobQueues
@@ -83,6 +83,7 @@ class Batcher:
         self._registry = registry
         self._timing = timing
         self._clock = clock
+        self._runner = runner
         self._conclusion = Conclusion(runner, jobs, registry, queues)
 
     def handle(self, event: dict[str, Any], context: LambdaContext | None) -> dict[str, int]:
@@ -362,13 +363,15 @@ class Batcher:
                 count += 1
                 entries[custom_id] = entry
                 try:
-                    definition = self._registry.get(entry.job_type)
-                    request = self._gateway.batch_request(definition, definition.parse_input(entry.job_input))
+                    line = BatchLine(custom_id, self._request(entry))
                 except Exception as exc:
-                    # In no line: it goes back to real time when its batch ends, and fails there as it must.
+                    # In no line: it goes back to real time once its batch is recorded, and fails there as
+                    # it must (an attachment gone meanwhile, a job type whose code fails).
                     log_unexpected("a batched job's request could not be made", exc, job_id=entry.job_id)
                     continue
-                lines.append(BatchLine(custom_id, request))
+                if self._provider.line_bytes(line) > self._provider.max_bytes:
+                    continue  # too large for any batch (its attachments, encoded): it runs in real time
+                lines.append(line)
             size = sum(self._provider.line_bytes(line) for line in lines)
             current = chunks[-1] if chunks else None
             if (
@@ -423,16 +426,28 @@ class Batcher:
             return
         self._files.delete_parts(list(manifest.parts))
         report["recorded"] += 1
+        unlined = [
+            (custom_id, entry) for custom_id, entry in manifest.entries.items() if custom_id not in manifest.lines
+        ]
+        if unlined and len(unlined) < len(manifest.entries):
+            # In no line (too large for a batch, or its request could not be made): to real time at once.
+            gone = self._conclusion.go_over(unlined, NO_ANSWERS, None, _NOT_IN_A_LINE)
+            _count(report, gone)
+            record = self._save(record, replace(record, redo=gone.again))
         self._create(record, manifest, report, remaining_ms)
 
     def _lines(self, manifest: Manifest) -> list[BatchLine]:
-        lines = []
-        for custom_id, entry in manifest.entries.items():
-            if custom_id in manifest.lines:
-                definition = self._registry.get(entry.job_type)
-                request = self._gateway.batch_request(definition, definition.parse_input(entry.job_input))
-                lines.append(BatchLine(custom_id, request))
-        return lines
+        return [
+            BatchLine(custom_id, self._request(entry))
+            for custom_id, entry in manifest.entries.items()
+            if custom_id in manifest.lines
+        ]
+
+    def _request(self, entry: BatchEntry) -> CompletionRequest:
+        """An entry's first call, as its line: its attachments read again (they are not kept with it)."""
+        definition = self._registry.get(entry.job_type)
+        attachments = self._runner.load_attachments(entry.attachments, definition)
+        return self._gateway.batch_request(definition, definition.parse_input(entry.job_input), attachments)
 
     # --- helpers -------------------------------------------------------------------------------
 
@@ -479,6 +494,9 @@ def _count(report: Counter[str], gone: GoneOver) -> None:
         report[f"jobs_{fate.value}"] += count
     if gone.again:
         report["jobs_again"] += len(gone.again)
+
+
+_NOT_IN_A_LINE = ProviderUnavailableError("it could not go in a batch's line")
 
 
 def _unanswered(record: BatchRecord) -> JobError:

@@ -25,8 +25,8 @@ from enum import StrEnum
 from functools import partial
 
 from engine.batching.entries import BatchEntry
-from engine.core import Delivery, Job, JobStatus, Lane, Retry, Settlement
-from engine.core.errors import JobError, ProviderTimeoutError, ProviderUnavailableError
+from engine.core import Ack, Delivery, Failed, Fate, Job, JobStatus, Lane, Retry, Settlement
+from engine.core.errors import AttachmentInvalidError, JobError, ProviderTimeoutError, ProviderUnavailableError
 from engine.core.ports import JobReader
 from engine.decisions import Decision
 from engine.definitions import JobRegistry
@@ -229,7 +229,13 @@ class Conclusion:
                 send_delay=RESEND_DELAY_SECONDS,
                 needs_message=True,
             )
-        decision: Decision = self._runner.answer(claimed, answered)
+        try:
+            claimed = replace(claimed, attachments=self._runner.load_attachments(entry.attachments, claimed.definition))
+            decision: Decision = self._runner.answer(claimed, answered)
+        except AttachmentInvalidError as exc:
+            # Gone since the claim (or no longer within the limits): the answer is kept as usage, and the
+            # job ends as any attempt that finds its attachments cannot go.
+            decision = Decision(Failed(exc.info()), Ack(Fate.FAILED), self._runner.price_unused(claimed, answered))
         spent = decision.attempt.cost_usd if decision.attempt is not None else Decimal(0)
         settlement = _settlement(entry, job, spent)
         requeues = decision.requeues and isinstance(decision.then, Retry)
@@ -238,7 +244,7 @@ class Conclusion:
             entry,
             job,
             EntryFate.RETRIED if requeues else EntryFate.FINISHED,
-            lambda: self._runner.finish(job, claimed.request, decision, settlement),
+            lambda: self._runner.finish(job, claimed.request, decision, settlement, claimed.attachments_read),
             send_delay=delay if requeues else None,
         )
 

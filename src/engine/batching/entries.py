@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from engine.core import Lane
+from engine.core.attachments import AttachmentRef, ref_documents
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,8 @@ class BatchEntry:
     # The job's reservation of its user's budget (engine.fleet.budgets), settled when it ends.
     reserved_usd: Decimal = Decimal(0)
     reserved_day: str = ""
+    # Its documents and images, by reference: read again to make its line (docs/attachments.md).
+    attachments: tuple[AttachmentRef, ...] = ()
 
     def document(self) -> dict[str, Any]:
         return {
@@ -51,6 +54,7 @@ class BatchEntry:
             "receive_count": self.receive_count,
             "reserved_usd": str(self.reserved_usd),
             "reserved_day": self.reserved_day,
+            **({"attachments": ref_documents(self.attachments)} if self.attachments else {}),
         }
 
     @classmethod
@@ -69,6 +73,9 @@ class BatchEntry:
             receive_count=int(document["receive_count"]),
             reserved_usd=Decimal(document["reserved_usd"]),
             reserved_day=document["reserved_day"],
+            attachments=tuple(
+                AttachmentRef.parse(ref["s3"], ref.get("name")) for ref in document.get("attachments", ())
+            ),
         )
 
 

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from engine.batching.entries import BatchEntry
 from engine.batching.files import BatchFiles
 from engine.core import BatchTerms
+from engine.core.attachments import Attachment
 from engine.definitions import JobDefinition
 from engine.fleet.admission import Admission, Ask, Hold, Pass, Verdict
 from engine.gateway import CallPlan
@@ -30,7 +31,7 @@ from engine.runner import Claimed
 # A window's parts are gathered this long after it ends (or a window's length, when shorter).
 CLOSE_GRACE_MS = 30_000
 # What an attempt can use at most (engine.gateway.ModelGateway.plan).
-Planner = Callable[[JobDefinition, BaseModel], CallPlan]
+Planner = Callable[[JobDefinition, BaseModel, Sequence[Attachment]], CallPlan]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +105,7 @@ class BatchIntake:
         planned: list[tuple[int, CallPlan]] = []
         for index, step in enumerate(claimed):
             try:
-                planned.append((index, self._planner(step.definition, step.job_input)))
+                planned.append((index, self._planner(step.definition, step.job_input, step.attachments)))
             except Exception as exc:
                 log_unexpected("a batched job could not be planned", exc, job_id=step.job.job_id)
                 keepings[index] = RunNow(None)
@@ -149,6 +150,7 @@ class BatchIntake:
             receive_count=delivery.receive_count,
             reserved_usd=verdict.reserved_usd,
             reserved_day=verdict.day,
+            attachments=job.attachments,
         )
 
     def _now_ms(self) -> int:

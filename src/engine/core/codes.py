@@ -24,6 +24,7 @@ class ErrorCode(StrEnum):
     OUTPUT_TOO_LARGE = "output_too_large"
     BUDGET_EXCEEDED = "budget_exceeded"
     INTERNAL_ERROR = "internal_error"
+    ATTACHMENT_INVALID = "attachment_invalid"
 
 
 class ClaimRefusal(StrEnum):

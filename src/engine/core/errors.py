@@ -130,6 +130,13 @@ class BudgetExceededError(PermanentError):
     code = ErrorCode.BUDGET_EXCEEDED
 
 
+class AttachmentInvalidError(PermanentError):
+    """An attachment is unreadable, of a type the job type does not take, past a provider's limit, gone,
+    or in a bucket the stack may not read; no provider call was made (docs/attachments.md)."""
+
+    code = ErrorCode.ATTACHMENT_INVALID
+
+
 def deadline_error(job: Job, why: str) -> PermanentError:
     """How a job whose deadline passed (`why`) ends: `budget_exceeded` when it was waiting for its
     user's budget (its error says so), else `deadline_exceeded`."""

@@ -12,6 +12,7 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
+from engine.core.attachments import AttachmentInfo, AttachmentRef
 from engine.core.codes import ClaimRefusal, ErrorCode
 
 # The deadline a retried job gets when it was created before jobs recorded their own.
@@ -116,6 +117,7 @@ class NewJob:
     deadline_seconds: int
     request_hash: str
     lane: Lane = Lane.INTERACTIVE
+    attachments: tuple[AttachmentRef, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +177,10 @@ class Job:
     batch: str | None = None
     # The claims into a batch whose budget reservation was given back (engine.core.Settlement).
     batch_settled: frozenset[int] = frozenset()
+    # The documents and images it reads (engine.core.attachments), and what its last attempt read of
+    # them (their type, size, digest, pages or pixel size: never their content).
+    attachments: tuple[AttachmentRef, ...] = ()
+    attachments_read: tuple[AttachmentInfo, ...] = ()
 
     @property
     def attempts_left(self) -> int:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from engine.core.attachments import AttachmentInfo
 from engine.core.job import (
     AttemptRecord,
     BatchTerms,
@@ -97,9 +98,11 @@ class WorkerStore(Protocol):
         attempt: AttemptRecord | None = None,
         store_input: dict[str, Any] | None = None,
         settlement: Settlement | None = None,
+        attachments_read: tuple[AttachmentInfo, ...] = (),
     ) -> None:
         """Write the attempt's outcome, its record and (for a failed job) its input, fenced on `job`'s lease;
-        with `settlement` (a batched claim's), its user's budget in the same write.
+        with `settlement` (a batched claim's), its user's budget in the same write; with
+        `attachments_read`, what the attempt read of the job's attachments.
 
         Raises CancelRequestedError when a cancel was requested meanwhile, LeaseLostError (with the
         job as it is) when this lease ended.

@@ -10,6 +10,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ValidationError
 
+from engine.core.attachments import NO_ATTACHMENTS, AttachmentPolicy
 from engine.core.errors import (
     BusinessValidationError,
     InputValidationError,
@@ -125,6 +126,8 @@ class JobDefinition:
     # Narrows the output schema for an input (classify: the label is one of the labels offered).
     # None: every input gets `output_json_schema`. The rules still check the answer either way.
     output_schema_for: OutputSchemaFor | None = None
+    # The documents and images it takes (how many, which types): none by default.
+    attachments: AttachmentPolicy = NO_ATTACHMENTS
     output_json_schema: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

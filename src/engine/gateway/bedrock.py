@@ -15,7 +15,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, cast
 
 from boto3.session import Session
@@ -29,6 +29,7 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotocoreConnectionError
 
+from engine.core.attachments import Attachment
 from engine.core.errors import (
     JobError,
     ProviderRateLimitedError,
@@ -36,6 +37,7 @@ from engine.core.errors import (
     ProviderTimeoutError,
     ProviderUnavailableError,
 )
+from engine.gateway.parts import attachment_text, bedrock_document_name
 from engine.gateway.provider import ChatTurn, Completion, CompletionRequest, error_for_status, token_count
 
 _CONNECT_TIMEOUT_SECONDS = 5
@@ -191,11 +193,16 @@ class BedrockConverseProvider:
         }
 
 
-def converse_input(request: CompletionRequest, system: list[dict[str, Any]]) -> dict[str, Any]:
+def converse_input(
+    request: CompletionRequest, system: list[dict[str, Any]], encode: Callable[[bytes], Any] = bytes
+) -> dict[str, Any]:
     """The messages, system prompt (as `system` blocks; none when empty) and inference settings of a
-    Converse request: what a real-time call and a batch record (engine.gateway.bedrock_batch) share."""
+    Converse request: what a real-time call and a batch record (engine.gateway.bedrock_batch) share.
+    `encode`: how an attachment's bytes go (boto3 takes them as they are; a batch record's JSON, as
+    base64)."""
+    user = {"role": "user", "content": [{"text": request.user}, *_attachment_blocks(request.attachments, encode)]}
     body: dict[str, Any] = {
-        "messages": [_message("user", request.user), *(_turn(turn) for turn in request.conversation)],
+        "messages": [user, *(_turn(turn) for turn in request.conversation)],
         "inferenceConfig": {"maxTokens": request.max_tokens, "temperature": 0},
     }
     if system:
@@ -245,6 +252,23 @@ def converse_completion(model: str, response: Mapping[str, Any], latency_ms: int
         cached_input_tokens=cached,
         cache_write_input_tokens=written,
     )
+
+
+def _attachment_blocks(attachments: Sequence[Attachment], encode: Callable[[bytes], Any]) -> list[dict[str, Any]]:
+    """Each attachment as a Converse content block, after the text: an image block, a document block
+    (its name cleaned to Bedrock's rules and unlike the others), a text file as a text block."""
+    blocks: list[dict[str, Any]] = []
+    names: set[str] = set()
+    for attachment in attachments:
+        source = {"bytes": encode(attachment.data)}
+        if attachment.media_type.is_image:
+            blocks.append({"image": {"format": attachment.media_type.extension, "source": source}})
+        elif attachment.media_type.is_document:
+            name = bedrock_document_name(attachment.name, names)
+            blocks.append({"document": {"format": attachment.media_type.extension, "name": name, "source": source}})
+        else:
+            blocks.append({"text": attachment_text(attachment)})
+    return blocks
 
 
 def _message(role: str, text: str) -> dict[str, Any]:

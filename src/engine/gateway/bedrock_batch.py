@@ -54,6 +54,7 @@ from engine.core.errors import JobError, ProviderRejectedError, ProviderUnavaila
 from engine.gateway.batch_files import UnreadableLine, jsonl_line, jsonl_values, spooled, unreadable_answer
 from engine.gateway.batches import BatchAnswer, BatchLine, BatchStatus, stop_unless_ended
 from engine.gateway.bedrock import classified_error, converse_completion, converse_input
+from engine.gateway.parts import base64_text
 from engine.gateway.provider import error_for_status
 from engine.gateway.schema import system_with_schema
 
@@ -227,7 +228,7 @@ def _status(batch_id: str, job: Mapping[str, Any]) -> BatchStatus:
 def _record(line: BatchLine) -> bytes:
     request = line.request
     system = [{"text": system_with_schema(request.system, request.output_schema)}]
-    return jsonl_line({"recordId": line.custom_id, "modelInput": converse_input(request, system)})
+    return jsonl_line({"recordId": line.custom_id, "modelInput": converse_input(request, system, base64_text)})
 
 
 def _name_part(metadata: Mapping[str, str]) -> str:

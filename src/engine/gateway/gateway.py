@@ -11,13 +11,14 @@ priced at the batch price; its re-asks and fallback are made in real time.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from pydantic import BaseModel
 
+from engine.core.attachments import Attachment
 from engine.core.errors import (
     BusinessValidationError,
     InternalError,
@@ -28,6 +29,7 @@ from engine.core.errors import (
     SchemaValidationError,
 )
 from engine.definitions import JobDefinition, RenderedPrompt
+from engine.gateway.attachment_tokens import attachment_tokens
 from engine.gateway.pricing import Cost, PriceTable
 from engine.gateway.provider import ChatTurn, Completion, CompletionRequest, ModelProvider
 from engine.observability import genai_usage, log_unexpected, logger, provider_call
@@ -173,13 +175,17 @@ class ModelGateway:
         self._prices = prices or PriceTable()
         self._repair_attempts = repair_attempts
 
-    def plan(self, definition: JobDefinition, job_input: BaseModel) -> CallPlan:
-        """What an attempt of this job can use at most; computed from its prompt, never by a call."""
+    def plan(self, definition: JobDefinition, job_input: BaseModel, attachments: Sequence[Attachment] = ()) -> CallPlan:
+        """What an attempt of this job can use at most; computed from its prompt and what was read of its
+        attachments, never by a call."""
         prompt = definition.render_prompt(job_input)
         schema = json.dumps(definition.output_schema(job_input), separators=(",", ":"), ensure_ascii=False)
-        first_input = input_token_bound(prompt.system, prompt.user, schema)
-        max_output = definition.max_tokens
         chain = self._models.chain(definition.model_tier)
+        # The attachments go with every call of the attempt (a re-ask resends the conversation); they
+        # are priced for the model of the chain that counts them most.
+        carried = max((attachment_tokens(self._provider.name, model, attachments) for _, model in chain), default=0)
+        first_input = input_token_bound(prompt.system, prompt.user, schema) + carried
+        max_output = definition.max_tokens
         worst = Decimal(0)
         for _, model in chain:
             for repair in range(self._repair_attempts + 1):
@@ -193,33 +199,48 @@ class ModelGateway:
             dict.fromkeys(model for model in (self._models.primary, self._models.fallback) if model)
         )
 
-    def batch_request(self, definition: JobDefinition, job_input: BaseModel) -> CompletionRequest:
+    def batch_request(
+        self, definition: JobDefinition, job_input: BaseModel, attachments: Sequence[Attachment] = ()
+    ) -> CompletionRequest:
         """An attempt's first call, as a line of a provider's batch: to the first model of its chain."""
         prompt = definition.render_prompt(job_input)
         model = self._models.chain(definition.model_tier)[0][1]
-        return self._request(definition, prompt, definition.output_schema(job_input), model, definition.timeout_seconds)
+        schema = definition.output_schema(job_input)
+        return self._request(definition, prompt, schema, model, definition.timeout_seconds, (), attachments)
 
-    def execute(self, definition: JobDefinition, job_input: BaseModel, time_left: TimeLeft | None = None) -> Execution:
+    def execute(
+        self,
+        definition: JobDefinition,
+        job_input: BaseModel,
+        time_left: TimeLeft | None = None,
+        attachments: Sequence[Attachment] = (),
+    ) -> Execution:
         """One attempt, its calls made now."""
-        return self._attempt(definition, job_input, time_left)
+        return self._attempt(definition, job_input, time_left, tuple(attachments))
 
     def execute_answer(
-        self, definition: JobDefinition, job_input: BaseModel, answered: Answered, time_left: TimeLeft | None = None
+        self,
+        definition: JobDefinition,
+        job_input: BaseModel,
+        answered: Answered,
+        time_left: TimeLeft | None = None,
+        attachments: Sequence[Attachment] = (),
     ) -> Execution:
         """One attempt whose first call a batch made (batch_request's) and answered: that answer, then
         the re-asks and the fallback in real time, as any attempt."""
-        return self._attempt(definition, job_input, time_left, answered)
+        return self._attempt(definition, job_input, time_left, tuple(attachments), answered)
 
     def price_answer(self, definition: JobDefinition, job_input: BaseModel, answered: Answered) -> Execution:
         """A batch's answer alone, validated and priced, for a job it no longer holds: neither re-asked
         nor fallen back from (its usage is kept, its output discarded)."""
-        return self._attempt(definition, job_input, None, answered, alone=True)
+        return self._attempt(definition, job_input, None, (), answered, alone=True)
 
     def _attempt(
         self,
         definition: JobDefinition,
         job_input: BaseModel,
         time_left: TimeLeft | None,
+        attachments: tuple[Attachment, ...],
         answered: Answered | None = None,
         alone: bool = False,
     ) -> Execution:
@@ -233,7 +254,9 @@ class ModelGateway:
             tally.tier, tally.model, tally.conversation = tier, model, []
             first = answered if position == 0 else None
             repairs = 0 if alone else self._repair_attempts
-            output, error = self._ask(definition, job_input, prompt, output_schema, tally, time_left, first, repairs)
+            output, error = self._ask(
+                definition, job_input, prompt, output_schema, tally, time_left, attachments, first, repairs
+            )
             last = position == len(chain) - 1
             out_of_time = time_left is not None and time_left() < MIN_CALL_SECONDS
             if error is None or not isinstance(error, _FALLS_BACK) or last or out_of_time:
@@ -252,6 +275,7 @@ class ModelGateway:
         output_schema: dict[str, Any],
         tally: _Tally,
         time_left: TimeLeft | None,
+        attachments: tuple[Attachment, ...],
         answered: Answered | None = None,
         repairs: int = 0,
     ) -> tuple[BaseModel | None, JobError | None]:
@@ -270,7 +294,9 @@ class ModelGateway:
                     if left < MIN_CALL_SECONDS:
                         return None, ProviderTimeoutError("no time left in this invocation for another model call")
                     timeout = min(timeout, left)
-                request = self._request(definition, prompt, output_schema, tally.model, timeout, tally.conversation)
+                request = self._request(
+                    definition, prompt, output_schema, tally.model, timeout, tally.conversation, attachments
+                )
                 tally.calls += 1
                 try:
                     with provider_call(self._provider.name, tally.model) as record_usage:
@@ -314,7 +340,8 @@ class ModelGateway:
         output_schema: dict[str, Any],
         model: str,
         timeout: float,
-        conversation: list[ChatTurn] | None = None,
+        conversation: Sequence[ChatTurn] = (),
+        attachments: Sequence[Attachment] = (),
     ) -> CompletionRequest:
         return CompletionRequest(
             model=model,
@@ -324,8 +351,9 @@ class ModelGateway:
             output_schema=output_schema,
             max_tokens=definition.max_tokens,
             timeout_seconds=timeout,
-            conversation=tuple(conversation or ()),
+            conversation=tuple(conversation),
             cache_key=prompt_cache_key(definition.name, prompt.version),
+            attachments=tuple(attachments),
         )
 
     def _execution(

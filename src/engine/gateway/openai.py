@@ -6,7 +6,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC
 from email.utils import parsedate_to_datetime
@@ -14,7 +14,9 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import httpx
 
+from engine.core.attachments import Attachment
 from engine.core.errors import OutputTooLargeError, ProviderTimeoutError, ProviderUnavailableError
+from engine.gateway.parts import attachment_filename, attachment_text, base64_text
 from engine.gateway.provider import Completion, CompletionRequest, error_for_status, part_count, token_count
 from engine.gateway.schema import strict_json_schema, system_with_schema
 
@@ -174,7 +176,7 @@ def chat_completion_body(request: CompletionRequest, structured_output: Structur
         "model": request.model,
         "messages": [
             {"role": "system", "content": system},
-            {"role": "user", "content": request.user},
+            {"role": "user", "content": user_content(request.user, request.attachments)},
             *({"role": turn.role, "content": turn.content} for turn in request.conversation),
         ],
         "max_tokens": request.max_tokens,
@@ -185,6 +187,25 @@ def chat_completion_body(request: CompletionRequest, structured_output: Structur
         # Routes requests that share a prompt prefix (a job type's instructions) to the same prompt cache.
         body["prompt_cache_key"] = request.cache_key
     return body
+
+
+def user_content(text: str, attachments: Sequence[Attachment]) -> str | list[dict[str, Any]]:
+    """The user turn: its text alone, or its text first and then each attachment as Chat Completions
+    takes it: an image as an `image_url` part with a `data:` URL (at detail high, which the token
+    estimate prices), a PDF as a `file` part, a text file as a text part that names it."""
+    if not attachments:
+        return text
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    for attachment in attachments:
+        if attachment.media_type.is_image:
+            url = f"data:{attachment.media_type.value};base64,{base64_text(attachment.data)}"
+            parts.append({"type": "image_url", "image_url": {"url": url, "detail": "high"}})
+        elif attachment.media_type.is_document:
+            data = f"data:{attachment.media_type.value};base64,{base64_text(attachment.data)}"
+            parts.append({"type": "file", "file": {"filename": attachment_filename(attachment), "file_data": data}})
+        else:
+            parts.append({"type": "text", "text": attachment_text(attachment)})
+    return parts
 
 
 def output_name(job_type: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from engine.core.attachments import Attachment
 from engine.core.errors import (
     JobError,
     ProviderRateLimitedError,
@@ -36,6 +37,8 @@ class CompletionRequest:
     # Names the prompt prefix this request shares with others (the job type and its prompt version),
     # for providers whose prompt cache takes a hint (OpenAI's prompt_cache_key).
     cache_key: str | None = None
+    # The documents and images the user turn carries after its text (docs/attachments.md).
+    attachments: tuple[Attachment, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from engine.core import (
     Usage,
     Via,
 )
+from engine.core.attachments import AttachmentInfo, AttachmentRef
 from engine.core.days import utc_day
 from engine.text import bounded, one_line
 
@@ -165,6 +166,8 @@ def job_from_item(item: Item) -> Job:
         lane=Lane(data.get("lane", Lane.INTERACTIVE)),
         batch=data.get("batch"),
         batch_settled=frozenset(int(claim) for claim in data.get("batch_settled", ())),
+        attachments=tuple(AttachmentRef.parse(ref["s3"], ref.get("name")) for ref in data.get("attachments") or ()),
+        attachments_read=tuple(AttachmentInfo.of(info) for info in data.get("attachments_read") or ()),
     )
 
 

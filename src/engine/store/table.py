@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 
 from engine.aws_errors import CONDITION_FAILED, cancellation_codes
 from engine.core import AttemptRecord, Job, JobErrorInfo, JobStatus, NewJob, Settlement
+from engine.core.attachments import ref_documents
 from engine.core.errors import ConditionRefusedError, ConfigurationError
 from engine.store.expressions import Expression
 from engine.store.items import (
@@ -204,7 +205,7 @@ class JobTable:
 
 def creation_attributes(job_id: str, new_job: NewJob, now_ms: int) -> dict[str, Any]:
     """What a job is made of when it is created, by a message's claim or by a submission."""
-    return {
+    attributes: dict[str, Any] = {
         "job_id": job_id,
         "job_type": new_job.job_type,
         "user_id": new_job.user_id,
@@ -219,6 +220,9 @@ def creation_attributes(job_id: str, new_job: NewJob, now_ms: int) -> dict[str, 
         OPEN_SHARD: open_shard(job_id),
         **listing_keys(job_id, now_ms),
     }
+    if new_job.attachments:  # (most jobs read none: their items stay as small)
+        attributes["attachments"] = ref_documents(new_job.attachments)
+    return attributes
 
 
 def is_condition_failure(exc: ClientError) -> bool:

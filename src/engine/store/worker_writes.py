@@ -26,6 +26,7 @@ from engine.core import (
     outcome_error,
     target_status,
 )
+from engine.core.attachments import AttachmentInfo
 from engine.core.errors import (
     CancelRequestedError,
     ClaimRefusedError,
@@ -99,6 +100,7 @@ class WorkerWrites(JobTable):
         attempt: AttemptRecord | None = None,
         store_input: dict[str, Any] | None = None,
         settlement: Settlement | None = None,
+        attachments_read: tuple[AttachmentInfo, ...] = (),
     ) -> None:
         """Write the attempt's outcome, fenced on this worker's lease: one request.
 
@@ -119,6 +121,8 @@ class WorkerWrites(JobTable):
                 expr.add("attempt_count", -1)
         if attempt:
             self._add_usage(expr, attempt)
+        if attachments_read:
+            expr.set("attachments_read", [info.document() for info in attachments_read])
         expr.condition = (
             f"{expr.name('lease_owner')} = {expr.value('owner', job.lease_owner)}"
             f" AND {expr.name('status')} = {expr.value('running', JobStatus.RUNNING.value)}"

@@ -18,6 +18,7 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Any, Protocol
 
+from engine.core.attachments import AttachmentInfo
 from engine.core.codes import ClaimRefusal
 from engine.core.errors import (
     CancelRequestedError,
@@ -174,6 +175,7 @@ class InMemoryJobStore:
         attempt: AttemptRecord | None = None,
         store_input: dict[str, Any] | None = None,
         settlement: Settlement | None = None,
+        attachments_read: tuple[AttachmentInfo, ...] = (),
     ) -> None:
         target = target_status(outcome)
         if not can_transition(job.status, target):
@@ -202,6 +204,8 @@ class InMemoryJobStore:
                     finished = replace(finished, attempt_count=finished.attempt_count - 1)
             if settlement is not None:  # first: a budget that refuses it leaves the job as it was
                 finished = self._settle(finished, settlement)
+            if attachments_read:
+                finished = replace(finished, attachments_read=attachments_read)
             if attempt is not None:
                 finished = self._record_attempt(finished, attempt)
             self._keep_input(finished, input_text)
@@ -479,6 +483,7 @@ def _created(job_id: str, new_job: NewJob, now_ms: int, status: JobStatus) -> Jo
         deadline_at=now_ms + new_job.deadline_seconds * 1000,
         request_hash=new_job.request_hash,
         lane=new_job.lane,
+        attachments=new_job.attachments,
     )
 
 

@@ -1,0 +1,62 @@
+"""Attachments' objects in S3 (engine.attachments.loader.AttachmentObjects): asked their size first,
+then read whole, fenced on the version the size was asked of (IfMatch its ETag)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import ClientError
+
+from engine.core.attachments import AttachmentRef, ObjectHead
+from engine.core.errors import AttachmentInvalidError
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+# What S3 answers for an object that is gone, one the stack may not read, and one that changed
+# between the size asked and the read.
+_GONE = frozenset({"404", "NoSuchKey", "NotFound", "NoSuchBucket"})
+_DENIED = frozenset({"403", "AccessDenied", "AllAccessDisabled"})
+_CHANGED = frozenset({"412", "PreconditionFailed", "416", "InvalidRange"})
+
+
+class S3Attachments:
+    def __init__(self, connect: Callable[[], S3Client]) -> None:
+        self._connect = connect
+        self._s3: S3Client | None = None
+
+    def head(self, ref: AttachmentRef) -> ObjectHead:
+        try:
+            head = self._client().head_object(Bucket=ref.bucket, Key=ref.key)
+        except ClientError as exc:
+            raise _refused(ref, exc) from exc
+        return ObjectHead(int(head.get("ContentLength", 0)), str(head.get("ETag", "")))
+
+    def read(self, ref: AttachmentRef, head: ObjectHead) -> bytes:
+        try:
+            response = self._client().get_object(
+                Bucket=ref.bucket, Key=ref.key, Range=f"bytes=0-{head.size - 1}", IfMatch=head.etag
+            )
+            # (At most what was asked: a larger object cannot be read into memory past it.)
+            return response["Body"].read(head.size + 1)
+        except ClientError as exc:
+            raise _refused(ref, exc) from exc
+
+    def _client(self) -> S3Client:
+        if self._s3 is None:  # connected on first use: most jobs read no attachment
+            self._s3 = self._connect()
+        return self._s3
+
+
+def _refused(ref: AttachmentRef, exc: ClientError) -> Exception:
+    """AttachmentInvalidError for an object gone, denied or changed; the error itself otherwise (it may
+    pass: the job is tried again)."""
+    code = str(exc.response.get("Error", {}).get("Code", ""))
+    if code in _GONE:
+        return AttachmentInvalidError(f"attachment {ref.label}: {ref.uri} is gone")
+    if code in _DENIED:
+        return AttachmentInvalidError(f"attachment {ref.label}: this stack may not read {ref.uri}")
+    if code in _CHANGED:
+        return AttachmentInvalidError(f"attachment {ref.label}: it changed while it was read")
+    return exc
