@@ -29,6 +29,7 @@ from engine.gateway import CompletionRequest, ModelGateway, ModelTiers
 from engine.runner import JobRunner
 from engine.store import DynamoJobStore, JobListing, UsageLedger
 from engine.store.attachments import S3Attachments
+from engine.store.payloads import PayloadStore
 from tests.integration.conftest import RecordingQueue, TableReader, queued_bodies
 from tests.support.documents import JOB_DEFINITIONS, image, pdf
 from tests.support.providers import FakeProvider
@@ -237,3 +238,17 @@ def test_the_worker_reads_what_the_client_uploaded(
         640,
         480,
     )
+
+
+def test_put_new_never_replaces_an_object(payloads: PayloadStore, stack: StackResources, s3: Any) -> None:
+    # Given an object a worker may be reading
+    assert payloads.put_new("attachments/j/1-x/a.pdf", b"first", "application/pdf")
+    etag = s3.head_object(Bucket=stack.payload_bucket, Key="attachments/j/1-x/a.pdf")["ETag"]
+
+    # When the key is written again, with other bytes
+    written = payloads.put_new("attachments/j/1-x/a.pdf", b"second", "application/pdf")
+
+    # Then nothing was written: the object, and its version, are as they were
+    assert written is False
+    got = s3.get_object(Bucket=stack.payload_bucket, Key="attachments/j/1-x/a.pdf")
+    assert (got["Body"].read(), got["ETag"]) == (b"first", etag)
