@@ -13,8 +13,9 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # each name as its own alias: what this module exports (PEP 484)
+    from aijobs.arguments import InvalidArgumentError as InvalidArgumentError
+    from aijobs.attachments import NamedAttachment as NamedAttachment
     from aijobs.client import AiJobsClient as AiJobsClient
-    from aijobs.client import InvalidArgumentError as InvalidArgumentError
     from aijobs.client import RedriveOutcome as RedriveOutcome
     from aijobs.client import RedriveResult as RedriveResult
     from aijobs.client import SubmitResult as SubmitResult
@@ -40,6 +41,8 @@ _EXPORTS = {
     "SubmitResult": "aijobs.client",
     "RedriveOutcome": "aijobs.client",
     "RedriveResult": "aijobs.client",
+    # An attachment of `submit` with a name of its own.
+    "NamedAttachment": "aijobs.attachments",
     # The root of every error below.
     "AiJobsError": "engine.core.errors",
     # No stack configured, a setting missing or malformed, a deployed stack unusable.
@@ -48,7 +51,7 @@ _EXPORTS = {
     # `submit`: a job that could never run (each a JobError carrying the code a job would record).
     "JobError": "engine.core.errors",
     "InputValidationError": "engine.core.errors",
-    "InvalidArgumentError": "aijobs.client",
+    "InvalidArgumentError": "aijobs.arguments",
     "UnknownJobTypeError": "engine.core.errors",
     "SchemaVersionMismatchError": "engine.core.errors",
     "AttachmentInvalidError": "engine.core.errors",

@@ -25,9 +25,11 @@ from rich.console import Console
 from rich.live import Live
 from typer.core import TyperGroup
 
-from aijobs.client import AiJobsClient, InvalidArgumentError, check_user_id
+from aijobs.arguments import InvalidArgumentError
+from aijobs.client import AiJobsClient, check_user_id
 from aijobs.render import (
     COMPACT,
+    attachments_table,
     batches_table,
     budget_json,
     budgets_table,
@@ -209,19 +211,22 @@ SUBMIT_FLAGS = {
     "max_attempts": "--max-attempts",
     "deadline_seconds": "--deadline-seconds",
     "lane": "--lane",
+    "attachments": "--attach",
 }
 BUDGET_FLAGS = {"user_id": "--user", "daily_usd": "--daily-usd"}
 
 
 @contextmanager
 def naming_flags(flags: Mapping[str, str]) -> Iterator[None]:
-    """A client call's refusal of an argument, as the flag the user wrote: "--user: 'a b' is not a user id ..."."""
+    """A client call's refusal of an argument, as the flag the user wrote: "--user: 'a b' is not a user id ...",
+    and of one value of a repeated flag, naming that value: "--attach invoice.docx: not a PDF, ..."."""
     try:
         yield
     except InvalidArgumentError as exc:
         if exc.argument not in flags:
             raise
-        raise ValueError(f"{flags[exc.argument]}: {exc.detail}") from exc
+        flag = flags[exc.argument] if exc.item is None else f"{flags[exc.argument]} {exc.item}"
+        raise ValueError(f"{flag}: {exc.detail}") from exc
     except UnknownJobTypeError as exc:
         if "job_type" not in flags:
             raise
@@ -256,6 +261,8 @@ def print_view(inspection: JobInspection, jobs: AiJobsClient, as_json: bool) -> 
         print_json(view.model_dump(mode="json"))
     else:
         out.print(job_table(view, inspection.attempts))
+        if view.attachments:
+            out.print(attachments_table(view.attachments))
     unknown_to_the_stack([view], jobs)
 
 
@@ -313,6 +320,13 @@ def submit(
     lane: Annotated[
         Lane, typer.Option("--lane", help="interactive (someone waits for it) or background (cheap, by its deadline).")
     ] = Lane.INTERACTIVE,
+    attach: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--attach",
+            help="A document or image: a local file (uploaded to the payload bucket) or s3://BUCKET/KEY. Repeatable.",
+        ),
+    ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait until the job ends; exit 1 unless it succeeded.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds --wait waits at most.")] = 300.0,
     as_json: JsonFlag = False,
@@ -329,6 +343,7 @@ def submit(
             max_attempts=max_attempts,
             deadline_seconds=deadline_seconds,
             lane=lane,
+            attachments=attach or [],
         )
     if wait:
         jobs.wait(result.job_id, timeout_seconds=timeout)

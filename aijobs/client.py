@@ -1,7 +1,8 @@
 """The client API: what the CLI uses and what applications can import.
 
 Submitting stores the job (`queued`, input stored once) and enqueues a message that refers to it
-by id, so the message stays small whatever the input's size.
+by id, so the message stays small whatever the input's size; the files it attaches are uploaded to
+the payload bucket first (aijobs.attachments).
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from typing import Any
 import boto3
 from pydantic import TypeAdapter, ValidationError
 
+from aijobs.arguments import InvalidArgumentError, quoted
+from aijobs.attachments import Attachable, AttachmentBucket, SizeLimits, prepare
 from aijobs.deployed import load_stack_settings
 from aijobs.target import StackTarget
 from engine.config import Settings, load_settings
 from engine.core import DeadLetter, JobStatus, Lane
+from engine.core.attachments import AttachmentRef
 from engine.core.batches import BatchRecords
 from engine.core.errors import (
     AiJobsError,
@@ -38,10 +42,19 @@ from engine.intake import BadMessageError, parse_message
 from engine.messages import JobMessage, UserId
 from engine.queue import JobQueue, JobQueues, QueueDepth
 from engine.store import JobListing, UsageLedger, UsageReport, UsageRow
+from engine.store.attachments import ObjectStream
 from engine.store.batches import BatchTable
 from engine.store.budgets import BudgetTable
 from engine.store.listing import MAX_OUTLINED, JobFilter, JobOutlines, ListingCursor
-from engine.views import BatchView, DeadLetterView, JobDetailsView, JobInspection, JobView, iso_timestamp
+from engine.views import (
+    AttachmentView,
+    BatchView,
+    DeadLetterView,
+    JobDetailsView,
+    JobInspection,
+    JobView,
+    iso_timestamp,
+)
 from engine.wiring import Aws, build_queues, build_store
 
 # The most a daily budget may be (as AIJOBS_DEFAULT_DAILY_BUDGET_USD).
@@ -52,30 +65,6 @@ _ID_RULES = {
     "user_id": "a user id: 1-128 characters of A-Z a-z 0-9 . _ : @ -",
     "job_id": "a job id: 1-128 characters of A-Z a-z 0-9 . _ : -",
 }
-# A value quoted back in an error is cut to this many characters.
-_QUOTED_CHARS = 64
-
-
-class InvalidArgumentError(InputValidationError, ValueError):
-    """An argument of a client call that no job could take, found before anything is written.
-
-    `argument` names it as the call does (`user_id`, `job_id`, `input`, `max_attempts`,
-    `deadline_seconds`, `lane`), so that a caller can point at what it was given (the CLI names its
-    flag); `detail` says what is wrong. An `InputValidationError` (code input_validation_failed),
-    as the worker would record it, and a `ValueError`.
-    """
-
-    def __init__(self, argument: str, detail: str) -> None:
-        super().__init__(f"{argument}: {detail}")
-        self.argument = argument
-        self.detail = detail
-
-
-def quoted(value: object) -> str:
-    """A value a caller gave, quoted back to them in one bounded piece."""
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    cut = text if len(text) <= _QUOTED_CHARS else text[: _QUOTED_CHARS - 3] + "..."
-    return repr(cut)
 
 
 def check_user_id(user_id: str) -> str:
@@ -149,6 +138,14 @@ class RedriveResult:
 
 
 @dataclass(frozen=True, slots=True)
+class AttachmentDownload:
+    """An attachment a job names, and its object's bytes as they are now, in pieces."""
+
+    attachment: AttachmentView
+    content: ObjectStream
+
+
+@dataclass(frozen=True, slots=True)
 class JobViewPage:
     """A page of a job listing (engine.store.listing.JobPage) as views; `next_cursor` None at the end."""
 
@@ -189,6 +186,7 @@ class AiJobsClient:
         dead_letter_queue: JobQueue | None = None,
         target: StackTarget | None = None,
         batches: BatchRecords | None = None,
+        attachments: AttachmentBucket | None = None,
     ) -> None:
         self._store = store
         # Each lane's queue: jobs are sent to their own lane's, and the health strip shows each.
@@ -200,6 +198,8 @@ class AiJobsClient:
         self._ledger = ledger
         self._budgets = budgets
         self._batches = batches
+        # Where the files a submission attaches are uploaded, and attachments are read from.
+        self._attachments = attachments
         # The cap of users without their own, as the workers have it (AIJOBS_DEFAULT_DAILY_BUDGET_USD).
         self._default_budget = default_budget_usd
         self._clock = clock
@@ -221,6 +221,11 @@ class AiJobsClient:
             dead_letter_queue=JobQueue(settings.jobs_dlq_url, sqs) if settings.jobs_dlq_url else None,
             target=StackTarget.from_settings(settings, region=sqs.meta.region_name),
             batches=BatchTable(settings.jobs_table_name, dynamodb),
+            attachments=AttachmentBucket.connected(
+                settings.jobs_payload_bucket,
+                lambda: aws.client("s3"),
+                SizeLimits.of(settings.aijobs_attachment_limits),
+            ),
         )
 
     @classmethod
@@ -239,17 +244,25 @@ class AiJobsClient:
         max_attempts: int | None = None,
         deadline_seconds: int | None = None,
         lane: Lane | str = Lane.INTERACTIVE,
+        attachments: Sequence[Attachable] = (),
     ) -> SubmitResult:
         """Create the job and enqueue it on its lane's queue; idempotent on `job_id` (a new id is made
         when absent). `lane`: interactive (someone waits for it) or background (docs/lanes.md).
+        `attachments`: each a local file's path, bytes, or "s3://BUCKET/KEY" (an object the stack
+        reads), or a NamedAttachment of one of those with a name of its own; the files and bytes are
+        uploaded to the payload bucket (a PutObject each) before the job is created
+        (docs/attachments.md, "Submitting").
 
         Raises UnknownJobTypeError for a job type this client does not know, InvalidArgumentError
-        (an InputValidationError) naming the argument of a job that could never run, and
-        JobConflictError when the id is taken by a different job.
+        (an InputValidationError) naming the argument of a job that could never run (and the
+        attachment at fault), and JobConflictError when the id is taken by a different job.
         """
-        message: dict[str, Any] = {"job_type": job_type, "user_id": user_id, "input": job_input}
-        if job_id is not None:
-            message["job_id"] = job_id
+        message: dict[str, Any] = {
+            "job_id": uuid.uuid4().hex if job_id is None else job_id,
+            "job_type": job_type,
+            "user_id": user_id,
+            "input": job_input,
+        }
         if max_attempts is not None:
             message["max_attempts"] = max_attempts
         if deadline_seconds is not None:
@@ -260,14 +273,21 @@ class AiJobsClient:
         _check_message(message)
         if problem := input_problem(definition, job_input):
             raise InvalidArgumentError("input", problem)
+        bucket = self._attachments.bucket if self._attachments is not None else None
+        limits = self._attachments.limits if self._attachments is not None else SizeLimits.of()
+        prepared = prepare(attachments, message["job_id"], definition, bucket, limits)
+        if prepared.refs:
+            message["attachments"] = [ref.document() for ref in prepared.refs]
         try:
-            request = parse_message(json.dumps(message), uuid.uuid4().hex, self._registry)
+            request = parse_message(json.dumps(message), message["job_id"], self._registry)
         except BadMessageError as bad:
             # The fields are checked above: what the worker's checks still refuse is in the input
             # (its size, a value no store can hold).
             raise InvalidArgumentError("input", bad.error.message) from bad
         if request.new_job is None or request.raw_input is None:
             raise InputValidationError("a submission needs a job type, a user and an input")
+        if prepared.uploads and self._attachments is not None:
+            self._attachments.upload(prepared.uploads)
         job, created = self._store.create_job(request.job_id, request.new_job, request.raw_input, self._now_ms())
         if job.status is JobStatus.QUEUED:
             # Also for an existing queued job: its first submission may have stopped before this.
@@ -283,6 +303,21 @@ class AiJobsClient:
         if job is None:
             raise JobNotFoundError(job_id)
         return JobView.from_job(job)
+
+    def attachment(self, job_id: str, number: int) -> AttachmentDownload | None:
+        """The job's attachment `number` (from 1, in the order the job names them) with its object's
+        bytes, streamed (a GetItem, then a GetObject); None when the job names no such attachment.
+        Only what a job names can be read so: AttachmentInvalidError when its object is gone or may
+        not be read."""
+        attachments = self.get(job_id).attachments
+        if not 1 <= number <= len(attachments):
+            return None
+        if self._attachments is None:
+            raise ConfigurationError("this client reads no attachments")
+        attachment = attachments[number - 1]
+        return AttachmentDownload(
+            attachment, self._attachments.stream(AttachmentRef.parse(attachment.s3, attachment.name))
+        )
 
     def cancel(self, job_id: str) -> JobView:
         """Cancel: a queued job ends at once, a running one at its finishing fence; a finished one stays."""

@@ -18,7 +18,7 @@ from aijobs.client import RedriveOutcome, RedriveResult
 from engine.core import JobStatus
 from engine.fleet.budgets import BudgetDay
 from engine.store import UsageRow
-from engine.views import AttemptView, BatchView, DeadLetterView, JobInspection, JobView, LeaseView
+from engine.views import AttachmentView, AttemptView, BatchView, DeadLetterView, JobInspection, JobView, LeaseView
 
 STATUS_STYLES = {
     JobStatus.QUEUED: "cyan",
@@ -89,6 +89,30 @@ def job_table(view: JobView, attempts: Sequence[AttemptView] | None = None) -> T
     return table
 
 
+def attachments_table(attachments: Sequence[AttachmentView]) -> Table:
+    """Each attachment a job names: its name, and what its latest attempt read of it (its type from its
+    content, bytes, pages or pixel size), over its reference and its SHA-256."""
+    table = Table(title="attachments", caption=None if attachments else "none")
+    table.add_column("#", justify="right")
+    table.add_column("name")
+    table.add_column("type", no_wrap=True)
+    table.add_column("bytes", justify="right", no_wrap=True)
+    table.add_column("pages / size", justify="right", no_wrap=True)
+    table.add_column("reference / sha256", overflow="fold")
+    for number, attachment in enumerate(attachments, 1):
+        # Text, not markup: names and keys come from outside.
+        table.add_row(
+            str(number),
+            Text(attachment.name),
+            attachment.media_type.value if attachment.media_type else "not read yet",
+            f"{attachment.bytes:,}" if attachment.bytes is not None else "-",
+            attachment.extent or "-",
+            Text(f"{attachment.s3}\n{attachment.sha256 or '-'}"),
+            end_section=True,
+        )
+    return table
+
+
 def via_text(view: JobView) -> str:
     """How the job runs or ran: "realtime", "batch batch_abc", "batch: waiting for its batch (...)", or "-"."""
     if view.via is None:
@@ -114,6 +138,8 @@ def inspection_group(inspection: JobInspection) -> Group:
     """`aijobs inspect`: the job, what it is doing now, its attempts and the dead letters that name it."""
     view = inspection.job
     parts: list[Table | Text] = [job_table(view, inspection.attempts)]
+    if view.attachments:
+        parts.append(attachments_table(view.attachments))
     if now := _now_text(view, inspection.lease):
         parts.append(Text(now))
     parts.append(attempts_table(inspection.attempts, view.attempt_count))

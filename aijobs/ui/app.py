@@ -1,7 +1,8 @@
 """The dashboard's pages: server-rendered HTML over the client the CLI uses, one read of the table per page.
 
 Routes (docs/ui.md): `/jobs` (filters in the query string, a job-id lookup, cursor pages),
-`/overview` (the same window counted), `/jobs/{id}` and its `input.json` / `output.json`,
+`/overview` (the same window counted), `/jobs/{id}` and its `input.json` / `output.json` and
+`attachments/{n}` (each a download, never shown),
 `/batches`, `/dead-letters` and one of them with its `body`, `/usage`, and with `allow_actions` the
 POSTs `/jobs/{id}/cancel`, `/jobs/{id}/retry`, `/dead-letters/{message_id}/redrive` and the bulk
 retry's `/jobs/retry-failed` (which asks) and `/jobs/retry-failed/confirm` (which retries). Every
@@ -24,7 +25,7 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from aijobs.client import AiJobsClient, Health, RedriveOutcome
@@ -34,7 +35,7 @@ from aijobs.ui.guard import LOOPBACK_NAMES, Guard
 from aijobs.ui.overview import STACKED, overview
 from aijobs.ui.queries import LANES, WINDOWS, BatchesQuery, JobsQuery, user, window
 from engine.core import DeadLetter, JobStatus
-from engine.core.errors import AiJobsError, JobNotFoundError
+from engine.core.errors import AiJobsError, AttachmentInvalidError, JobNotFoundError
 from engine.store.batches import ENDED_RETENTION_DAYS
 from engine.views import iso_timestamp
 
@@ -143,6 +144,19 @@ class Dashboard:
         if text is None:
             return self.render(request, "error.html", 404, message=f"job {job_id} has no stored {part}")
         return attachment(text.encode(), f"{job_id}-{part}.json", "application/json")
+
+    def attachment(self, request: Request) -> Response:
+        """An attachment the job names, streamed from its bucket as bytes to save: never shown, whatever
+        its content or name says it is (an SVG, HTML named .png)."""
+        job_id, number = request.path_params["job_id"], request.path_params["number"]
+        try:
+            found = self.client.attachment(job_id, number)  # a GetItem, then a GetObject
+        except AttachmentInvalidError as exc:
+            raise NotFoundError(str(exc)) from exc
+        if found is None:
+            raise NotFoundError(f"job {job_id} names no attachment #{number}")
+        headers = download_headers(found.attachment.name) | {"content-length": str(found.content.size)}
+        return StreamingResponse(found.content.chunks, media_type="application/octet-stream", headers=headers)
 
     def batches(self, request: Request) -> Response:
         query = BatchesQuery.parse(request.query_params)
@@ -314,11 +328,16 @@ def _fields(form: Form) -> dict[str, str]:
 
 
 def attachment(content: bytes, name: str, media_type: str) -> Response:
-    """`content` as a file the browser saves (Content-Disposition: attachment), under a name of safe characters."""
-    filename = "".join(char if char.isalnum() or char in "-_." else "_" for char in name)
-    return Response(
-        content, media_type=media_type, headers={"content-disposition": f'attachment; filename="{filename}"'}
-    )
+    """`content` as a file the browser saves, under a name of safe characters."""
+    return Response(content, media_type=media_type, headers=download_headers(name))
+
+
+def download_headers(name: str) -> dict[str, str]:
+    """What makes an answer a file the browser saves (Content-Disposition: attachment), never a page it
+    renders, under `name` in characters that cannot break the header or name a path (ASCII letters,
+    digits, - _ .)."""
+    filename = "".join(char if char.isascii() and (char.isalnum() or char in "-_.") else "_" for char in name)
+    return {"content-disposition": f'attachment; filename="{filename}"', "x-content-type-options": "nosniff"}
 
 
 def create_app(
@@ -337,6 +356,7 @@ def create_app(
         ("/jobs/{job_id}", board.job, ["GET"]),
         ("/jobs/{job_id}/input.json", lambda request: board.download(request, "input"), ["GET"]),
         ("/jobs/{job_id}/output.json", lambda request: board.download(request, "output"), ["GET"]),
+        ("/jobs/{job_id}/attachments/{number:int}", board.attachment, ["GET"]),
         ("/jobs/{job_id}/cancel", board.cancel, ["POST"]),
         ("/jobs/{job_id}/retry", board.retry, ["POST"]),
         ("/batches", board.batches, ["GET"]),

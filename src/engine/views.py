@@ -24,6 +24,7 @@ from engine.core import (
     Lane,
     Via,
 )
+from engine.core.attachments import AttachmentInfo, AttachmentRef, MediaType
 from engine.core.batches import BatchPhase, BatchRecord, BatchState
 
 
@@ -55,6 +56,52 @@ class UsageView(BaseModel):
     reasoning_tokens: int = 0
 
 
+class AttachmentView(BaseModel):
+    """An attachment a job names (its reference, and the name it goes by: the one its message gave,
+    else its key's last part), and what the job's latest attempt read of it: its media type (from its
+    content), bytes, SHA-256, and pages or pixel size. Those are null until an attempt has read it."""
+
+    s3: str
+    name: str
+    media_type: MediaType | None = None
+    bytes: int | None = None
+    sha256: str | None = None
+    pages: int | None = None
+    width: int | None = None
+    height: int | None = None
+
+    @classmethod
+    def of(cls, ref: AttachmentRef, read: AttachmentInfo | None) -> AttachmentView:
+        view = cls(s3=ref.uri, name=ref.label)
+        if read is None:
+            return view
+        return view.model_copy(
+            update={
+                "media_type": read.media_type,
+                "bytes": read.bytes,
+                "sha256": read.sha256,
+                "pages": read.pages,
+                "width": read.width,
+                "height": read.height,
+            }
+        )
+
+    @property
+    def extent(self) -> str | None:
+        """A PDF's pages ("3 pages"), an image's pixel size ("1024 x 768"); None before it is read."""
+        if self.pages is not None:
+            return f"{self.pages} page{'s' if self.pages != 1 else ''}"
+        if self.width is not None and self.height is not None:
+            return f"{self.width} x {self.height}"
+        return None
+
+
+def attachment_views(job: Job) -> list[AttachmentView]:
+    """Each attachment the job names, in order, with what its latest attempt read of it."""
+    read = {info.ref: info for info in job.attachments_read}
+    return [AttachmentView.of(ref, read.get(ref)) for ref in job.attachments]
+
+
 class JobView(BaseModel):
     """The public view of a job (`aijobs status ID --json`, docs/messages.md). Fields added after the
     first ones come last, so that those keep their places."""
@@ -83,6 +130,8 @@ class JobView(BaseModel):
     # From its creation to its end, in milliseconds as the table keeps them (the times above are
     # written to the second); null while it has not ended.
     took_ms: int | None
+    # The documents and images it reads, in order (docs/attachments.md); [] for a job without any.
+    attachments: list[AttachmentView]
 
     @classmethod
     def from_job(cls, job: Job, latest: AttemptRecord | None = None) -> JobView:
@@ -117,6 +166,7 @@ class JobView(BaseModel):
             via=via,
             batch=batch,
             took_ms=None if job.finished_at is None else job.finished_at - job.created_at,
+            attachments=attachment_views(job),
         )
 
     @property

@@ -21,7 +21,12 @@ VIEW_FIELDS = [
     "via",
     "batch",
     "took_ms",
+    "attachments",
 ]
+
+# An attachment of the job view (engine.views.AttachmentView): its reference and name, then what was
+# read of it.
+ATTACHMENT_FIELDS = ["s3", "name", "media_type", "bytes", "sha256", "pages", "width", "height"]
 
 # The view's usage fields: the four of the spec's example, then the token kinds that are parts of
 # input_tokens and output_tokens.

@@ -15,10 +15,11 @@ import aijobs
 from engine.core.errors import AiJobsError
 
 ROOT = Path(__file__).resolve().parents[2]
-# The modules a client call runs through: the client, the stack it reads by name, and the stores it
-# reads and writes with.
+# The modules a client call runs through: the client, what it attaches, the stack it reads by name,
+# and the stores it reads and writes with.
 CLIENT_PATHS = [
     "aijobs/client.py",
+    "aijobs/attachments.py",
     "aijobs/deployed.py",
     "src/engine/definitions/registry.py",
     "src/engine/intake.py",

@@ -94,6 +94,7 @@ def test_the_view_of_a_succeeded_job_matches_the_spec_example() -> None:
         "via": None,
         "batch": None,
         "took_ms": 2_999,
+        "attachments": [],
     }
 
 

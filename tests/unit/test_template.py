@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from aijobs.attachments import UPLOAD_PREFIX
 from aijobs.stack import TemplateResolver, load_template
 from aijobs.target import StackTarget
 from engine.batching.batcher import STOP_MARGIN_MS
@@ -179,9 +180,19 @@ def payload_bucket(text: str) -> None:
     assert kms_rule["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "aws:kms", "KMSMasterKeyID": KEY_ARN}
     (expiry,) = properties("PayloadBucket", RetentionDays=30)["LifecycleConfiguration"]["Rules"]
     assert (expiry["Status"], expiry["ExpirationInDays"]) == ("Enabled", 30)
+    # No prefix or filter: it expires every key, the uploads of aijobs.attachments included.
+    assert not {"Prefix", "Filter", "TagFilters"} & set(expiry)
+    assert UPLOAD_PREFIX == "attachments/"
     (deny,) = properties("PayloadBucketPolicy")["PolicyDocument"]["Statement"]
     assert (deny["Effect"], deny["Condition"]) == ("Deny", {"Bool": {"aws:SecureTransport": False}})
-    for claim in ("256 KiB", "private", "TLS only", "RetentionDays", "kept when the stack is deleted"):
+    for claim in (
+        "256 KiB",
+        "`attachments/`",
+        "private",
+        "TLS only",
+        "RetentionDays",
+        "kept when the stack is deleted",
+    ):
         assert claim in text
 
 

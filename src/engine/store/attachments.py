@@ -1,9 +1,11 @@
 """Attachments' objects in S3 (engine.attachments.loader.AttachmentObjects): asked their size first,
-then read whole, fenced on the version the size was asked of (IfMatch its ETag)."""
+then read whole, fenced on the version the size was asked of (IfMatch its ETag); and streamed, for a
+person who downloads one (the dashboard)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
@@ -19,6 +21,16 @@ if TYPE_CHECKING:
 _GONE = frozenset({"404", "NoSuchKey", "NotFound", "NoSuchBucket"})
 _DENIED = frozenset({"403", "AccessDenied", "AllAccessDisabled"})
 _CHANGED = frozenset({"412", "PreconditionFailed", "416", "InvalidRange"})
+# A download is streamed in pieces of this size: an object is never held whole.
+STREAM_CHUNK_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectStream:
+    """An object being read: its size, and its bytes in pieces (the connection closed after the last)."""
+
+    size: int
+    chunks: Iterator[bytes]
 
 
 class S3Attachments:
@@ -42,6 +54,22 @@ class S3Attachments:
             return response["Body"].read(head.size + 1)
         except ClientError as exc:
             raise _refused(ref, exc) from exc
+
+    def stream(self, ref: AttachmentRef) -> ObjectStream:
+        """The object as it is now, in pieces; AttachmentInvalidError when it is gone or may not be read."""
+        try:
+            response = self._client().get_object(Bucket=ref.bucket, Key=ref.key)
+        except ClientError as exc:
+            raise _refused(ref, exc) from exc
+        body = response["Body"]
+
+        def chunks() -> Iterator[bytes]:
+            try:
+                yield from body.iter_chunks(STREAM_CHUNK_BYTES)
+            finally:
+                body.close()
+
+        return ObjectStream(int(response.get("ContentLength", 0)), chunks())
 
     def _client(self) -> S3Client:
         if self._s3 is None:  # connected on first use: most jobs read no attachment

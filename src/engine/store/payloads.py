@@ -77,6 +77,17 @@ class PayloadStore:
     def put(self, key: str, data: bytes, content_type: str = "application/json") -> None:
         self._client.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType=content_type)
 
+    def put_new(self, key: str, data: bytes, content_type: str) -> bool:
+        """Write the object unless `key` holds one already (If-None-Match: *), so that what a reader may
+        be reading is never replaced; whether it was written."""
+        try:
+            self._client.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType=content_type, IfNoneMatch="*")
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in {"PreconditionFailed", "412"}:
+                return False
+            raise
+        return True
+
     def keys(self, prefix: str) -> list[str]:
         """The keys under `prefix`, in key order."""
         keys: list[str] = []

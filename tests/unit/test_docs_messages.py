@@ -1,0 +1,31 @@
+"""docs/messages.md's job view against the view itself: its example has the fields in their order, an
+attachment's included, and its table has a row for each field."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from tests.support.contract import ATTACHMENT_FIELDS, USAGE_FIELDS, VIEW_FIELDS
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "messages.md"
+SECTION = PAGE.read_text().split("\n## The job view\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_example_has_every_field_in_the_view_s_order() -> None:
+    block = re.search(r"^```json\n(.*?)^```$", SECTION, flags=re.MULTILINE | re.DOTALL)
+    assert block is not None
+    example = json.loads(block[1])
+
+    assert list(example) == VIEW_FIELDS
+    assert list(example["usage"]) == USAGE_FIELDS
+    assert [list(attachment) for attachment in example["attachments"]] == [ATTACHMENT_FIELDS]
+
+
+def test_the_table_has_a_row_for_every_field() -> None:
+    rows = re.findall(r"^\| (`[^|]+`) \|", SECTION, flags=re.MULTILINE)
+    named = {name.strip("`") for row in rows for name in row.split(", ")}
+
+    assert set(VIEW_FIELDS) - {"usage"} <= named
+    assert {f"usage.{field}" for field in USAGE_FIELDS} <= named
