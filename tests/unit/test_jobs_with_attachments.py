@@ -13,7 +13,8 @@ import hashlib
 import io
 import json
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -94,14 +95,40 @@ def answers(request: CompletionRequest) -> dict[str, Any]:
     return EXTRACTED if request.schema_name == "extract" else VALID_OUTPUTS[request.schema_name]
 
 
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
+@dataclass
+class Documents:
+    """A worker's world for these tests: the store and the bucket in memory, a clock the test moves."""
+
+    store: InMemoryJobStore = field(default_factory=InMemoryJobStore)
+    bucket: BucketInMemory = field(default_factory=lambda: BucketInMemory(OBJECTS))
+    clock: Clock = field(default_factory=Clock)
+
+    def runner(self, provider: FakeProvider) -> JobRunner:
+        registry = JobRegistry()
+        return JobRunner(
+            self.store,
+            ModelGateway(provider, ModelTiers("gpt-4o-mini")),
+            registry,
+            DeadLetterRecorder(self.store, registry, clock=self.clock),
+            clock=self.clock,
+            rng=random.Random(7),
+            attachments=AttachmentLoader(self.bucket, [BUCKET], OPENAI),
+        )
 
 
 @pytest.fixture
-def store() -> InMemoryJobStore:
-    return InMemoryJobStore()
+def world() -> Documents:
+    return Documents()
+
+
+@pytest.fixture
+def store(world: Documents) -> InMemoryJobStore:
+    return world.store
+
+
+@pytest.fixture
+def bucket(world: Documents) -> BucketInMemory:
+    return world.bucket
 
 
 @pytest.fixture
@@ -110,33 +137,8 @@ def provider() -> FakeProvider:
 
 
 @pytest.fixture
-def bucket() -> BucketInMemory:
-    return BucketInMemory(OBJECTS)
-
-
-RunnerOf = Callable[[FakeProvider], JobRunner]
-
-
-@pytest.fixture
-def runner_of(store: InMemoryJobStore, bucket: BucketInMemory, clock: Clock) -> RunnerOf:
-    def build(provider: FakeProvider) -> JobRunner:
-        registry = JobRegistry()
-        return JobRunner(
-            store,
-            ModelGateway(provider, ModelTiers("gpt-4o-mini")),
-            registry,
-            DeadLetterRecorder(store, registry, clock=clock),
-            clock=clock,
-            rng=random.Random(7),
-            attachments=AttachmentLoader(bucket, [BUCKET], OPENAI),
-        )
-
-    return build
-
-
-@pytest.fixture
-def runner(runner_of: RunnerOf, provider: FakeProvider) -> JobRunner:
-    return runner_of(provider)
+def runner(world: Documents, provider: FakeProvider) -> JobRunner:
+    return world.runner(provider)
 
 
 def message(job_type: str, job_input: dict[str, Any], *keys: str, job_id: str = "doc-1") -> dict[str, Any]:
@@ -246,13 +248,13 @@ def test_an_extract_job_of_a_pdf_and_a_scan_is_answered_with_the_fields_asked(
 
 
 def test_an_extract_answer_missing_a_field_is_asked_again_with_the_attachments(
-    runner_of: RunnerOf, store: InMemoryJobStore
+    world: Documents, store: InMemoryJobStore
 ) -> None:
     # Given a model whose first answer lacks the due date
     replies = iter([{"invoice_number": "4711", "total": 120.5}, EXTRACTED])
     provider = FakeProvider(lambda request: next(replies))
 
-    runner_of(provider).process(
+    world.runner(provider).process(
         delivery(message("extract", {"fields": INVOICE_FIELDS, "text": "see the scan"}, "in/scan.png"))
     )
 

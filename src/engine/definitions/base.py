@@ -10,7 +10,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ValidationError
 
-from engine.core.attachments import NO_ATTACHMENTS, AttachmentPolicy
+from engine.core.attachments import ALL_TYPES, MAX_ATTACHMENTS, NO_ATTACHMENTS, AttachmentPolicy
 from engine.core.errors import (
     BusinessValidationError,
     InputValidationError,
@@ -28,6 +28,9 @@ MAX_OUTPUT_BYTES = 256 * 1024
 # No tokenizer in use averages more characters per token than this, so an answer longer than
 # max_tokens x 16 characters did not come from max_tokens tokens: it is refused before parsing.
 MAX_CHARS_PER_TOKEN = 16
+
+# What the built-ins that read documents take: up to 20 attachments of every kind, or a text instead.
+DOCUMENTS_OR_TEXT = AttachmentPolicy(max_count=MAX_ATTACHMENTS, media_types=ALL_TYPES, required_unless="text")
 
 ModelTier = Literal["primary", "fallback"]
 # A rule returns None when the output is acceptable, or one line saying what is wrong.

@@ -6,8 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.core.attachments import ALL_TYPES, MAX_ATTACHMENTS, AttachmentPolicy
-from engine.definitions.base import JobDefinition, Prompt, distinct, narrowed_schema
+from engine.definitions.base import DOCUMENTS_OR_TEXT, JobDefinition, Prompt, distinct, narrowed_schema
 
 Label = Annotated[str, Field(min_length=1, max_length=200)]
 
@@ -71,5 +70,5 @@ CLASSIFY = JobDefinition(
     max_tokens=256,
     output_schema_for=offered_labels_schema,
     business_rule=label_is_offered,
-    attachments=AttachmentPolicy(max_count=MAX_ATTACHMENTS, media_types=ALL_TYPES, required_unless="text"),
+    attachments=DOCUMENTS_OR_TEXT,
 )

@@ -28,8 +28,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
 
-from engine.core.attachments import ALL_TYPES, MAX_ATTACHMENTS, AttachmentPolicy
-from engine.definitions.base import JobDefinition, Prompt, distinct
+from engine.definitions.base import DOCUMENTS_OR_TEXT, JobDefinition, Prompt, distinct
 
 MAX_FIELDS = 100
 # Names the output's keys as every provider takes a property's name (Anthropic's tool schemas: 1-64
@@ -173,5 +172,5 @@ EXTRACT = JobDefinition(
     max_tokens=4096,
     output_schema_for=fields_schema,
     output_model_for=fields_model,
-    attachments=AttachmentPolicy(max_count=MAX_ATTACHMENTS, media_types=ALL_TYPES, required_unless="text"),
+    attachments=DOCUMENTS_OR_TEXT,
 )

@@ -6,8 +6,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine.core.attachments import ALL_TYPES, MAX_ATTACHMENTS, AttachmentPolicy
-from engine.definitions.base import JobDefinition, Prompt
+from engine.definitions.base import DOCUMENTS_OR_TEXT, JobDefinition, Prompt
 
 # The model may overshoot the word budget a little; more than this is a failed job.
 WORD_BUDGET_TOLERANCE = 1.2
@@ -63,5 +62,5 @@ SUMMARIZE = JobDefinition(
     ),
     max_tokens=2048,
     business_rule=summary_within_budget,
-    attachments=AttachmentPolicy(max_count=MAX_ATTACHMENTS, media_types=ALL_TYPES, required_unless="text"),
+    attachments=DOCUMENTS_OR_TEXT,
 )
