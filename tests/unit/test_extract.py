@@ -23,6 +23,7 @@ from engine.definitions.extract import EXTRACT, MAX_FIELDS, ExtractInput
 from engine.gateway import ModelGateway, ModelTiers
 from engine.gateway.bedrock import BedrockConverseProvider
 from engine.gateway.schema import strict_json_schema
+from tests.unit.test_prompt_blocks import TEXT
 from tests.unit.test_schema import STRIPPED, keywords_in, objects_in
 
 TYPES = ("string", "number", "integer", "boolean", "date")
@@ -137,6 +138,34 @@ def test_an_input_outside_the_bounds_is_refused_naming_where(raw: dict[str, Any]
 def test_the_bounds_themselves_are_taken() -> None:
     EXTRACT.parse_input({"fields": [field(f"f{n}", "string") for n in range(MAX_FIELDS)], "text": "x" * 200_000})
     EXTRACT.parse_input({"fields": [field("x" * 64, "date", "d" * 2_000)], "instructions": "i" * 10_000})
+
+
+@given(
+    fields=st.lists(
+        st.builds(lambda name, text, kind: field(name, kind, text), names, TEXT, st.sampled_from(TYPES)),
+        min_size=1,
+        max_size=6,
+        unique_by=lambda spec: spec["name"],
+    ),
+    instructions=st.none() | TEXT,
+    text=st.none() | TEXT,
+    attachments=st.integers(min_value=0, max_value=3),
+)
+@settings(max_examples=200, deadline=None)
+def test_the_instructions_fields_and_text_stay_inside_their_blocks(
+    fields: list[dict[str, str]], instructions: str | None, text: str | None, attachments: int
+) -> None:
+    # Given descriptions, instructions and a text made of the characters that would close a block
+    job_input = EXTRACT.parse_input({"fields": fields, "instructions": instructions, "text": text})
+
+    prompt = EXTRACT.render_prompt(job_input, attachments).user
+
+    # Then the template's five lines are intact, each value one JSON literal in its own
+    first, blank, asked, other_blank, last = prompt.split("\n")
+    assert (blank, other_blank) == ("", "")
+    assert json.loads(first.removeprefix("Instructions: ")) == instructions
+    assert json.loads(asked.split(": ", 1)[1]) == fields
+    assert json.loads(last.removeprefix("Text: ")) == text
 
 
 # --- the output schema ----------------------------------------------------------------------------
@@ -310,21 +339,27 @@ def test_an_answer_off_its_fields_fails_the_schema_naming_the_field(content: str
 @pytest.mark.parametrize(
     "due",
     [
-        "2023-02-29",
-        "2026-13-01",
-        "2026-00-10",
-        "0000-01-01",
         "31.01.2026",
         "2026-1-31",
         "20260131",
         "2026-01-31T00:00:00",
         "2026-01-31 ",
+        "2026-01-31\n",
         "January 31, 2026",
+        # What pydantic's own date type takes for a Unix timestamp, even in strict mode
+        "0",
+        "1700000000",
         20260131,
+        True,
     ],
 )
-def test_a_date_not_of_the_calendar_as_yyyy_mm_dd_fails_the_schema(due: Any) -> None:
-    assert refused(answer(due=due)).message.startswith("output.due: Input should be a valid date")
+def test_a_date_not_written_yyyy_mm_dd_fails_the_schema(due: Any) -> None:
+    assert refused(answer(due=due)).message == "output.due: Input should be a date written YYYY-MM-DD"
+
+
+@pytest.mark.parametrize("due", ["2023-02-29", "2026-13-01", "2026-00-10", "2026-04-31", "0000-01-01"])
+def test_a_date_written_so_that_is_no_day_of_the_calendar_fails_the_schema(due: str) -> None:
+    assert refused(answer(due=due)).message == "output.due: Input should be a day of the calendar"
 
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e400"])
@@ -415,6 +450,7 @@ def test_an_answer_is_taken_exactly_when_the_schema_sent_says_it_is_valid(
         for spec in fields
         if spec["type"] == "date" and isinstance(answered.get(spec["name"]), str)
     )
+    # (and Python's `$`, unlike a provider's, matches before a final newline: the schema would take one)
     assume(not any("\n" in value for value in answered.values() if isinstance(value, str)))
 
     # When the engine validates it

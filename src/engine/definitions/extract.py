@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import re
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
@@ -19,7 +20,6 @@ from pydantic import (
     Field,
     PlainValidator,
     RootModel,
-    Strict,
     StrictBool,
     StrictStr,
     StringConstraints,
@@ -36,6 +36,8 @@ MAX_FIELDS = 100
 FieldName = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_]+$")]
 FieldType = Literal["string", "number", "integer", "boolean", "date"]
 DATE_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$"
+# The same form as Python matches it whole (its `$` would also match before a final newline).
+_DATE_FORM = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
 # An answer's model takes 5-50 ms to build and 20-150 KB to keep (5 to 100 fields): the last 64 built
 # are kept (10 MB at most), for the field lists a worker meets again and again, and each re-ask.
@@ -88,6 +90,18 @@ def _integer(value: Any) -> int:
     return number
 
 
+def _date(value: Any) -> str:
+    # Written YYYY-MM-DD, and a day of the calendar; kept as written. Not pydantic's date type: it takes
+    # "0" or "1700000000" for a timestamp, even in strict mode.
+    if not isinstance(value, str) or not _DATE_FORM.fullmatch(value):
+        raise PydanticCustomError("date_format", "Input should be a date written YYYY-MM-DD")
+    try:
+        datetime.date.fromisoformat(value)
+    except ValueError:
+        raise PydanticCustomError("date_value", "Input should be a day of the calendar") from None
+    return value
+
+
 # What each type is in the answer (strict: no string is a number, no number a boolean) and in the output
 # schema, side by side so that the two cannot say different things.
 _TYPES: dict[str, tuple[Any, dict[str, Any]]] = {
@@ -95,8 +109,11 @@ _TYPES: dict[str, tuple[Any, dict[str, Any]]] = {
     "number": (Annotated[float, PlainValidator(_number)] | None, {"type": ["number", "null"]}),
     "integer": (Annotated[int, PlainValidator(_integer)] | None, {"type": ["integer", "null"]}),
     "boolean": (StrictBool | None, {"type": ["boolean", "null"]}),
-    # A date of the calendar, as YYYY-MM-DD: the pattern says the form, the model also checks the day.
-    "date": (Annotated[datetime.date, Strict()] | None, {"type": ["string", "null"], "pattern": DATE_PATTERN}),
+    # A day of the calendar, as YYYY-MM-DD: the schema's pattern says the form, the model also the day.
+    "date": (
+        Annotated[str, PlainValidator(_date)] | None,
+        {"type": ["string", "null"], "pattern": DATE_PATTERN},
+    ),
 }
 
 
