@@ -144,6 +144,7 @@ def _new_job_request(
     job_input = definition.parse_input(raw_input)
     attachments = tuple(AttachmentRef.parse(spec.s3, spec.name) for spec in message.attachments or ())
     check_attachment_count(definition, len(attachments))
+    check_something_to_read(definition, job_input, len(attachments))
     new_job = NewJob(
         job_type=job_type,
         user_id=user_id,
@@ -166,3 +167,14 @@ def check_attachment_count(definition: JobDefinition, count: int) -> None:
         raise AttachmentInvalidError(f"{definition.name} takes at most {policy.max_count} attachments, not {count}")
     if count < policy.min_count:
         raise AttachmentInvalidError(f"{definition.name} takes at least {policy.min_count} attachments, not {count}")
+
+
+def check_something_to_read(definition: JobDefinition, job_input: BaseModel, count: int) -> None:
+    """A job type that reads a text or attachments (its policy's `required_unless`) refuses a job that
+    has neither: the field is empty and the message names no attachment (input_validation_failed,
+    since the input is what lacks it)."""
+    instead = definition.attachments.required_unless
+    if instead is not None and not count and not getattr(job_input, instead):
+        raise InputValidationError(
+            f"input.{instead}: {definition.name} needs a {instead} or at least one attachment, and has neither"
+        )

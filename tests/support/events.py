@@ -30,6 +30,14 @@ def job_message(job_type: str = "classify", job_id: str | None = None, **overrid
             "question": "How long does SQS keep messages?",
             "documents": [{"id": "d1", "text": "Up to 14 days."}, {"id": "d2", "text": "1 MiB per message."}],
         },
+        "extract": {
+            "fields": [
+                {"name": "invoice_number", "description": "as printed", "type": "string"},
+                {"name": "total", "description": "the amount due", "type": "number"},
+                {"name": "due", "description": "the date it is due", "type": "date"},
+            ],
+            "text": "Invoice 4711: EUR 120.50, due 2026-01-31.",
+        },
     }
     message: dict[str, Any] = {"job_type": job_type, "user_id": "user-1", "input": inputs[job_type]}
     if job_id is not None:

@@ -33,6 +33,13 @@ REPAIRABLE_INPUTS: dict[str, dict[str, Any]] = {
         "question": "How long does SQS keep messages? fault:repairable",
         "documents": [{"id": "d1", "text": "Up to 14 days."}, {"id": "d2", "text": "1 MiB per message."}],
     },
+    "extract": {
+        "fields": [
+            {"name": "total", "description": "the amount due", "type": "number"},
+            {"name": "due", "description": "the date it is due", "type": "date"},
+        ],
+        "text": "Invoice 4711: EUR 120.50, due 2026-01-31. fault:repairable",
+    },
 }
 
 

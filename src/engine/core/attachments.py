@@ -144,11 +144,16 @@ class ObjectHead:
 
 @dataclass(frozen=True, slots=True)
 class AttachmentPolicy:
-    """What a job type takes: how many attachments (at least, at most) and of which types."""
+    """What a job type takes: how many attachments (at least, at most) and of which types.
+
+    `required_unless` names an input field (a text) that can carry what the job reads instead: a job
+    then needs that field not empty, or at least one attachment (engine.intake.check_something_to_read).
+    """
 
     max_count: int = 0
     media_types: frozenset[MediaType] = frozenset()
     min_count: int = 0
+    required_unless: str | None = None
 
     @property
     def takes_any(self) -> bool:

@@ -10,7 +10,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ValidationError
 
-from engine.core.attachments import NO_ATTACHMENTS, AttachmentPolicy
+from engine.core.attachments import ALL_TYPES, MAX_ATTACHMENTS, NO_ATTACHMENTS, AttachmentPolicy
 from engine.core.errors import (
     BusinessValidationError,
     InputValidationError,
@@ -29,11 +29,16 @@ MAX_OUTPUT_BYTES = 256 * 1024
 # max_tokens x 16 characters did not come from max_tokens tokens: it is refused before parsing.
 MAX_CHARS_PER_TOKEN = 16
 
+# What the built-ins that read documents take: up to 20 attachments of every kind, or a text instead.
+DOCUMENTS_OR_TEXT = AttachmentPolicy(max_count=MAX_ATTACHMENTS, media_types=ALL_TYPES, required_unless="text")
+
 ModelTier = Literal["primary", "fallback"]
 # A rule returns None when the output is acceptable, or one line saying what is wrong.
 Rule = Callable[[Any, Any], str | None]
 # The output's JSON schema for one parsed input: the output model's, narrowed by what the input offers.
 OutputSchemaFor = Callable[[Any], dict[str, Any]]
+# The output model for one parsed input, when the input says what the answer holds (extract's fields).
+OutputModelFor = Callable[[Any], type[BaseModel]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,12 +131,24 @@ class JobDefinition:
     # Narrows the output schema for an input (classify: the label is one of the labels offered).
     # None: every input gets `output_json_schema`. The rules still check the answer either way.
     output_schema_for: OutputSchemaFor | None = None
+    # The output model an answer to an input is validated against, when the input says what the answer
+    # holds (extract: exactly the fields asked). None: every answer is validated against `output_model`.
+    output_model_for: OutputModelFor | None = None
     # The documents and images it takes (how many, which types): none by default.
     attachments: AttachmentPolicy = NO_ATTACHMENTS
+    # The prompt of a job that carries attachments, worded for them (its own version, since its text
+    # differs). None: `prompt`, with or without attachments.
+    attachment_prompt: Prompt | None = None
     output_json_schema: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "output_json_schema", self.output_model.model_json_schema())
+        instead = self.attachments.required_unless
+        if instead is not None and (not self.attachments.takes_any or instead not in self.input_model.model_fields):
+            raise ValueError(
+                f"job type {self.name!r}: attachments required_unless {instead!r} names no field of its input "
+                "model, or it takes no attachments"
+            )
 
     @property
     def max_answer_chars(self) -> int:
@@ -147,8 +164,10 @@ class JobDefinition:
         except ValidationError as exc:
             raise InputValidationError(one_line_error(exc, "input")) from exc
 
-    def render_prompt(self, job_input: BaseModel) -> RenderedPrompt:
-        return self.prompt.render(self.prompt_fields(job_input))
+    def render_prompt(self, job_input: BaseModel, attachments: int = 0) -> RenderedPrompt:
+        """The prompt for `job_input`, followed in the request by `attachments` attachments."""
+        prompt = self.attachment_prompt if attachments and self.attachment_prompt is not None else self.prompt
+        return prompt.render(self.prompt_fields(job_input))
 
     def output_schema(self, job_input: BaseModel) -> dict[str, Any]:
         """The JSON schema the answer to `job_input` must meet: what structured output asks the model for."""
@@ -163,8 +182,9 @@ class JobDefinition:
                 f"the answer has {len(content)} characters; max_tokens {self.max_tokens} allows at most "
                 f"{self.max_answer_chars}"
             )
+        model = self.output_model if self.output_model_for is None else self.output_model_for(job_input)
         try:
-            output = self.output_model.model_validate_json(content)
+            output = model.model_validate_json(content)
         except ValidationError as exc:
             raise SchemaValidationError(one_line_error(exc, "output")) from exc
         if self.business_rule and (problem := self.business_rule(job_input, output)):

@@ -12,9 +12,10 @@ from engine.core.errors import ConfigurationError, UnknownJobTypeError
 from engine.definitions.answer_with_citations import ANSWER_WITH_CITATIONS
 from engine.definitions.base import JobDefinition
 from engine.definitions.classify import CLASSIFY
+from engine.definitions.extract import EXTRACT
 from engine.definitions.summarize import SUMMARIZE
 
-BUILTIN_DEFINITIONS: tuple[JobDefinition, ...] = (SUMMARIZE, CLASSIFY, ANSWER_WITH_CITATIONS)
+BUILTIN_DEFINITIONS: tuple[JobDefinition, ...] = (SUMMARIZE, CLASSIFY, ANSWER_WITH_CITATIONS, EXTRACT)
 # Your own job types: a top-level package beside `engine` (src/jobtypes/, which `sam build` ships with
 # every function), registered whenever it can be imported, with no setting.
 JOB_TYPES_PACKAGE = "jobtypes"

@@ -178,7 +178,7 @@ class ModelGateway:
     def plan(self, definition: JobDefinition, job_input: BaseModel, attachments: Sequence[Attachment] = ()) -> CallPlan:
         """What an attempt of this job can use at most; computed from its prompt and what was read of its
         attachments, never by a call."""
-        prompt = definition.render_prompt(job_input)
+        prompt = definition.render_prompt(job_input, len(attachments))
         schema = json.dumps(definition.output_schema(job_input), separators=(",", ":"), ensure_ascii=False)
         chain = self._models.chain(definition.model_tier)
         # The attachments go with every call of the attempt (a re-ask resends the conversation); they
@@ -203,7 +203,7 @@ class ModelGateway:
         self, definition: JobDefinition, job_input: BaseModel, attachments: Sequence[Attachment] = ()
     ) -> CompletionRequest:
         """An attempt's first call, as a line of a provider's batch: to the first model of its chain."""
-        prompt = definition.render_prompt(job_input)
+        prompt = definition.render_prompt(job_input, len(attachments))
         model = self._models.chain(definition.model_tier)[0][1]
         schema = definition.output_schema(job_input)
         return self._request(definition, prompt, schema, model, definition.timeout_seconds, (), attachments)
@@ -244,7 +244,7 @@ class ModelGateway:
         answered: Answered | None = None,
         alone: bool = False,
     ) -> Execution:
-        prompt = definition.render_prompt(job_input)
+        prompt = definition.render_prompt(job_input, len(attachments))
         output_schema = definition.output_schema(job_input)
         tally = _Tally()
         chain = self._models.chain(definition.model_tier)
