@@ -14,7 +14,7 @@ from aijobs.arguments import InvalidArgumentError
 from aijobs.attachments import NamedAttachment, Prepared, SizeLimits, prepare, upload_key
 from engine.attachments.inspection import media_type_of
 from engine.core.attachments import AttachmentRef, MediaType
-from engine.definitions.summarize import SUMMARIZE
+from engine.definitions.answer_with_citations import ANSWER_WITH_CITATIONS
 from tests.support.documents import HTML_AS_PNG, READ_DOCUMENTS, READ_PDFS, image, pdf
 
 BUCKET = "payloads-bucket"
@@ -86,7 +86,11 @@ def test_a_key_never_holds_a_path_segment_of_dots() -> None:
 @pytest.mark.parametrize(
     ("items", "definition", "line"),
     [
-        ([b"%PDF-1.4 x"], SUMMARIZE, "attachments: summarize takes no attachments; the message names 1"),
+        (
+            [b"%PDF-1.4 x"],
+            ANSWER_WITH_CITATIONS,
+            "attachments: answer_with_citations takes no attachments; the message names 1",
+        ),
         ([pdf()] * 6, READ_DOCUMENTS, "attachments: read_documents takes at most 5 attachments, not 6"),
         ([], READ_DOCUMENTS, "attachments: read_documents takes at least 1 attachments, not 0"),
         ([image()], READ_PDFS, "attachments #1: image/png is not a type read_pdfs takes (application/pdf)"),
