@@ -164,9 +164,13 @@ def check_attachment_count(definition: JobDefinition, count: int) -> None:
     if count and not policy.takes_any:
         raise AttachmentInvalidError(f"{definition.name} takes no attachments; the message names {count}")
     if count > policy.max_count:
-        raise AttachmentInvalidError(f"{definition.name} takes at most {policy.max_count} attachments, not {count}")
+        raise AttachmentInvalidError(f"{definition.name} takes at most {_attachments(policy.max_count)}, not {count}")
     if count < policy.min_count:
-        raise AttachmentInvalidError(f"{definition.name} takes at least {policy.min_count} attachments, not {count}")
+        raise AttachmentInvalidError(f"{definition.name} takes at least {_attachments(policy.min_count)}, not {count}")
+
+
+def _attachments(count: int) -> str:
+    return f"{count} attachment" if count == 1 else f"{count} attachments"
 
 
 def check_something_to_read(definition: JobDefinition, job_input: BaseModel, count: int) -> None:

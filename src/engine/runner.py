@@ -248,7 +248,8 @@ class JobRunner:
         """The attempt a batch's answer to a job it no longer holds (finished meanwhile, cancelled,
         handed back to real time) makes of the claim it answered: validated and priced, not used."""
         started = self._now_ms()
-        execution = self._gateway.price_answer(claimed.definition, claimed.job_input, answered)
+        count = len(claimed.attachments) or len(claimed.job.attachments)
+        execution = self._gateway.price_answer(claimed.definition, claimed.job_input, answered, count)
         return attempt_record(claimed.job, execution, started, self._now_ms())
 
     def record_unused(self, attempt: AttemptRecord, settlement: Settlement | None = None) -> bool:

@@ -141,7 +141,7 @@ NOT_A_BUCKET = "not s3://BUCKET/KEY (a bucket's name of 3-63 characters of a-z 0
         (["missing.pdf"], "read_documents", "--attach missing.pdf: cannot read it: no such file or directory"),
         (["s3://Not_A_Bucket/x"], "read_documents", f"--attach s3://Not_A_Bucket/x: {NOT_A_BUCKET}"),
         (["invoice.pdf"] * 3, "read_pdfs", "--attach: read_pdfs takes at most 2 attachments, not 3"),
-        ([], "read_documents", "--attach: read_documents takes at least 1 attachments, not 0"),
+        ([], "read_documents", "--attach: read_documents takes at least 1 attachment, not 0"),
     ],
 )
 def test_a_refused_attachment_is_one_line_naming_the_flag_and_nothing_is_written(

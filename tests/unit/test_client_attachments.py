@@ -92,7 +92,7 @@ def test_a_key_never_holds_a_path_segment_of_dots() -> None:
             "attachments: answer_with_citations takes no attachments; the message names 1",
         ),
         ([pdf()] * 6, READ_DOCUMENTS, "attachments: read_documents takes at most 5 attachments, not 6"),
-        ([], READ_DOCUMENTS, "attachments: read_documents takes at least 1 attachments, not 0"),
+        ([], READ_DOCUMENTS, "attachments: read_documents takes at least 1 attachment, not 0"),
         ([image()], READ_PDFS, "attachments #1: image/png is not a type read_pdfs takes (application/pdf)"),
         ([b"\x00\x01binary"], READ_DOCUMENTS, "attachments #1: not a PDF, PNG, JPEG, WebP, GIF or UTF-8 text"),
         ([b""], READ_DOCUMENTS, "attachments #1: an empty file"),

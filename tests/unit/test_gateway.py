@@ -30,7 +30,7 @@ from engine.gateway import (
     ModelTiers,
     PriceTable,
 )
-from engine.gateway.gateway import MIN_CALL_SECONDS, TimeLeft, strip_code_fence
+from engine.gateway.gateway import MIN_CALL_SECONDS, Answered, TimeLeft, strip_code_fence
 from engine.gateway.openai import OpenAICompatibleProvider, static_api_key
 from engine.gateway.pricing import ModelPrice
 from tests.support.providers import VALID_OUTPUTS, FakeProvider, Script, openai_completion
@@ -907,3 +907,18 @@ def test_the_worst_case_counts_the_fallback_models_calls_too() -> None:
     assert alone.first_call_tokens == with_fallback.first_call_tokens > definition.max_tokens
     assert with_fallback.worst_case_usd > alone.worst_case_usd > 0
     assert unpriced.worst_case_usd == 0  # a model without a price cannot be budgeted
+
+
+@pytest.mark.parametrize(("attachments", "version"), [(0, "2"), (2, "attachments-1")])
+def test_a_batch_answer_priced_alone_names_the_prompt_its_request_was_rendered_with(
+    attachments: int, version: str
+) -> None:
+    definition = JobRegistry().get("summarize")
+    gateway = ModelGateway(FakeProvider(scripted()), ModelTiers("gpt-4o-mini"))
+    answered = Answered(Completion(json.dumps({"summary": "short"}), "gpt-4o-mini", 100, 20, 5), "batch-1")
+    job_input = definition.parse_input(INPUTS["summarize"])
+
+    execution = gateway.price_answer(definition, job_input, answered, attachments)
+
+    assert (execution.prompt.version, execution.calls, execution.batch_id) == (version, 1, "batch-1")
+    assert execution.cost_usd == GPT_4O_MINI_100_20 / 2  # a batch's answer at the batch price

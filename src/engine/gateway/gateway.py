@@ -230,10 +230,14 @@ class ModelGateway:
         the re-asks and the fallback in real time, as any attempt."""
         return self._attempt(definition, job_input, time_left, tuple(attachments), answered)
 
-    def price_answer(self, definition: JobDefinition, job_input: BaseModel, answered: Answered) -> Execution:
+    def price_answer(
+        self, definition: JobDefinition, job_input: BaseModel, answered: Answered, attachments: int = 0
+    ) -> Execution:
         """A batch's answer alone, validated and priced, for a job it no longer holds: neither re-asked
-        nor fallen back from (its usage is kept, its output discarded)."""
-        return self._attempt(definition, job_input, None, (), answered, alone=True)
+        nor fallen back from (its usage is kept, its output discarded). `attachments` counts the job's
+        attachments (not read again): the prompt its request was rendered with depends on it."""
+        prompt = definition.render_prompt(job_input, attachments)
+        return self._attempt(definition, job_input, None, (), answered, alone=True, prompt=prompt)
 
     def _attempt(
         self,
@@ -243,8 +247,9 @@ class ModelGateway:
         attachments: tuple[Attachment, ...],
         answered: Answered | None = None,
         alone: bool = False,
+        prompt: RenderedPrompt | None = None,
     ) -> Execution:
-        prompt = definition.render_prompt(job_input, len(attachments))
+        prompt = prompt or definition.render_prompt(job_input, len(attachments))
         output_schema = definition.output_schema(job_input)
         tally = _Tally()
         chain = self._models.chain(definition.model_tier)
