@@ -3,6 +3,7 @@ a flag missing, unknown or of the wrong type); a reader that stops reading (`| h
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 from urllib.parse import urlsplit
 
+import click
 import typer
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 from pydantic import ValidationError
@@ -72,6 +74,7 @@ class OneLineErrors(TyperGroup):
         windows_expand_args: bool = True,
         **extra: Any,
     ) -> Any:
+        unwrap_help(self)
         try:
             status = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
             sys.stdout.flush()
@@ -90,6 +93,16 @@ class OneLineErrors(TyperGroup):
         if not standalone_mode:
             return status
         sys.exit(status)
+
+
+def unwrap_help(command: click.Command) -> None:
+    """Each paragraph of a command's help (its docstring) as one line that the terminal wraps, not the
+    source's line breaks (which Typer's help keeps), for the command and those under it."""
+    if command.help:
+        paragraphs = inspect.cleandoc(command.help).split("\n\n")
+        command.help = "\n\n".join(" ".join(paragraph.split("\n")) for paragraph in paragraphs)
+    for child in getattr(command, "commands", {}).values():
+        unwrap_help(child)
 
 
 def closed_pipe() -> int:

@@ -184,6 +184,15 @@ def test_a_flag_missing_unknown_or_of_a_bad_value_is_one_line_pointing_to_the_he
     assert result.stdout == ""
 
 
+def test_a_commands_help_wraps_its_paragraphs_to_the_terminal_not_to_the_source() -> None:
+    result = CliRunner().invoke(app, ["dev", "--help"], terminal_width=200, env={"COLUMNS": "200"})
+
+    assert result.exit_code == 0
+    # One paragraph of the docstring, written over four source lines: one line at 200 columns.
+    (line,) = [line for line in result.stdout.splitlines() if "in memory only" in line]
+    assert "it is gone when it stops, and a new start begins empty" in line
+
+
 @pytest.mark.parametrize("args", [[], ["budget"]])
 def test_a_group_without_a_command_shows_its_help(args: list[str]) -> None:
     result = run(*args)
