@@ -16,10 +16,9 @@ from dataclasses import replace
 from decimal import Decimal, InvalidOperation
 from functools import wraps
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
-import click
 import typer
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 from pydantic import ValidationError
@@ -95,7 +94,11 @@ class OneLineErrors(TyperGroup):
         sys.exit(status)
 
 
-def unwrap_help(command: click.Command) -> None:
+class Helped(Protocol):
+    help: str | None
+
+
+def unwrap_help(command: Helped) -> None:
     """Each paragraph of a command's help (its docstring) as one line that the terminal wraps, not the
     source's line breaks (which Typer's help keeps), for the command and those under it."""
     if command.help:
