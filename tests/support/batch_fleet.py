@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -20,7 +20,7 @@ from engine.batching.files import BatchFiles
 from engine.batching.intake import Batched, BatchIntake, BatchTiming, NotKept, RunNow
 from engine.core import Ack, Delivery, Disposition, Fate, Job, JobStatus, Lane
 from engine.core.batches import BatchState
-from engine.core.errors import InternalError
+from engine.core.errors import InternalError, ProviderUnavailableError
 from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
 from engine.fleet.admission import Admission
@@ -31,7 +31,7 @@ from engine.gateway.pricing import Cost
 from engine.queue import Resend
 from engine.runner import Claimed, JobRunner
 from engine.testing import InMemoryBudgetStore, InMemoryJobStore, MemoryBatchRecords, MemoryObjects
-from tests.support.batches import RecordingQueue, ScriptedBatchProvider
+from tests.support.batches import RecordingQueue, ScriptedBatchProvider, valid_line
 from tests.support.events import job_message
 from tests.support.providers import FakeProvider
 
@@ -76,6 +76,30 @@ class Faults:
             self._left[name] = left - 1
         self.failed[name] += 1
         raise self._errors[name]
+
+
+# What a scripted line answers, by name: a valid answer, one that fails validation, a failed line, or
+# nothing at all (the batch ends without it).
+LINE_OUTCOMES = ("valid", "invalid", "error", "none")
+
+
+def answering(outcomes: Sequence[str]) -> Callable[[BatchLine], Any]:
+    """A script answering the batch's lines in order of their jobs (j0000000000, j0000000001, ...) with
+    the named outcomes (LINE_OUTCOMES)."""
+    by_line = {f"j{index:010d}": outcome for index, outcome in enumerate(outcomes)}
+
+    def script(line: BatchLine) -> Any:
+        match by_line[line.custom_id]:
+            case "valid":
+                return valid_line(line)
+            case "invalid":
+                return "not json at all"
+            case "error":
+                return ProviderUnavailableError("the line failed")
+            case _:
+                return None
+
+    return script
 
 
 class FaultyBatchProvider(ScriptedBatchProvider):

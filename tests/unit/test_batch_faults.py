@@ -24,14 +24,16 @@ from engine.core import JobStatus, Lane, Released, Via
 from engine.core.batches import BatchPhase, BatchRecord, BatchState
 from engine.core.days import utc_day
 from engine.core.errors import ProviderRejectedError, ProviderUnavailableError
-from engine.gateway.batches import BatchAnswer, BatchLine
+from engine.gateway.batches import BatchAnswer
 from tests.support.batch_fleet import (
+    LINE_OUTCOMES,
     POLL_MS,
     RESCUE_MS,
     T0_MS,
     TIMING,
     FaultyBatchProvider,
     Fleet,
+    answering,
     realtime_cost,
 )
 from tests.support.batches import valid_line
@@ -436,7 +438,7 @@ FAULTS: dict[str, Callable[[Fleet], None]] = {
     "reads": lambda fleet: fleet.store.faults.fail("get_jobs", DynamoDBError("throttled"), times=2),
     "orphan": lambda fleet: fleet.store.faults.fail("record_orphan_attempt", DynamoDBError("500"), times=1),
 }
-LINE = st.sampled_from(["valid", "invalid", "error", "none"])
+LINE = st.sampled_from(LINE_OUTCOMES)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -457,20 +459,7 @@ LINE = st.sampled_from(["valid", "invalid", "error", "none"])
 def test_whatever_fails_every_job_ends_in_time_each_answer_is_recorded_once_and_budgets_are_exact(
     lines: list[str], faults: list[str], end: BatchState | None, stall_passes: int, capped: bool
 ) -> None:
-    by_line = {f"j{index:010d}": outcome for index, outcome in enumerate(lines)}
-
-    def script(line: BatchLine) -> Any:
-        match by_line[line.custom_id]:
-            case "valid":
-                return valid_line(line)
-            case "invalid":
-                return "not json at all"
-            case "error":
-                return ProviderUnavailableError("the line failed")
-            case _:
-                return None
-
-    fleet = Fleet(FaultyBatchProvider(script), cap="5" if capped else None)
+    fleet = Fleet(FaultyBatchProvider(answering(lines)), cap="5" if capped else None)
     ids = fleet.submit(len(lines))
     fleet.gather()
     for fault in faults:

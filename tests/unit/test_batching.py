@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from engine.core import Ack, Fate, JobStatus, Lane, Via
 from engine.core.batches import BatchPhase, BatchState
 from engine.core.errors import ProviderRejectedError, ProviderUnavailableError
-from engine.gateway.batches import BatchLine
 from engine.runner import Claimed
 from tests.support.batch_fleet import (
+    LINE_OUTCOMES,
     MODEL,
     POLL_MS,
     RESCUE_MS,
@@ -30,6 +30,7 @@ from tests.support.batch_fleet import (
     TIMING,
     FaultyBatchProvider,
     Fleet,
+    answering,
     realtime_cost,
 )
 from tests.support.batches import valid_line
@@ -360,31 +361,18 @@ def test_a_capped_user_s_batched_jobs_hold_their_reservation_until_their_answers
 
 # --- every job ends before its deadline, and pays for one batch answer at most -------------------
 
-LINE_OUTCOMES = st.sampled_from(["valid", "invalid", "error", "none"])
+LINE_OUTCOME = st.sampled_from(LINE_OUTCOMES)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    outcomes=st.lists(LINE_OUTCOMES, min_size=1, max_size=6),
+    outcomes=st.lists(LINE_OUTCOME, min_size=1, max_size=6),
     end=st.sampled_from([BatchState.COMPLETED, BatchState.EXPIRED, BatchState.CANCELLED, BatchState.FAILED, None]),
 )
 def test_whatever_a_batch_answers_every_job_ends_before_its_deadline(
     outcomes: list[str], end: BatchState | None
 ) -> None:
-    by_line = {f"j{index:010d}": outcome for index, outcome in enumerate(outcomes)}
-
-    def script(line: BatchLine) -> Any:
-        match by_line[line.custom_id]:
-            case "valid":
-                return valid_line(line)
-            case "invalid":
-                return "not json at all"
-            case "error":
-                return ProviderUnavailableError("the line failed")
-            case _:
-                return None
-
-    fleet = Fleet(FaultyBatchProvider(script))
+    fleet = Fleet(FaultyBatchProvider(answering(outcomes)))
     ids = fleet.submit(len(outcomes))
     fleet.gather()
     batch = fleet.batches.only
