@@ -26,7 +26,7 @@ from engine.attachments.inspection import inspect
 from engine.core.attachments import Attachment, AttachmentRef
 from engine.gateway import attachment_tokens as estimates
 from engine.gateway.openai import chat_completion_body
-from tests.support.documents import A4, text_pdf
+from tests.support.text_pdfs import A4, text_pdf
 from tests.support.providers import completion_request
 
 COMPLETIONS = "/v1/chat/completions"
