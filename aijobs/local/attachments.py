@@ -87,9 +87,10 @@ def read_attachments(messages: list[Any], model: str) -> ReadAttachments:
         if kind == "image_url":
             tokens += _image_part_tokens(value, f"{at}.image_url", model)
         else:
-            pages, text = _file_part(value, f"{at}.file", model)
-            tokens += pages + text_tokens(text)
-            texts.append(text)
+            pages, page_texts = _file_part(value, f"{at}.file", model)
+            # Billed for what the pages say; read (for fault markers) a page a line.
+            tokens += pages + text_tokens("".join(page_texts))
+            texts.append("\n".join(page_texts))
         count += 1
     return ReadAttachments(tokens, "\n".join(texts), count) if count else NONE_READ
 
@@ -175,8 +176,8 @@ def _pixels(size: float) -> int:
 # --- PDFs ---
 
 
-def _file_part(file: dict[str, Any], at: str, model: str) -> tuple[int, str]:
-    """A PDF part's page images' tokens, and its text."""
+def _file_part(file: dict[str, Any], at: str, model: str) -> tuple[int, list[str]]:
+    """A PDF part's page images' tokens, and the text of each page."""
     if not isinstance(file.get("file_data"), str):
         message = f"Invalid '{at}.file_id': the local provider keeps no files for chat; send the file as file_data."
         raise InvalidRequestError(message, f"{at}.file_id", "invalid_value")
@@ -191,7 +192,7 @@ def _file_part(file: dict[str, Any], at: str, model: str) -> tuple[int, str]:
         attachment = inspect(AttachmentRef("request", where, name if isinstance(name, str) else None), data)
     except AttachmentInvalidError as exc:
         raise InvalidRequestError(f"{prefix}. The PDF cannot be read ({exc}).", where, "invalid_value") from exc
-    return page_tokens(model, attachment), pdf_text(data)
+    return page_tokens(model, attachment), page_texts(data)
 
 
 def page_tokens(model: str, pdf: Attachment) -> int:
@@ -200,15 +201,15 @@ def page_tokens(model: str, pdf: Attachment) -> int:
     return sum(image_tokens(model, _pixels(width * dots), _pixels(height * dots)) for width, height in pdf.page_sizes)
 
 
-def pdf_text(data: bytes) -> str:
-    """The text of a PDF's pages (read once inspect() has taken it as a PDF), a page a line."""
+def page_texts(data: bytes) -> list[str]:
+    """The text of each of a PDF's pages (read once inspect() has taken it as a PDF); "" for a blank one."""
     from pypdf import PdfReader
 
     logging.getLogger("pypdf").setLevel(logging.ERROR)
     reader = PdfReader(io.BytesIO(data), strict=False)
     if reader.is_encrypted:
         reader.decrypt("")
-    return "\n".join(page.extract_text() or "" for page in reader.pages)
+    return [page.extract_text() or "" for page in reader.pages]
 
 
 def text_tokens(text: str) -> int:

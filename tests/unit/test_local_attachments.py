@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from aijobs.local.attachments import image_tokens, pdf_text
+from aijobs.local.attachments import image_tokens, page_texts
 from aijobs.local.faults import FaultKind
 from aijobs.local.provider import LocalProvider
 from aijobs.local.samples import INVOICE, PANORAMA, PRODUCT_PHOTO, SCANNED_FORM, sample
@@ -26,8 +26,8 @@ from engine.attachments.inspection import inspect
 from engine.core.attachments import Attachment, AttachmentRef
 from engine.gateway import attachment_tokens as estimates
 from engine.gateway.openai import chat_completion_body
-from tests.support.text_pdfs import A4, text_pdf
 from tests.support.providers import completion_request
+from tests.support.text_pdfs import A4, text_pdf
 
 COMPLETIONS = "/v1/chat/completions"
 
@@ -250,7 +250,7 @@ def test_a_pdf_is_billed_an_image_of_each_page_at_150_dpi_and_its_text(
     # Given the 2-page invoice (US letter, 612 x 792 pt): each page rendered at 150 DPI is 1275 x 1650 px,
     # its short side down to 768 leaves 768 x 994: 2 x 2 tiles
     invoice = sample(INVOICE)
-    text = pdf_text(invoice)
+    text = "".join(page_texts(invoice))
     assert "INV-2026-4711" in text
     text_only = prompt_tokens(http, server, body_with(model="gpt-4o-mini"))
 
@@ -263,12 +263,22 @@ def test_an_a4_page_is_rendered_from_its_own_size(server: LocalProvider, http: h
     # 595 x 842 pt at 150 DPI: 1240 x 1754 px (1239.6 and 1754.2, rounded); short side to 768: 768 x 1086,
     # 2 x 3 tiles. The page says "12345678": with its line break, 9 characters, 3 tokens.
     pdf = text_pdf(["12345678"], size=A4)
-    assert pdf_text(pdf) == "12345678\n"
+    assert page_texts(pdf) == ["12345678\n"]
     text_only = prompt_tokens(http, server, body_with())
 
     billed = prompt_tokens(http, server, body_with(read("a4.pdf", pdf)))
 
     assert billed - text_only == 85 + 6 * 170 + 3
+
+
+def test_a_pdf_of_blank_pages_is_billed_their_images_and_no_text(server: LocalProvider, http: httpx.Client) -> None:
+    # Three blank A4 pages: no text, not even the breaks between pages.
+    pdf = text_pdf(["", "", ""], size=A4)
+    text_only = prompt_tokens(http, server, body_with())
+
+    billed = prompt_tokens(http, server, body_with(read("blank.pdf", pdf)))
+
+    assert billed - text_only == 3 * (85 + 6 * 170)
 
 
 @settings(max_examples=300, deadline=None)
