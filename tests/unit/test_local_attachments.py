@@ -9,7 +9,6 @@ import base64
 import io
 import json
 import math
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -65,18 +64,6 @@ def png(width: int, height: int) -> bytes:
     out = io.BytesIO()
     Image.new("L", (width, height), 200).save(out, "PNG")
     return out.getvalue()
-
-
-@pytest.fixture
-def server() -> Iterator[LocalProvider]:
-    with LocalProvider(latency_seconds=0, batch_delay_seconds=0) as provider:
-        yield provider
-
-
-@pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=5.0, trust_env=False) as client:
-        yield client
 
 
 def post(http: httpx.Client, server: LocalProvider, body: Any) -> httpx.Response:
