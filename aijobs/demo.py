@@ -8,7 +8,10 @@ case, so that their later jobs wait for it and, their deadline short, end `budge
 background backfill drains under the same limit while interactive jobs submitted during it are
 answered at once (docs/lanes.md); the summary gives each lane's time from submission to end. Jobs
 with a day to spare go through the provider's batch API (docs/batches.md): the summary prints what
-they cost against the same calls in real time.
+they cost against the same calls in real time. Document jobs carry the package's sample files
+(aijobs.local.samples), uploaded to the payload bucket: a PDF and a scanned form read in real time,
+a PDF and a photo through a batch, and an image wider than the provider takes, refused before any
+call (docs/attachments.md); they run for the job types that take attachments.
 """
 
 from __future__ import annotations
@@ -32,10 +35,14 @@ from aijobs.client import AiJobsClient
 from aijobs.events import EventsTap
 from aijobs.local.devstack import LOCAL_MODEL, DevStack, DevStackOptions
 from aijobs.local.provider import ServedRequest
+from aijobs.local.samples import INVOICE, PANORAMA, PRODUCT_PHOTO, SCANNED_FORM, sample
 from aijobs.render import status_text
+from engine.attachments.inspection import media_type_of
 from engine.batching.intake import BatchTiming
 from engine.core import AttemptRecord, ErrorCode, JobStatus, Lane, Via
+from engine.core.attachments import AttachmentRef
 from engine.core.errors import JobNotFoundError
+from engine.definitions import JobRegistry
 from engine.gateway import price_table
 from engine.observability import logger as engine_logger
 from engine.views import JobView
@@ -83,6 +90,8 @@ class SampleJob:
     after: str | None = None
     deadline_seconds: int | None = None
     lane: Lane = Lane.INTERACTIVE
+    # Sample files (aijobs.local.samples) it carries, uploaded to the payload bucket.
+    attachments: tuple[str, ...] = ()
 
 
 ARTICLE = (
@@ -105,6 +114,7 @@ TICKETS = [
 LABELS = ["billing", "bug", "account", "spam"]
 # The capped user's jobs all carry this input: each reserves the same worst case.
 CAPPED_INPUT: dict[str, Any] = {"text": "Refund the second charge on my card", "labels": LABELS}
+DOCUMENT_LABELS = ["invoice", "claim form", "receipt", "contract"]
 
 
 def sample_jobs(run: str) -> list[SampleJob]:
@@ -230,6 +240,7 @@ def sample_jobs(run: str) -> list[SampleJob]:
         )
         for n in (2, 3)
     ]
+    jobs += document_jobs(run)
     jobs.append(
         SampleJob(
             f"{run}-bad-input",
@@ -244,15 +255,88 @@ def sample_jobs(run: str) -> list[SampleJob]:
     return jobs
 
 
+def document_jobs(run: str) -> list[SampleJob]:
+    """Jobs that read the sample files: each only when its job type takes what it carries."""
+    ok = JobStatus.SUCCEEDED
+    jobs = [
+        SampleJob(
+            f"{run}-invoice",
+            "summarize",
+            {"text": "The invoice attached, for the accounts team.", "max_words": 30},
+            ok,
+            note="a 2-page PDF, read in real time",
+            attachments=(INVOICE,),
+        ),
+        SampleJob(
+            f"{run}-claim-form",
+            "classify",
+            {"text": "What kind of document is attached?", "labels": DOCUMENT_LABELS},
+            ok,
+            note="a scanned form (PNG), read in real time",
+            attachments=(SCANNED_FORM,),
+        ),
+        SampleJob(
+            f"{run}-overnight-documents",
+            "classify",
+            {"text": "What kind of documents are attached?", "labels": DOCUMENT_LABELS},
+            ok,
+            note="a PDF and a photo (JPEG), background with a day to spare: through a batch",
+            user_id="overnight",
+            lane=Lane.BACKGROUND,
+            attachments=(INVOICE, PRODUCT_PHOTO),
+        ),
+        SampleJob(
+            f"{run}-panorama",
+            "summarize",
+            {"text": "The photo attached.", "max_words": 20},
+            JobStatus.FAILED,
+            ErrorCode.ATTACHMENT_INVALID,
+            note="an image 9,000 px wide, past the provider's 8,000: refused before any call",
+            attachments=(PANORAMA,),
+        ),
+    ]
+    registry = JobRegistry()
+    return [job for job in jobs if takes_its_attachments(registry, job)]
+
+
+def takes_its_attachments(registry: JobRegistry, job: SampleJob) -> bool:
+    """Whether the job's type takes as many attachments as it carries, and of their media types."""
+    policy = registry.get(job.job_type).attachments
+    types = {media_type_of(sample(name)) for name in job.attachments}
+    return policy.min_count <= len(job.attachments) <= policy.max_count and types <= policy.media_types
+
+
+def upload_attachments(stack: DevStack, job: SampleJob) -> list[dict[str, str]]:
+    """The job's sample files put in the payload bucket, under attachments/<job id>/ as the client puts
+    a submission's files, and the message's references to them."""
+    s3 = stack.session.client("s3", endpoint_url=stack.settings.aws_endpoint_url)
+    bucket = stack.settings.jobs_payload_bucket
+    refs = []
+    for number, name in enumerate(job.attachments, 1):
+        ref = AttachmentRef(bucket, f"attachments/{job.job_id}/{number}-{name}", name)
+        s3.put_object(Bucket=bucket, Key=ref.key, Body=sample(name))
+        refs.append(ref.document())
+    return refs
+
+
 def submit(client: AiJobsClient, stack: DevStack, jobs: list[SampleJob], submitted: dict[str, float]) -> None:
-    """Submit `jobs`, noting when each was (monotonic seconds)."""
+    """Submit `jobs`, noting when each was (monotonic seconds). A job with attachments is sent as a
+    message that names them, once they are uploaded."""
     sqs = stack.session.client("sqs", endpoint_url=stack.settings.aws_endpoint_url)
-    queue_url = stack.settings.jobs_queue_url
+    queues = {Lane.INTERACTIVE: stack.settings.jobs_queue_url, Lane.BACKGROUND: stack.resources.background_queue_url}
     for job in jobs:
         submitted[job.job_id] = time.monotonic()
-        if job.as_message:
-            body = {"job_id": job.job_id, "job_type": job.job_type, "user_id": job.user_id, "input": job.job_input}
-            sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps(body), MessageGroupId=job.user_id)
+        if job.as_message or job.attachments:
+            body: dict[str, Any] = {
+                "job_id": job.job_id,
+                "job_type": job.job_type,
+                "user_id": job.user_id,
+                "input": job.job_input,
+                "lane": job.lane.value,
+            }
+            if job.attachments:
+                body["attachments"] = upload_attachments(stack, job)
+            sqs.send_message(QueueUrl=str(queues[job.lane]), MessageBody=json.dumps(body), MessageGroupId=job.user_id)
         else:
             client.submit(
                 job.job_type,
@@ -285,8 +369,16 @@ def progress_table(jobs: list[SampleJob], views: dict[str, JobView | None]) -> T
     return table
 
 
+# The failures that come before any provider call: a job that ends so was billed nothing.
+BEFORE_ANY_CALL = frozenset(
+    {ErrorCode.ATTACHMENT_INVALID, ErrorCode.INPUT_VALIDATION_FAILED, ErrorCode.BUDGET_EXCEEDED}
+)
+
+
 def ended_as_meant(job: SampleJob, view: JobView | None) -> bool:
     if view is None or view.status is not job.expected:
+        return False
+    if job.expected_code in BEFORE_ANY_CALL and (view.usage.input_tokens or view.usage.output_tokens):
         return False
     return job.expected_code is None or (view.error is not None and view.error.code is job.expected_code)
 
@@ -353,6 +445,8 @@ def run_demo(console: Console, timeout_seconds: float = 120.0) -> bool:
         store = build_store(stack.settings, Aws(stack.settings, stack.session))
         attempts = {job.job_id: store.attempts(job.job_id) for job in jobs}
         console.print(batch_summary(stack, jobs, attempts))
+        if any(job.attachments for job in jobs):
+            console.print(documents_summary(jobs, views, stack.provider.log))
         console.print(events_summary(jobs, events))
         as_meant = all(ended_as_meant(job, views.get(job.job_id)) for job in jobs)
         return as_meant and routed_as_meant(jobs, attempts) and one_event_each(jobs, events)
@@ -482,6 +576,28 @@ def batch_summary(stack: DevStack, jobs: list[SampleJob], attempts: dict[str, li
             "cost",
             f"{usd(paid)} against {usd(realtime)} for the same tokens in real time ({paid / realtime:.2f} of it)",
         )
+    return table
+
+
+def documents_summary(jobs: list[SampleJob], views: dict[str, JobView | None], log: list[ServedRequest]) -> Table:
+    """What the document jobs read, and what the provider billed for their pages and images."""
+    carrying = [job for job in jobs if job.attachments]
+    table = Table(title="documents", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for job in carrying:
+        view = views.get(job.job_id)
+        outcome = status_text(view.status) if view else "-"
+        if view is not None and view.error is not None:
+            outcome += f" {view.error.code.value}: {view.error.message}"
+        table.add_row(job.job_id.split("-", 1)[1], f"{', '.join(job.attachments)}: {outcome}")
+    billed = sum(entry.attachment_tokens for entry in log)
+    answered = sum(entry.attachment_tokens > 0 for entry in log)
+    table.add_row(
+        "billed",
+        f"{billed} input tokens for pages and images over {answered} answers (the provider's own count: an "
+        "image by OpenAI's tile formula, a PDF page as an image at 150 DPI, plus its text)",
+    )
     return table
 
 

@@ -30,6 +30,7 @@ from aijobs.local.devstack import LOCAL_CREDENTIALS
 from aijobs.local.lambda_events import InvocationContext, sqs_event, sqs_record
 from aijobs.local.provider import LocalProvider
 from aijobs.stack import StackResources, create_stack_resources
+from bench.attachments import attachments_figures
 from bench.batches import batch_figures
 from bench.capacity import Index, WriteMeter, item_size, units
 from bench.events import events_figures
@@ -578,6 +579,7 @@ def measure(console: Console) -> list[Figure]:
     figures += batch_figures(console)
     figures += events_figures(console)
     figures += ui_figures(console)
+    figures += attachments_figures(console)
     return figures
 
 

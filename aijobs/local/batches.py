@@ -15,7 +15,8 @@ a line whose body the chat completions endpoint would refuse (aijobs.local.refus
 that endpoint answers it, with a 400, and so is a line of the error file.
 
 Faults, chosen per batch (`BatchFault`): by the provider's `batch_fault` when the batch is created
-(tests set it at runtime), or by a `batch-fault:<kind>` marker in any of its lines' prompts:
+(tests set it at runtime), or by a `batch-fault:<kind>` marker in any of its lines' prompts (or
+in the text of a PDF a line carries):
 - `stall`: never ends until it is cancelled (then `cancelled`, with no line answered);
 - `expire_half`: ends `expired` with the first half of its lines answered; the others are in the
   error file as `batch_expired` (never run);
@@ -38,7 +39,8 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from aijobs.local.faults import FaultKind
-from aijobs.local.protocol import Reply, error_reply
+from aijobs.local.protocol import Reply, error_reply, parse_chat_body
+from aijobs.local.refusals import InvalidRequestError
 
 FILES_PATH = "/v1/files"
 BATCHES_PATH = "/v1/batches"
@@ -397,14 +399,16 @@ def _input_lines(content: bytes) -> tuple[list[dict[str, Any]], list[dict[str, A
 
 
 def _marked_fault(lines: list[dict[str, Any]]) -> BatchFault | None:
-    """The fault a `batch-fault:<kind>` marker in a line's prompt asks for."""
+    """The fault a `batch-fault:<kind>` marker asks for in what a line gives to read: its prompt, or
+    its PDFs' text (a line the chat completions endpoint refuses has none)."""
     for line in lines:
-        messages = line["body"].get("messages")
-        for message in messages if isinstance(messages, list) else []:
-            content = message.get("content") if isinstance(message, dict) else None
-            match = _FAULT_MARKER.search(content) if isinstance(content, str) else None
-            if match is not None:
-                return BatchFault(match.group(1))
+        try:
+            content = parse_chat_body(line["body"]).content
+        except InvalidRequestError:
+            continue
+        match = _FAULT_MARKER.search(content)
+        if match is not None:
+            return BatchFault(match.group(1))
     return None
 
 

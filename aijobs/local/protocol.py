@@ -5,7 +5,8 @@ A request OpenAI would refuse is refused first (aijobs.local.refusals).
 A request is understood by its structure only, never by its prompts' wording: its output schema
 (response_format's json_schema, or in json_object mode the schema the engine's adapter appends to
 the system message after SCHEMA_PREAMBLE) and its job type (the X-Aijobs-Job-Type header).
-Token counts are about a token per four characters, like a real tokenizer on English text.
+Token counts are about a token per four characters, like a real tokenizer on English text, plus
+what its images and PDFs cost (aijobs.local.attachments).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from aijobs.local.attachments import NONE_READ, ReadAttachments, read_attachments
 from aijobs.local.refusals import InvalidRequestError, check_chat_body
 from engine.gateway.schema import SCHEMA_PREAMBLE
 
@@ -44,6 +46,14 @@ class ChatRequest:
     max_tokens: int = 0
     # Its prompt_cache_key: the engine's is the job type and its prompt's version, "<job type>:<version>".
     cache_key: str | None = None
+    # Its images and PDFs: their part of prompt_tokens, and their text.
+    attachments: ReadAttachments = NONE_READ
+
+    @property
+    def content(self) -> str:
+        """What the request gives to read: its prompt, then its PDFs' text. Answers, fault markers and
+        their counts come from it."""
+        return f"{self.prompt}\n{self.attachments.text}" if self.attachments.text else self.prompt
 
 
 def _content_text(content: Any) -> str:
@@ -93,6 +103,7 @@ def parse_chat_body(body: object, job_type: str | None = None) -> ChatRequest:
     turns = [(str(message.get("role")), _content_text(message.get("content"))) for message in messages]
     system = next((text for role, text in turns if role == "system"), "")
     users = [text for role, text in turns if role == "user"]
+    attachments = read_attachments(messages, model)
     json_schema = _json_schema(body)
     if json_schema is not None:
         schema = json_schema.get("schema")
@@ -108,9 +119,10 @@ def parse_chat_body(body: object, job_type: str | None = None) -> ChatRequest:
         schema_name=schema_name,
         job_type=job_type or None,
         repair=len(users) > 1 or any(role == "assistant" for role, _ in turns),
-        prompt_tokens=estimate_tokens("".join(text for _, text in turns)),
+        prompt_tokens=estimate_tokens("".join(text for _, text in turns)) + attachments.tokens,
         max_tokens=_max_tokens(body),
         cache_key=cache_key if isinstance(cache_key := body.get("prompt_cache_key"), str) else None,
+        attachments=attachments,
     )
 
 

@@ -6,14 +6,18 @@ structure alone (aijobs.local.answers): the output schema it carries (response_f
 or in json_object mode the one after SCHEMA_PREAMBLE in the system message), which the engine
 narrows to the job's input, so they pass the job types' own validation whatever their prompts say.
 The job type comes in the X-Aijobs-Job-Type header and is logged. Token counts are about a token
-per four characters, like a real tokenizer on English text. A request OpenAI would refuse (no
-content, a content part of an unknown type, ...: aijobs.local.refusals) gets OpenAI's 400
+per four characters, like a real tokenizer on English text; images and PDFs (`image_url` and
+`file` parts with data URLs) are billed as OpenAI bills them for the model asked for
+(aijobs.local.attachments).
+A request OpenAI would refuse (no content, a content part of an unknown type, ...:
+aijobs.local.refusals; an image or a PDF whose bytes are not what its part claims) gets OpenAI's 400
 `invalid_request_error`, with its `param` and `code`, so that no test passes on such a request.
 
 A request gets a fault in one of two ways:
-- its prompt (the first user message, so: the job's input) holds a marker, `fault:<kind>` (every
-  time, re-asks included) or `fault:<kind>*<count>` (the first <count> times that prompt is asked,
-  then a normal answer), e.g. a classify job whose text says `fault:unavailable*2`;
+- its prompt (the first user message, so: the job's input; or the text of a PDF it carries) holds a
+  marker, `fault:<kind>` (every time, re-asks included) or `fault:<kind>*<count>` (the first <count>
+  times that prompt is asked, then a normal answer), e.g. a classify job whose text says
+  `fault:unavailable*2`;
 - else at random: with probability `fault_rate`, one of `random_faults`, from an RNG seeded by `seed`.
 The kinds are `FaultKind`'s. `repairable` answers a first ask wrongly and a re-ask (a request with an
 assistant turn or a second user turn: the engine's repair) rightly.
@@ -73,7 +77,8 @@ DEFAULT_HANG_SECONDS = 30.0
 MAX_HANG_SECONDS = 300.0
 # An idle keep-alive connection is closed after this long.
 IDLE_TIMEOUT_SECONDS = 60.0
-MAX_BODY_BYTES = 16 * 1024 * 1024
+# OpenAI takes a request of up to 50 MB (its images guide): the engine's attachments, in base64, fit.
+MAX_BODY_BYTES = 50 * 1000 * 1000
 COMPLETIONS_PATH = "/v1/chat/completions"
 MODELS_PATH = "/v1/models"
 # The prompt cache keeps a system message's prefixes at every this many characters (about 128
@@ -105,6 +110,8 @@ class ServedRequest:
     limited: bool = False
     # The batch whose line it was; None for a chat completion request.
     batch_id: str | None = None
+    # The part of prompt_tokens its images and PDFs cost (aijobs.local.attachments).
+    attachment_tokens: int = 0
 
 
 class LocalProvider:
@@ -272,7 +279,7 @@ class LocalProvider:
         except InvalidRequestError as exc:
             self._record(ServedRequest(time.time(), "", None, None, 400, 0, 0, job_type=job_type))
             return _refused(exc)
-        key = prompt_hash(request.prompt)
+        key = prompt_hash(request.content)
         if self._models is not None and request.model not in self._models:
             entry = ServedRequest(
                 time.time(), request.model, request.schema_name, None, 404, 0, 0, key, job_type=job_type
@@ -300,7 +307,7 @@ class LocalProvider:
         except InvalidRequestError as exc:
             self._record(ServedRequest(time.time(), "", None, None, 400, 0, 0, batch_id=batch_id))
             return 400, _refused(exc).body
-        key = prompt_hash(request.prompt)
+        key = prompt_hash(request.content)
         cache_key_job_type = request.cache_key.rpartition(":")[0] if request.cache_key else None
         request = replace(request, job_type=request.schema_name or cache_key_job_type or None)
         if self._models is not None and request.model not in self._models:
@@ -328,7 +335,7 @@ class LocalProvider:
 
     def _choose_fault(self, request: ChatRequest, key: str) -> FaultKind | None:
         """The fault this request gets, if any (called under the lock: counts and the RNG are shared)."""
-        marker = find_fault_marker(request.prompt)
+        marker = find_fault_marker(request.content)
         if marker is not None:
             # A re-ask is the cure a repairable answer waits for; it is never itself refused.
             if marker.kind is FaultKind.REPAIRABLE and request.repair:
@@ -351,19 +358,19 @@ class LocalProvider:
         reply = self._fault_reply(fault)
         if reply is None:
             if fault is None:
-                content = json.dumps(answer_for(request.schema, request.prompt))
+                content = json.dumps(answer_for(request.schema, request.content))
             else:
-                content = faulty_content(fault, request.schema, request.prompt)
+                content = faulty_content(fault, request.schema, request.content)
             cached, reasoning = self._cached_tokens(request), self._reasoning_tokens
             completion_tokens = estimate_tokens(content) + reasoning
             body = completion_body(
                 content, request.model, request.prompt_tokens, completion_tokens, number, cached, reasoning
             )
             reply = Reply(200, body, delay_seconds=self._latency_seconds)
-            billed = (request.prompt_tokens, completion_tokens, cached, reasoning)
+            billed = (request.prompt_tokens, completion_tokens, cached, reasoning, request.attachments.tokens)
         else:
-            billed = (0, 0, 0, 0)
-        prompt_tokens, completion_tokens, cached, reasoning = billed
+            billed = (0, 0, 0, 0, 0)
+        prompt_tokens, completion_tokens, cached, reasoning, attachment_tokens = billed
         entry = ServedRequest(
             time.time(),
             request.model,
@@ -377,6 +384,7 @@ class LocalProvider:
             request.job_type,
             cached,
             reasoning,
+            attachment_tokens=attachment_tokens,
         )
         return reply, entry
 

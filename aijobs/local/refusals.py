@@ -1,17 +1,19 @@
 """What a real provider refuses in a chat completion request, refused here the way OpenAI refuses it.
 
 `check_chat_body` raises `InvalidRequestError` (400, `invalid_request_error`, with OpenAI's `param`
-and `code`) for what OpenAI's validation refuses: a body that is not an object, no model, no or empty
-`messages`, a message without a known role, without content (null content is an assistant turn's
-only when it makes tool calls), a content part of a type its role does not take or without its own
-fields, a `response_format` of an unknown type or a json_schema without a valid name, a json_object
-request whose messages never say "json", `max_tokens` / `max_completion_tokens` below 1 and a
-`temperature` outside [0, 2]. It keeps to such refusals, so that a test fails here only on what
-OpenAI would refuse: a field it does not know passes, as OpenAI-compatible servers take fields of
-their own (OpenAI refuses an unknown parameter; tests/unit/test_openai_wire.py holds the engine's
-bodies to the SDK's types, field by field, instead). The official SDK's request types
-(`openai.types.chat.completion_create_params`) are the reference: tests/unit/test_local_refusals.py
-holds each refusal here to them, or marks it as one only OpenAI's side checks.
+and `code`) for what OpenAI's validation refuses: a body that is not an object, no model, no or
+empty `messages`, a message without a known role, without content (null content is an assistant
+turn's only when it makes tool calls), a content part of a type its role does not take or without
+its own fields (a file's data without its `filename`), a `response_format` of an unknown type or a
+json_schema without a valid name, a json_object request whose messages never say "json",
+`max_tokens` / `max_completion_tokens` below 1 and a `temperature` outside [0, 2]. It keeps to such
+refusals, so that a test fails here only on what OpenAI would refuse: a field it does not know
+passes, as OpenAI-compatible servers take fields of their own (OpenAI refuses an unknown parameter;
+tests/unit/test_openai_wire.py holds the engine's bodies to the SDK's types, field by field,
+instead). The official SDK's request types (`openai.types.chat.completion_create_params`) are the
+reference: tests/unit/test_local_refusals.py holds each refusal here to them, or marks it as one
+only OpenAI's side checks. What an image's or a file's bytes are is checked after these, by
+aijobs.local.attachments.
 """
 
 from __future__ import annotations
@@ -127,6 +129,9 @@ def _part_texts(value: object, allowed: Sequence[str], at: str) -> Iterator[str]
             if not any(isinstance(file.get(field), str) for field in ("file_data", "file_id")):
                 message = f"Missing required parameter: '{at}.file.file_data' or '{at}.file.file_id'."
                 raise InvalidRequestError(message, f"{at}.file", "missing_required_parameter")
+            if not isinstance(file.get("file_id"), str) and not isinstance(file.get("filename"), str):
+                # A file's data goes with its name: OpenAI, finding none, asks for an uploaded file's id.
+                raise _missing(f"{at}.file.file_id")
 
 
 def _check_image(image: dict[str, Any], at: str) -> None:

@@ -24,6 +24,8 @@ from tests.support.waiting import eventually
 
 DEMO_SECONDS = 180.0
 DEMO_JOBS = len(sample_jobs("count"))
+# The document jobs, run where the job types take attachments (aijobs.demo.document_jobs).
+DOCUMENT_JOBS = [job.job_id.split("-", 1)[1] for job in sample_jobs("count") if job.attachments]
 EXPORTED = {
     "JOBS_EVENTS_QUEUE_URL",
     "AWS_ENDPOINT_URL",
@@ -219,3 +221,13 @@ def test_demo_ends_every_job_as_meant(demo_run: tuple[subprocess.Popen[str], Pat
     assert "what they include" in explained
     for part in ("requests/min", "Retry-After", "wait for budget until their deadline", "wait for their batch"):
         assert part in explained, part
+    # Each document job listed with what it carried; the panorama refused by the provider's limit.
+    lines = text.splitlines()
+    titles = [n for n, line in enumerate(lines) if line.strip() == "documents"]
+    assert len(titles) == bool(DOCUMENT_JOBS)
+    documents = " ".join(" ".join(lines[titles[0] :]).split()) if titles else ""
+    for job in DOCUMENT_JOBS:
+        assert f"│ {job} │" in documents, job
+    if DOCUMENT_JOBS:
+        assert "panorama.png: failed" in documents
+        assert "attachment_invalid" in documents

@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from aijobs.demo import sample_jobs
+from aijobs.local.samples import SAMPLES
 
 ROOT = Path(__file__).resolve().parents[2]
+SAMPLES_DIR = ROOT / "aijobs" / "local" / "samples"
 PACKAGE_FILES = ("pyproject.toml", "README.md", "template.yaml")
 PACKAGE_FOLDERS = ("src", "aijobs")
 DEMO_JOBS = len(sample_jobs("count"))
@@ -67,6 +69,9 @@ def test_the_wheel_ships_every_module_the_command_and_the_template_but_no_tests(
     # and the dashboard's templates and static files
     dashboard = {path.relative_to(ROOT).as_posix() for path in (ROOT / "aijobs" / "ui").glob("*/*.*")}
     assert {"aijobs/ui/templates/base.html", "aijobs/ui/static/refresh.js"} <= dashboard <= set(names)
+    # and the sample documents and images the demo sends
+    for sample in SAMPLES:
+        assert zipfile.ZipFile(wheel).read(f"aijobs/local/samples/{sample}") == (SAMPLES_DIR / sample).read_bytes()
 
 
 def test_the_demo_runs_from_the_installed_wheel_outside_the_checkout(wheel: Path, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ scheme) is marked so.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 
 from aijobs.local.provider import LocalProvider
 from aijobs.local.refusals import PART_TYPES
+from aijobs.local.samples import INVOICE, PRODUCT_PHOTO, sample
 from engine.core import ErrorCode
 from engine.core.errors import PermanentError, ProviderRejectedError, RetryableError
 from engine.definitions.classify import CLASSIFY
@@ -79,6 +81,12 @@ class Refusal:
 
 
 IMAGE = {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}
+
+
+def data_url(mime: str, name: str) -> str:
+    return f"data:{mime};base64,{base64.b64encode(sample(name)).decode()}"
+
+
 REFUSALS = [
     Refusal("the body is an array", [engine_body()], None, None),
     Refusal("no model", without("model"), None, None),
@@ -182,6 +190,13 @@ REFUSALS = [
         sdk_refuses=False,
     ),
     Refusal(
+        "a file part of data without its name",
+        with_user_content([{"type": "file", "file": {"file_data": data_url("application/pdf", INVOICE)}}]),
+        "messages[1].content[0].file.file_id",
+        "missing_required_parameter",
+        sdk_refuses=False,
+    ),
+    Refusal(
         "a tool message that answers no call",
         with_message({"role": "tool", "content": "42"}),
         "messages[2].tool_call_id",
@@ -266,11 +281,9 @@ ACCEPTED = {
     "a part of every type a user message takes": with_user_content(
         [
             {"type": "text", "text": "Text: win a cruise"},
-            IMAGE,
-            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo=", "detail": "low"}},
+            {"type": "image_url", "image_url": {"url": data_url("image/jpeg", PRODUCT_PHOTO), "detail": "low"}},
             {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}},
-            {"type": "file", "file": {"file_id": "file-abc"}},
-            {"type": "file", "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64,JVBERi0="}},
+            {"type": "file", "file": {"filename": "a.pdf", "file_data": data_url("application/pdf", INVOICE)}},
         ]
     ),
     "a developer message instead of a system one": changed(lambda body: body["messages"][0].update(role="developer")),
