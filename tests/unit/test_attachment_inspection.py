@@ -173,6 +173,10 @@ def test_a_100000_by_100000_png_is_refused_from_its_header() -> None:
     assert refusal(header, "huge.png") == "an image past any provider's pixel limit"
 
 
+def test_a_png_header_past_pillow_s_warning_but_below_its_error_is_refused_from_its_header_too() -> None:
+    assert refusal(png_header(10_000, 10_000)) == "an image past any provider's pixel limit"  # 100 megapixels
+
+
 def test_a_png_header_of_a_size_below_pillow_s_bomb_limit_is_read_for_the_limits_to_refuse() -> None:
     attachment = inspect(ref(), png_header(9_000, 1))
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
+import warnings
 from typing import Any
 
 from engine.attachments.structure import is_whole
@@ -117,7 +118,12 @@ def _image_size(ref: AttachmentRef, data: bytes, media_type: MediaType) -> tuple
     from PIL import Image
 
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        # Pillow warns of an image past 89 megapixels and raises past twice that; both are past any
+        # provider's 8,000 px a side (64 megapixels): refused alike, nothing logged.
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            opened = Image.open(io.BytesIO(data))
+        with opened as image:
             width, height = image.size
             animated: Any = getattr(image, "is_animated", False)
             if image.format is None or image.format.lower() != media_type.extension:
@@ -127,7 +133,7 @@ def _image_size(ref: AttachmentRef, data: bytes, media_type: MediaType) -> tuple
             whole = is_whole(media_type, data, image)
     except AttachmentInvalidError:
         raise
-    except Image.DecompressionBombError as exc:
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise AttachmentInvalidError(f"attachment {ref.label}: an image past any provider's pixel limit") from exc
     except Exception as exc:  # Pillow's own errors, and whatever else a hostile header drives it to
         raise AttachmentInvalidError(f"attachment {ref.label}: a broken {media_type.extension} file") from exc
