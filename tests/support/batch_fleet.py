@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
+from engine.attachments.loader import AttachmentLoader
 from engine.batching.batcher import Batcher
 from engine.batching.files import BatchFiles
 from engine.batching.intake import Batched, BatchIntake, BatchTiming, NotKept, RunNow
@@ -177,7 +178,12 @@ class FaultyStore(InMemoryJobStore):
 class Fleet:
     """A worker's runner and batch intake, and the batcher, on one in-memory store, clock and bucket."""
 
-    def __init__(self, batch_provider: ScriptedBatchProvider | None = None, cap: str | None = None) -> None:
+    def __init__(
+        self,
+        batch_provider: ScriptedBatchProvider | None = None,
+        cap: str | None = None,
+        attachments: AttachmentLoader | None = None,
+    ) -> None:
         self.clock = Clock()
         self.budget_days = InMemoryBudgetStore()
         self.store = FaultyStore(self.budget_days)
@@ -191,7 +197,13 @@ class Fleet:
         self.gateway = ModelGateway(self.realtime, ModelTiers(MODEL))
         recorder = DeadLetterRecorder(self.store, self.registry, clock=self.clock)
         self.runner = JobRunner(
-            self.store, self.gateway, self.registry, recorder, clock=self.clock, rng=random.Random(7)
+            self.store,
+            self.gateway,
+            self.registry,
+            recorder,
+            clock=self.clock,
+            rng=random.Random(7),
+            attachments=attachments,
         )
         self.admission = None
         if cap is not None:

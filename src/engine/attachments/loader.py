@@ -21,15 +21,28 @@ from engine.core.errors import AttachmentInvalidError
 
 
 class AttachmentObjects(Protocol):
-    """The buckets attachments are read from (engine.store.attachments.S3Attachments; a dict in tests).
-    Each raises AttachmentInvalidError for an object that is gone or that the stack may not read, and
-    lets any other error through (it may pass by itself: the job is tried again)."""
+    """The buckets attachments are read from (engine.store.attachments.S3Attachments; in memory,
+    engine.testing.MemoryAttachments). Each raises AttachmentInvalidError for an object that is gone
+    (`gone`), that the stack may not read (`denied`) or that changed since its size was asked
+    (`changed`), and lets any other error through (it may pass by itself: the job is tried again)."""
 
     def head(self, ref: AttachmentRef) -> ObjectHead: ...
 
     def read(self, ref: AttachmentRef, head: ObjectHead) -> bytes:
         """The object's bytes, exactly `head.size` of them, of the version `head` names."""
         ...
+
+
+def gone(ref: AttachmentRef) -> AttachmentInvalidError:
+    return AttachmentInvalidError(f"attachment {ref.label}: {ref.uri} is gone")
+
+
+def denied(ref: AttachmentRef) -> AttachmentInvalidError:
+    return AttachmentInvalidError(f"attachment {ref.label}: this stack may not read {ref.uri}")
+
+
+def changed(ref: AttachmentRef) -> AttachmentInvalidError:
+    return AttachmentInvalidError(f"attachment {ref.label}: it changed while it was read")
 
 
 class AttachmentLoader:
@@ -61,11 +74,15 @@ class AttachmentLoader:
             most = self._limits.max_total_bytes
             raise AttachmentInvalidError(f"attachments: {total} bytes in all; the provider takes at most {most}")
         attachments = []
+        # The PDF pages the request may still take: no text is read of a PDF past them (it is refused).
+        pages_left = self._limits.max_pdf_pages
         for ref, head in zip(refs, heads, strict=True):
             data = self._objects.read(ref, head)
             if len(data) != head.size:
-                raise AttachmentInvalidError(f"attachment {ref.label}: it changed while it was read")
-            attachments.append(inspect(ref, data))
+                raise changed(ref)
+            attachment = inspect(ref, data, pages_left)
+            pages_left -= attachment.info.pages or 0
+            attachments.append(attachment)
         check([attachment.info for attachment in attachments], policy, self._limits, job_type)
         return tuple(attachments)
 

@@ -43,9 +43,10 @@ TILE_PX, TILE_FIT_PX, TILE_SHORT_PX = 512, 2048, 768
 # image of a page, resized to its own bounds, costs no more).
 PAGE_PX = 2048
 # Anthropic's models (and Claude on Bedrock): 28-px patches of the image resized to at most 1568 px a
-# side and 1.15 megapixels, or w x h / 750, whichever is more; Nova bills about w x h / 500 of the image
-# resized to 1.69 megapixels.
-CLAUDE_LONG_EDGE, CLAUDE_PIXELS, CLAUDE_PATCH_PX, CLAUDE_PIXELS_PER_TOKEN = 1568, 1_150_000, 28, 750
+# side and "about 1.15 megapixels", or w x h / 750, whichever is more. Its table of sizes it does not
+# resize goes up to 784 x 1568 (1.23 megapixels; 1092 x 1092 is billed about 1,590 tokens), so the
+# estimate resizes only past that. Nova bills about w x h / 500 of the image resized to 1.69 megapixels.
+CLAUDE_LONG_EDGE, CLAUDE_PIXELS, CLAUDE_PATCH_PX, CLAUDE_PIXELS_PER_TOKEN = 1568, 784 * 1568, 28, 750
 NOVA_PIXELS, NOVA_PIXELS_PER_TOKEN = 1_690_000, 500
 
 

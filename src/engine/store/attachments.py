@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
+from engine.attachments.loader import changed, denied, gone
 from engine.core.attachments import AttachmentRef, ObjectHead
-from engine.core.errors import AttachmentInvalidError
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -82,9 +82,9 @@ def _refused(ref: AttachmentRef, exc: ClientError) -> Exception:
     pass: the job is tried again)."""
     code = str(exc.response.get("Error", {}).get("Code", ""))
     if code in _GONE:
-        return AttachmentInvalidError(f"attachment {ref.label}: {ref.uri} is gone")
+        return gone(ref)
     if code in _DENIED:
-        return AttachmentInvalidError(f"attachment {ref.label}: this stack may not read {ref.uri}")
+        return denied(ref)
     if code in _CHANGED:
-        return AttachmentInvalidError(f"attachment {ref.label}: it changed while it was read")
+        return changed(ref)
     return exc

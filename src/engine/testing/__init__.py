@@ -1,5 +1,6 @@
 """Test support, not product: the engine's stores in memory, held to the real ones by tests/contract.
 
+- attachments.py: MemoryAttachments (engine.attachments.loader.AttachmentObjects)
 - jobs.py: InMemoryJobStore (every Protocol of engine.core.ports) and MemoryOpenJobs
 - batches.py: MemoryBatchRecords (engine.core.batches.BatchRecords) and MemoryObjects (a bucket)
 - fleet.py: InMemoryLimitStore and InMemoryBudgetStore (engine.fleet's stores)
@@ -8,6 +9,7 @@ The Lambda functions do not ship this package (template.yaml's build, scripts/ch
 nothing else under engine imports it (pyproject.toml, [tool.importlinter]).
 """
 
+from engine.testing.attachments import MemoryAttachments
 from engine.testing.batches import MemoryBatchRecords, MemoryObjects
 from engine.testing.fleet import InMemoryBudgetStore, InMemoryLimitStore
 from engine.testing.jobs import InMemoryJobStore, MemoryOpenJobs
@@ -16,6 +18,7 @@ __all__ = [
     "InMemoryBudgetStore",
     "InMemoryJobStore",
     "InMemoryLimitStore",
+    "MemoryAttachments",
     "MemoryBatchRecords",
     "MemoryObjects",
     "MemoryOpenJobs",
