@@ -141,9 +141,10 @@ def run_limited(lane: Lane, jobs: int = JOBS, provider_rpm: int | None = LIMIT_R
     """`jobs` classify jobs of `lane` sent at once to three worker processes under a shared limit of
     LIMIT_RPM, against the local provider (with a limit of its own, `provider_rpm`)."""
     stack = f"limited-{uuid.uuid4().hex[:6]}"
-    with LocalAws(separate_process=True) as aws, LocalProvider(
-        api_key=LOCAL_API_KEY, latency_seconds=PROVIDER_LATENCY_SECONDS, rpm=provider_rpm
-    ) as provider:
+    with (
+        LocalAws(separate_process=True) as aws,
+        LocalProvider(api_key=LOCAL_API_KEY, latency_seconds=PROVIDER_LATENCY_SECONDS, rpm=provider_rpm) as provider,
+    ):
         session = local_session()
         resources = create_stack_resources(stack, session=session, endpoint_url=aws.endpoint_url)
         environment = (

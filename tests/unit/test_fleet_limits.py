@@ -221,7 +221,6 @@ def test_a_take_that_fails_keeps_what_is_owed_and_never_sends_impossible_bounds(
     assert limiter._debts[("m", 0)] == Debt(requests=2)
 
 
-
 class RivalFirst(InMemoryLimitStore):
     """A bucket store where, before each of a worker's exact writes, another worker's take of a batch
     lands first."""
