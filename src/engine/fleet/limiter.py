@@ -12,7 +12,8 @@ A take tries the cheap write first and falls back to the exact one:
 What the worker owes or is owed after its calls (re-asks, tokens not used) rides on its next take.
 
 A 429 lowers the shared rate at once (`throttled`), and voids what this worker took before it: its
-calls not yet made wait on the queue (`paused_until`) rather than meet the same overload.
+calls not yet made (`paused_until`) take capacity again after the pause rather than meet the same
+overload (engine.fleet.admission).
 """
 
 from __future__ import annotations
