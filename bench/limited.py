@@ -48,7 +48,9 @@ PROVIDER_LATENCY_SECONDS = 0.05
 # A burst of 90 jobs at 60 a minute takes a minute and a half; a run that takes longer has jobs
 # waiting on the queue, and is cut here.
 RUN_BOUND_SECONDS = 360.0
-TARGET = 2.3
+# SPEC's figure with limits on for interactive jobs; background ones line up and take a turn of five
+# calls at a time (docs/lanes.md: at most 3 for a burst).
+TARGETS = {Lane.INTERACTIVE: 2.3, Lane.BACKGROUND: 3.0}
 
 
 class Requests:
@@ -236,8 +238,8 @@ def limited_figures(console: Console) -> list[Figure]:
             Figure(
                 f"DynamoDB requests per successful job under a binding limit, {lane.value}",
                 f"{run.per_success:.2f}  ({run.requests} / {run.succeeded} of {run.jobs} succeeded)",
-                f"<= {TARGET}",
-                run.per_success <= TARGET and run.succeeded == run.jobs,
+                f"<= {TARGETS[lane]}",
+                run.per_success <= TARGETS[lane] and run.succeeded == run.jobs,
                 method,
             )
         )
