@@ -36,6 +36,7 @@ from bench.capacity import Index, WriteMeter, item_size, units
 from bench.events import events_figures
 from bench.fleet import fleet_figures
 from bench.lanes import lanes_figures
+from bench.limited import limited_figures
 from bench.report import Figure, quiet_engine, render
 from bench.shapes import message
 from bench.stacks import moto_stack
@@ -576,6 +577,7 @@ def measure(console: Console) -> list[Figure]:
     )
     figures += fleet_figures(console)
     figures += lanes_figures(console)
+    figures += limited_figures(console)
     figures += batch_figures(console)
     figures += events_figures(console)
     figures += ui_figures(console)

@@ -107,7 +107,7 @@ def fleet_worker(
         )
         limiter = RateLimiter(LimitTable(stack.table_name, dynamodb), limits, random.Random(1)) if limits else None
         budgets = Budgets(BudgetTable(stack.table_name, dynamodb), Decimal(budget) if budget else None)
-        admission = Admission(limiter, budgets, clock=fake_time)
+        admission = Admission(limiter, budgets, clock=fake_time, sleep=fake_time.sleep)
         return Worker(runner, queue, concurrency, admission=admission, planner=gateway.plan)
 
     return build
@@ -199,25 +199,40 @@ def test_a_429_lowers_the_models_shared_rate_for_every_worker(
     assert (job.status, job.attempt_count) == (JobStatus.QUEUED, 0)
 
 
-def test_a_429_mid_batch_makes_the_batchs_later_calls_wait_instead_of_meeting_it_again(
-    fleet_worker: FleetWorker, provider: FakeProvider, queue: RecordingQueue, table: TableReader
+def test_a_429_mid_batch_makes_the_batchs_later_calls_wait_in_the_worker_for_capacity_taken_again(
+    fleet_worker: FleetWorker,
+    provider: FakeProvider,
+    queue: RecordingQueue,
+    table: TableReader,
+    fake_time: FakeTime,
+    dynamodb_requests: RequestCounter,
 ) -> None:
     # Given a batch of six run one after the other, whose third call meets a 429 (retry after 3 s)
     worker = fleet_worker({MODEL: ModelLimit(rpm=600)}, concurrency=1)
     answers = iter([None, None, ProviderRateLimitedError("provider rate limit (HTTP 429)", retry_after_seconds=3)])
-    provider.script = lambda request: next(answers, None) or valid_answer(request)
+    times: list[float] = []
+
+    def answer(request: CompletionRequest) -> Any:
+        times.append(round(fake_time.now - T0, 3))
+        return next(answers, None) or valid_answer(request)
+
+    provider.script = answer
 
     worker.handle(batch(*(f"pause-{n}" for n in range(6))), InvocationContext())
 
-    # Then the three later jobs made no call: queued, attempt refunded, saying why, back after the pause
-    assert provider.calls == 3
-    assert [table.job(f"pause-{n}").status for n in range(3)] == [JobStatus.SUCCEEDED] * 2 + [JobStatus.QUEUED]
-    for n in range(3, 6):
-        job = table.job(f"pause-{n}")
-        assert (job.status, job.attempt_count) == (JobStatus.QUEUED, 0)
-        assert job.error is not None
-        assert job.error.message.startswith("waiting: gpt-4o-mini answered 429 after this call's capacity was taken")
-    assert sorted(seconds for _, seconds in queue.visibility_changes) == [3, 3, 3, 3]
+    # Then the job that met it waits on the queue for the pause the provider asked
+    job = table.job("pause-2")
+    assert (job.status, job.attempt_count) == (JobStatus.QUEUED, 0)
+    assert [seconds for _, seconds in queue.visibility_changes] == [3]
+    # And the three later jobs did not call at the times taken before it: they waited in the worker
+    # until the pause was over, took capacity again together at the lowered rate (x0.7, climbed back
+    # 0.5 %/s for the 3 s of the pause), and succeeded, with no claim or release beyond their first
+    spacing = 0.1 / (0.7 + 3 * 0.005)
+    assert times == pytest.approx([0.0, 0.1, 0.2, 3.2, 3.2 + spacing, 3.2 + 2 * spacing], abs=0.002)
+    assert [table.job(f"pause-{n}").status for n in (0, 1, 3, 4, 5)] == [JobStatus.SUCCEEDED] * 5
+    # (six claims, the take and the take again: each an add refused by a new or idle bucket, then its
+    # exact write, and the lowering; five finishes and the release)
+    assert dynamodb_requests.operations == {"UpdateItem": 6 + 2 + 2 + 1, "TransactWriteItems": 6, "GetItem": 1}
     # And the shared rate was lowered once
     item = table.client.get_item(TableName=table.table_name, Key=limit_key(MODEL, 0), ConsistentRead=True)["Item"]
     assert bucket_from_item(item).factor == pytest.approx(0.7)

@@ -23,6 +23,7 @@ from engine.fleet.limits import (
     add_bounds,
     schedule,
 )
+from engine.testing import InMemoryLimitStore
 
 NOW = 1_800_000_000_000  # ms
 NS = 1_000_000  # ns per ms
@@ -218,3 +219,42 @@ def test_a_take_that_fails_keeps_what_is_owed_and_never_sends_impossible_bounds(
     assert store.adds == 1
     # And the debt is still owed after both failures
     assert limiter._debts[("m", 0)] == Debt(requests=2)
+
+
+class RivalFirst(InMemoryLimitStore):
+    """A bucket store where, before each of a worker's exact writes, another worker's take of a batch
+    lands first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rival = RateLimiter(self, {"m": ModelLimit(rpm=60)}, random.Random(2))
+        self.rival_takes = 0
+        self._rivals_turn = False
+
+    def replace(self, *args: Any, **kwargs: Any) -> tuple[bool, BucketState | None]:
+        if not self._rivals_turn:
+            self._rivals_turn = True
+            try:
+                self.rival.take("m", [1] * 10, NOW, 240_000)
+                self.rival_takes += 1
+            finally:
+                self._rivals_turn = False
+        return super().replace(*args, **kwargs)
+
+
+def test_workers_meeting_a_new_bucket_at_once_all_take_their_batch() -> None:
+    # Given a bucket that does not exist yet, and another worker whose take gets in before each of
+    # this worker's exact writes (many workers' first batches of a burst, at once)
+    store = RivalFirst()
+    limiter = RateLimiter(store, {"m": ModelLimit(rpm=60)}, random.Random(1))
+
+    # When this worker takes for its batch of ten, within a 4-minute invocation
+    taken = limiter.take("m", [1] * 10, NOW, 240_000)
+
+    # Then it gets all ten, after the rival's batch: its refused write returned a busy bucket, which
+    # an add (that no other worker's add can refuse) takes from; none of its jobs waits on the queue
+    assert taken.call_at_ms == tuple(NOW + 10_000 + 1_000 * n for n in range(10))
+    assert store.rival_takes == 1
+    # Its three writes (the add refused for want of a bucket, the exact write refused, the add) and
+    # the rival's two
+    assert store.writes == 3 + 2

@@ -201,3 +201,43 @@ def test_background_jobs_leave_the_last_part_of_a_users_cap_to_interactive_ones(
     )
     # And the interactive ones still have the $0.20 left
     assert [isinstance(verdict, Pass) for verdict in interactive] == [True] * 3
+
+
+# --- a 429 meanwhile ------------------------------------------------------------------------------
+
+
+def test_capacity_a_429_voids_is_taken_again_once_for_the_calls_that_fit_the_invocation(
+    clock: Clock, limits: InMemoryLimitStore, budgets: InMemoryBudgetStore
+) -> None:
+    fleet = admission(clock, limits, budgets, rpm=60)
+    # Given five interactive jobs admitted a second apart, in an invocation that lets them call within 8 s
+    verdicts = as_capacity_comes(fleet, [ask(Lane.INTERACTIVE)] * 5, 8_000)
+    passes = [verdict for verdict in verdicts if isinstance(verdict, Pass)]
+    assert call_offsets(passes) == [0.0, 1.0, 2.0, 3.0, 4.0]
+    # and the first call meeting a 429 that asks for a pause of 2 s
+    assert passes[0].revoked() is None
+    assert fleet._limiter is not None
+    fleet._limiter.throttled(MODEL, T0_MS, T0_MS, retry_after_ms=2_000)
+    writes = limits.writes
+
+    # When the second job's time comes
+    clock.now_ms = T0_MS + 1_000
+    assert passes[1].revoked() is None
+
+    # Then it waited out the pause and called at the first time the void calls left (5 s); the later
+    # ones were taken again with it at the lowered rate (x0.7, climbed back to 0.71 in 2 s: 1,408 ms
+    # apart), as far as the invocation lets them call
+    assert clock.now_ms == T0_MS + 5_000
+    assert [verdict.call_at_ms - T0_MS for verdict in passes[1:]] == [5_000, 6_409, 7_817, 4_000]
+    # in one take for all of them (an add refused, since not all of them fit, then the exact write)
+    assert limits.writes == writes + 2
+    clock.now_ms = T0_MS + 5_500
+    assert passes[2].revoked() is None
+    assert clock.now_ms == T0_MS + 6_409  # it waits for its new time
+    # And the one that could not call in time waits on the queue until the pause is over, with no
+    # take of its own
+    held = passes[4].revoked()
+    assert isinstance(held, Hold)
+    assert held.reason.startswith("waiting: gpt-4o-mini answered 429 after this call's capacity was taken")
+    assert held.taken is None  # void: not given back
+    assert limits.writes == writes + 2

@@ -5,7 +5,9 @@ capacity for its jobs; for each user with a cap, one reservation of the worst ca
 jobs that got capacity. A job that gets both gets a `Pass` (when it may call); one that does not
 gets a `Hold` (what it waits for and until when) and makes no provider call. Just before its call, a pass
 is checked again (`Pass.revoked`): if this worker met a 429 for its model since the capacity was
-taken, the job waits instead. A 429 lowers the model's shared rate as soon as it is met. When the
+taken, that capacity is void, and this worker's passes it voided take capacity again together once
+the provider's pause is over, waiting for it in the worker (or, when it comes too late for their
+invocation, on the queue). A 429 lowers the model's shared rate as soon as it is met. When the
 batch is done, `settle` gives back what the calls did not use: one write per user, and the models'
 share rides on the next take. docs/fleet.md walks through it.
 
@@ -18,6 +20,7 @@ part of a user's daily cap.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -79,9 +82,12 @@ class Pass:
     taken: Capacity | None = None  # when the model is limited
     execution: Execution | None = field(default=None, repr=False)
     admission: Admission | None = field(default=None, repr=False)
+    # Set when its capacity was void and could not be taken again within its invocation.
+    void_until_ms: int | None = field(default=None, repr=False)
 
     def revoked(self) -> Hold | None:
-        """A hold instead of the call when the capacity taken for it is void (a 429 met since)."""
+        """Just before the call: None when it may call now (having waited, if its capacity was taken
+        again for later), or a hold instead when its capacity is void (a 429 met since)."""
         return self.admission.revoked(self) if self.admission is not None else None
 
     def record(self, execution: Execution) -> None:
@@ -131,6 +137,11 @@ class Admission:
         # The share (0-1) of a user's daily cap that background jobs may not reserve.
         self._background_keep = background_keep
         self._sleep = sleep
+        # The passes with capacity that have not called yet (by id), with what they asked and the
+        # latest their invocation lets them call: for a 429 to void and take again, one take at a time.
+        self._waiting: dict[int, tuple[Pass, Ask, int]] = {}
+        self._waiting_lock = threading.Lock()
+        self._taking_again = threading.Lock()
 
     def active(self) -> bool:
         """Whether the batch must be admitted: a shared limit is set, or someone may be capped. Fails
@@ -220,6 +231,7 @@ class Admission:
         try:
             self._take(asks, verdicts, now, horizon_ms, background_reach_ms)
             self._reserve(asks, verdicts, now)
+            self._wait_for_calls(asks, verdicts, now + horizon_ms)
         except Exception as exc:
             log_unexpected("admission failed; the batch's jobs wait", exc)
             until, reason = now + UNCHECKED_RETRY_MS, "waiting: capacity could not be checked"
@@ -233,14 +245,31 @@ class Admission:
         return verdicts
 
     def revoked(self, admitted: Pass) -> Hold | None:
-        """Hold a pass whose capacity was taken before a 429 this worker met for its model: it was
-        taken at a rate the provider refuses. Its capacity is not given back (the pause the 429 asks)."""
-        taken = admitted.taken
-        if self._limiter is None or taken is None:
+        """None once a pass may call. Capacity taken before a 429 this worker met for its model since
+        was taken at a rate the provider refuses: it is void (not given back: the pause the 429
+        asks). Once the pause is over, the passes it voided take capacity again together, at the
+        lowered rate, and each waits here for its new call time; one that cannot call within its
+        invocation waits on the queue instead."""
+        limiter = self._limiter
+        while limiter is not None and admitted.taken is not None and admitted.void_until_ms is None:
+            taken = admitted.taken
+            until = limiter.paused_until(taken.model, taken.taken_at_ms)
+            if until is None:
+                wait_ms = admitted.call_at_ms - self._now_ms()
+                if wait_ms > 0:
+                    self._sleep(wait_ms / 1000)  # taken again, for later: the call waits for it
+                if limiter.paused_until(taken.model, taken.taken_at_ms) is None:
+                    break
+                continue  # a 429 was met meanwhile
+            with self._taking_again:
+                if admitted.taken is taken and admitted.void_until_ms is None:  # not taken again yet
+                    self._sleep(max(until - self._now_ms(), 0) / 1000)
+                    self._take_again(limiter, taken.model, until)
+        self._forget([admitted])
+        until = admitted.void_until_ms
+        if until is None or admitted.taken is None:
             return None
-        until = self._limiter.paused_until(taken.model, taken.taken_at_ms)
-        if until is None:
-            return None
+        model = admitted.taken.model
         admitted.taken = None
         now = self._now_ms()
         seconds = max(1, round((until - now) / 1000))
@@ -248,8 +277,52 @@ class Admission:
             admitted,
             ErrorCode.PROVIDER_RATE_LIMITED,
             max(until, now + 1000),
-            f"waiting: {taken.model} answered 429 after this call's capacity was taken; next try in about {seconds}s",
+            f"waiting: {model} answered 429 after this call's capacity was taken; next try in about {seconds}s",
         )
+
+    def _take_again(self, limiter: RateLimiter, model: str, until: int) -> None:
+        """One take for every pass of `model` whose capacity a 429 voided, in their call order, within
+        the invocation of the one that must call soonest; those it cannot hold are void until `until`."""
+        with self._waiting_lock:
+            voided = sorted(
+                (
+                    (admitted, ask, latest)
+                    for admitted, ask, latest in self._waiting.values()
+                    if admitted.taken is not None
+                    and admitted.taken.model == model
+                    and limiter.paused_until(model, admitted.taken.taken_at_ms) is not None
+                ),
+                key=lambda waiting: waiting[0].call_at_ms,
+            )
+        now = self._now_ms()
+        again: list[Verdict] = [Pass(now) for _ in voided]
+        try:
+            horizon = max(min(latest for _, _, latest in voided) - now, 0)
+            self._take([ask for _, ask, _ in voided], again, now, horizon, None)
+        except Exception as exc:
+            log_unexpected("capacity could not be taken again after a 429", exc, model=model)
+            again = []
+        retaken = set()
+        for (admitted, _, _), verdict in zip(voided, again, strict=False):
+            if isinstance(verdict, Pass) and verdict.taken is not None:
+                admitted.call_at_ms = verdict.call_at_ms  # before the capacity: it is what is read first
+                admitted.taken = verdict.taken
+                retaken.add(id(admitted))
+        for admitted, _, _ in voided:
+            if id(admitted) not in retaken:
+                admitted.void_until_ms = until
+
+    def _wait_for_calls(self, asks: Sequence[Ask], verdicts: Sequence[Verdict], latest_ms: int) -> None:
+        """Keep the passes with capacity until they call: a 429 met meanwhile voids it."""
+        with self._waiting_lock:
+            for ask, verdict in zip(asks, verdicts, strict=True):
+                if isinstance(verdict, Pass) and verdict.taken is not None:
+                    self._waiting[id(verdict)] = (verdict, ask, latest_ms)
+
+    def _forget(self, verdicts: Sequence[Verdict]) -> None:
+        with self._waiting_lock:
+            for verdict in verdicts:
+                self._waiting.pop(id(verdict), None)
 
     def recorded(self, admitted: Pass) -> None:
         """A 429 lowers its model's shared rate at once, for every worker."""
@@ -275,6 +348,7 @@ class Admission:
 
     def settle(self, verdicts: Sequence[Verdict]) -> None:
         """Give back what the batch's calls did not use."""
+        self._forget(verdicts)
         self._settle_budgets(verdicts)
         if self._limiter is not None:
             self._settle_limits(self._limiter, verdicts)

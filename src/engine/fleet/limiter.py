@@ -12,7 +12,8 @@ A take tries the cheap write first and falls back to the exact one:
 What the worker owes or is owed after its calls (re-asks, tokens not used) rides on its next take.
 
 A 429 lowers the shared rate at once (`throttled`), and voids what this worker took before it: its
-calls not yet made wait on the queue (`paused_until`) rather than meet the same overload.
+calls not yet made (`paused_until`) take capacity again after the pause rather than meet the same
+overload (engine.fleet.admission).
 """
 
 from __future__ import annotations
@@ -152,10 +153,16 @@ class RateLimiter:
             # Costs at the rate the bucket had when last seen; the add is fenced on it still holding.
             costs = Costs.of(limit, (state or BucketState()).factor_now(now_ms))
             bounds = add_bounds(costs, asks, now_ms, debt, horizon_ms)
-            busy = _looks_busy(frontier(seen) if seen else None, now_ms)
-            if attempt == 0 and busy and bounds.feasible and not costs.both:
+            # The add first when the bucket likely allows it; after a refusal, whenever the bucket as
+            # the refusal returned it does: no other worker's add can refuse it, as a replace they
+            # get in before is (several workers meeting a new bucket at once).
+            if attempt == 0:
+                addable = _looks_busy(frontier(seen) if seen else None, now_ms)
+            else:
+                addable = state is not None and bounds.admit(frontier(state))
+            if addable and bounds.feasible and not costs.both:
                 request_ns, token_ns = costs.moves(debt.requests + len(asks), debt.tokens + sum(asks))
-                factor_at = seen.factor_at if seen else 0
+                factor_at = state.factor_at if state else 0
                 ok, state = self._store.add(
                     model, shard, request_ns, token_ns, bounds, factor_at, now_ms, interactive=interactive
                 )

@@ -196,6 +196,13 @@ class Bounds:
         """Whether some bucket lies within them (DynamoDB refuses a BETWEEN whose low is above its high)."""
         return all(bound is None or bound[0] <= bound[1] for bound in (self.request, self.token))
 
+    def admit(self, bucket: BucketState) -> bool:
+        """Whether an add fenced on them finds `bucket`'s arrival times within them."""
+        return all(
+            bound is None or bound[0] <= value <= bound[1]
+            for bound, value in ((self.request, bucket.request_at), (self.token, bucket.token_at))
+        )
+
 
 def add_bounds(costs: Costs, asks: Sequence[int], now_ms: int, debt: Debt, horizon_ms: int = HORIZON_MS) -> Bounds:
     """What `schedule` would do with a busy bucket, as a condition on the bucket before an add."""
