@@ -255,11 +255,14 @@ imported = time.perf_counter()
 handlers.worker.lambda_handler.prepare()
 print(imported - started, time.perf_counter() - imported)
 """
-# What the worker's first invocation reads: a stack that is never called while the parts are built.
+# What a deployed worker's first invocation reads: a stack that is never called while the parts are
+# built, and the provider's key as the template passes it (a Secrets Manager ARN, read on the first
+# call only), without which the deploy-time provider check refuses the default provider.
 INIT_ENVIRONMENT = {
     "JOBS_TABLE_NAME": "aijobs-jobs",
     "JOBS_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/aijobs-jobs",
     "JOBS_PAYLOAD_BUCKET": "aijobs-payloads",
+    "AI_API_KEY_SECRET_ARN": "arn:aws:secretsmanager:us-east-1:123456789012:secret:aijobs/openai-AbCdEf",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
 
@@ -270,15 +273,20 @@ def runtime_python() -> Path:
     return RUNTIME_PYTHON
 
 
+def run_runtime(args: list[str], environment: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`python args` in a fresh process of the runtime venv; a failure raises with the process's last line."""
+    done = subprocess.run(
+        [str(runtime_python()), *args], capture_output=True, text=True, env={**os.environ, **environment}
+    )
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RuntimeError(f"a runtime-venv process exited {done.returncode}: {last}")
+    return done
+
+
 def import_profile(module: str) -> dict[str, float]:
     """Seconds of `import module` spent in each top-level package's own modules (fresh runtime process)."""
-    done = subprocess.run(
-        [str(runtime_python()), "-X", "importtime", "-c", f"import {module}"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": "src"},
-        check=True,
-    )
+    done = run_runtime(["-X", "importtime", "-c", f"import {module}"], {"PYTHONPATH": "src"})
     lines = done.stderr.strip().splitlines()[1:]  # after the header
     profile: dict[str, float] = {}
     for line in lines:
@@ -298,13 +306,7 @@ def init_seconds(runs: int = 7) -> tuple[float, float]:
     """Median seconds to import handlers.worker and then to build its parts (a first invocation's setup)."""
     samples = []
     for _ in range(runs):
-        done = subprocess.run(
-            [str(runtime_python()), "-c", INIT_SCRIPT],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "PYTHONPATH": "src", **INIT_ENVIRONMENT},
-            check=True,
-        )
+        done = run_runtime(["-c", INIT_SCRIPT], {"PYTHONPATH": "src", **INIT_ENVIRONMENT})
         imported, built = (float(value) for value in done.stdout.split())
         samples.append((imported, built))
     return statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples)
@@ -339,13 +341,7 @@ print(json.dumps({"seconds": elapsed, "failures": len(response["batchItemFailure
 
 def worker_process(size: int, environment: dict[str, str]) -> dict[str, float]:
     """Run the real handler on one batch in a fresh process of the runtime venv (as a cold Lambda would)."""
-    done = subprocess.run(
-        [str(runtime_python()), "-c", WORKER_PROCESS, str(size)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **environment, "POWERTOOLS_METRICS_DISABLED": "true"},
-        check=True,
-    )
+    done = run_runtime(["-c", WORKER_PROCESS, str(size)], {**environment, "POWERTOOLS_METRICS_DISABLED": "true"})
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     if result["failures"]:
         raise RuntimeError(f"the worker process reported failures: {result}")
@@ -494,12 +490,7 @@ def measure(console: Console) -> list[Figure]:
 
     console.print("import time ...")
     worker_import, boto3_import = import_seconds("handlers.worker"), import_seconds("boto3")
-    version = subprocess.run(
-        [str(runtime_python()), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    version = run_runtime(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"], {}).stdout.strip()
     figures.append(
         ratio_figure(
             "cold start: import handlers.worker / import boto3",
