@@ -327,8 +327,6 @@ def peak_mb():
 sys.path.insert(0, "src"); sys.path.insert(0, ".")
 from aijobs.local.lambda_events import InvocationContext, sqs_event, sqs_record
 from bench.shapes import message
-from bench.stacks import moto_stack
-from bench.ui import ui_figures
 from handlers.worker import lambda_handler
 size = int(sys.argv[1])
 event = sqs_event(*(sqs_record(message(f"p{size}-{n}-{time.time_ns()}")) for n in range(size)))
