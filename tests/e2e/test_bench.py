@@ -107,3 +107,17 @@ def test_the_quick_bench_prints_every_figure(tmp_path: Path) -> None:
     unknown = [name for name in names if not any(re.fullmatch(title, name) for title in titles)]
     assert (unprinted, unknown) == ([], [])
     assert len(names) >= len(titles)
+
+
+def test_the_worker_imports_nothing_only_other_functions_use() -> None:
+    # What only the batcher, the events function and the reconciler use, and the attachments'
+    # document libraries, stay out of a worker's cold start (the import the bench measures).
+    script = "import sys, handlers.worker; print(' '.join(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env={"PYTHONPATH": "src"}, capture_output=True, text=True
+    )
+
+    assert done.returncode == 0, done.stderr
+    loaded = set(done.stdout.split())
+    unneeded = {"engine.batching.batcher", "engine.events", "engine.reconciler", "engine.store.batches", "pypdf", "PIL"}
+    assert loaded & unneeded == set()
