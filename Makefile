@@ -33,9 +33,10 @@ $(SAM):
 demo: $(STAMP)
 	$(BIN)/aijobs demo
 
-# The engine's figures (docs/performance.md), side by side (not part of `make test`).
+# The engine's figures (docs/performance.md), side by side: about 40 minutes on 2 cores. `make test`
+# runs every figure at small sizes (tests/e2e/test_bench.py); `make bench BENCH_ARGS=--quick` does alone.
 bench: $(STAMP) $(RUNTIME_STAMP)
-	$(BIN)/python -m bench.figures
+	$(BIN)/python -m bench.figures $(BENCH_ARGS)
 
 # A venv holding only the functions' runtime dependencies (what sam build packages), on the
 # Lambda runtime's Python when pyenv has it: where the bench measures the worker's cold start.
@@ -54,8 +55,9 @@ $(LITELLM):
 	$(LITELLM_VENV)/bin/pip install --quiet 'litellm[proxy]==$(LITELLM_VERSION)'
 
 # One worker per core; a test file stays on one worker, so its module-wide stacks are built once.
-# The LiteLLM test fails rather than skips here: the proxy is part of what `make test` installs.
-test: $(STAMP) $(LITELLM)
+# The LiteLLM test fails rather than skips here: the proxy is part of what `make test` installs, as is
+# the runtime venv, where the quick bench (tests/e2e/test_bench.py) measures the worker's cold start.
+test: $(STAMP) $(LITELLM) $(RUNTIME_STAMP)
 	AIJOBS_LITELLM=$(LITELLM) AIJOBS_REQUIRE_LITELLM=1 $(BIN)/pytest -n auto --dist loadfile
 
 # lint-imports: the layers of docs/architecture.md, as the contracts of pyproject.toml's [tool.importlinter].

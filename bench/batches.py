@@ -42,15 +42,8 @@ from engine.wiring import Aws, build_store
 
 JOBS = 1000
 STALLED_JOBS = 50
-# The batch settings of the runs: a short window, a poll a second, the shortest rescue time.
-BATCH_SETTINGS = {
-    "AIJOBS_BATCH_API": "on",
-    "AIJOBS_BATCH_WINDOW_SECONDS": "5",
-    "AIJOBS_BATCH_POLL_SECONDS": "1",
-    "AIJOBS_BATCH_RESCUE_SECONDS": "60",
-}
-# The stalled batch's jobs: deadlines just far enough for a batch (rescue + window + poll + 60 s).
-STALLED_DEADLINE_SECONDS = 60 + 5 + 1 + 60 + 10
+# The batch settings of the runs: a short window, a poll a second, a rescue time of a minute.
+WINDOW_SECONDS, POLL_SECONDS, RESCUE_SECONDS = 5, 1, 60
 BATCH_DELAY_SECONDS = 2.0
 END_BOUND_SECONDS = 600.0
 CACHE_JOBS = 40
@@ -131,22 +124,36 @@ def embedded(environment: dict[str, str], **options: Any) -> Iterator[tuple[DevS
         yield stack, requests, store
 
 
+def batch_settings(rescue_seconds: int = RESCUE_SECONDS) -> dict[str, str]:
+    return {
+        "AIJOBS_BATCH_API": "on",
+        "AIJOBS_BATCH_WINDOW_SECONDS": str(WINDOW_SECONDS),
+        "AIJOBS_BATCH_POLL_SECONDS": str(POLL_SECONDS),
+        "AIJOBS_BATCH_RESCUE_SECONDS": str(rescue_seconds),
+    }
+
+
+def stalled_deadline_seconds(rescue_seconds: int) -> int:
+    """A stalled batch's jobs: deadlines just far enough for a batch (rescue + window + poll + 60 s)."""
+    return rescue_seconds + WINDOW_SECONDS + POLL_SECONDS + 60 + 10
+
+
 def run(jobs: int, batched: bool) -> Run:
     ids = [f"{'batch' if batched else 'realtime'}-{n:05d}" for n in range(jobs)]
-    with embedded(BATCH_SETTINGS if batched else {}) as (stack, requests, store):
+    with embedded(batch_settings() if batched else {}) as (stack, requests, store):
         started = time.monotonic()
         send(stack, ids)
         ended = until_ended(store, ids)
         return Run(ended, sum(requests.of("dynamodb").values()), time.monotonic() - started)
 
 
-def stalled(jobs: int) -> tuple[list[Job], int]:
+def stalled(jobs: int, rescue_seconds: int) -> tuple[list[Job], int]:
     """Jobs whose batch stalls: how they ended, and how many answers the provider served."""
     ids = [f"stalled-{n:05d}" for n in range(jobs)]
-    with embedded(BATCH_SETTINGS) as (stack, _, store):
+    with embedded(batch_settings(rescue_seconds)) as (stack, _, store):
         assert stack.provider is not None
         stack.provider.batch_fault = "stall"
-        send(stack, ids, deadline_seconds=STALLED_DEADLINE_SECONDS)
+        send(stack, ids, deadline_seconds=stalled_deadline_seconds(rescue_seconds))
         ended = until_ended(store, ids)
         served = sum(1 for entry in stack.provider.log if entry.status == 200)
     return list(ended.values()), served
@@ -185,14 +192,20 @@ def cached_share(jobs: int) -> tuple[float, int]:
     return cached / total, len(LONG_INSTRUCTIONS)
 
 
-def batch_figures(console: Console, jobs: int = JOBS, stalled_jobs: int = STALLED_JOBS) -> list[Figure]:
+def batch_figures(
+    console: Console,
+    jobs: int = JOBS,
+    stalled_jobs: int = STALLED_JOBS,
+    cache_jobs: int = CACHE_JOBS,
+    rescue_seconds: int = RESCUE_SECONDS,
+) -> list[Figure]:
     console.print(f"batches: {jobs} background jobs through batches, then in real time ...")
     batched = run(jobs, batched=True)
     realtime = run(jobs, batched=False)
     console.print(f"batches: {stalled_jobs} jobs in a stalled batch ...")
-    ended, served = stalled(stalled_jobs)
+    ended, served = stalled(stalled_jobs, rescue_seconds)
     console.print("batches: prompt cache ...")
-    share, prefix = cached_share(CACHE_JOBS)
+    share, prefix = cached_share(cache_jobs)
     before = sum(
         1 for job in ended if job.finished_at is not None and job.deadline_at and job.finished_at < job.deadline_at
     )
@@ -206,7 +219,7 @@ def batch_figures(console: Console, jobs: int = JOBS, stalled_jobs: int = STALLE
             ratio <= Decimal("0.52"),
             f"{jobs} classify jobs as SQS messages on the background queue, AIJOBS_BATCH_API on then off; the jobs' "
             f"usage as recorded; gpt-4o-mini list prices, batch at 0.5; {batched.seconds:.0f} s through batches "
-            f"(window 5 s, batcher every second), {realtime.seconds:.0f} s in real time",
+            f"(window {WINDOW_SECONDS} s, batcher every {POLL_SECONDS} s), {realtime.seconds:.0f} s in real time",
         ),
         Figure(
             "batch: DynamoDB requests per batched job",
@@ -221,7 +234,8 @@ def batch_figures(console: Console, jobs: int = JOBS, stalled_jobs: int = STALLE
             f"{before / len(ended):.0%}, {served / len(ended):.2f}  ({before} of {len(ended)}; {served} answers)",
             "100%, 1",
             before == len(ended) and served == len(ended),
-            f"{len(ended)} jobs with deadlines {STALLED_DEADLINE_SECONDS} s away (rescue 60 s); the local provider's "
+            f"{len(ended)} jobs with deadlines {stalled_deadline_seconds(rescue_seconds)} s away (rescue "
+            f"{rescue_seconds} s); the local provider's "
             "batch never answers: cancelled at the rescue time, its jobs handed back to real time; answers from "
             "the provider's own log",
         ),
@@ -230,7 +244,7 @@ def batch_figures(console: Console, jobs: int = JOBS, stalled_jobs: int = STALLE
             f"{share:.0%}",
             "-",
             None,
-            f"{CACHE_JOBS} jobs with a {prefix}-character instruction prefix through the gateway (prompt_cache_key "
+            f"{cache_jobs} jobs with a {prefix}-character instruction prefix through the gateway (prompt_cache_key "
             "= job type and prompt version), against the local provider's prefix cache",
         ),
     ]

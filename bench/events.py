@@ -35,8 +35,8 @@ WAIT_SECONDS = 60.0
 LATE_SECONDS = 3.0
 
 
-def events_figures(console: Console) -> list[Figure]:
-    console.print(f"events: a worker's requests, then {JOBS} jobs to their events ...")
+def events_figures(console: Console, jobs: int = JOBS) -> list[Figure]:
+    console.print(f"events: a worker's requests, then {jobs} jobs to their events ...")
     options = DevStackOptions(
         aws_port=0, provider_port=0, concurrency=2, quiet=True, stack_name=f"ev-{uuid.uuid4().hex[:6]}"
     )
@@ -44,7 +44,7 @@ def events_figures(console: Console) -> list[Figure]:
         counted, first = worker_requests(stack)
         printed.wait_for({first}, WAIT_SECONDS)  # the command is up and printing
         client = AiJobsClient.from_settings(stack.settings, stack.session)
-        ids = [f"ev-{n}-{uuid.uuid4().hex[:6]}" for n in range(JOBS)]
+        ids = [f"ev-{n}-{uuid.uuid4().hex[:6]}" for n in range(jobs)]
         for job_id in ids:
             job_input = {"text": f"Invoice {job_id} is wrong", "labels": ["billing", "other"]}
             client.submit("classify", "bench", job_input, job_id=job_id)
@@ -75,7 +75,7 @@ def events_figures(console: Console) -> list[Figure]:
             + ("yes" if complete else f"no ({sum(per_job[j] != 1 for j in ids)} jobs)"),
             "-",
             complete,
-            f"{JOBS} classify jobs submitted on the embedded stack; from each job's finished_at (the event's event_id) "
+            f"{jobs} classify jobs submitted on the embedded stack; from each job's finished_at (the event's event_id) "
             "to the line `aijobs events --follow --json`, running as its own process, printed; the local stream is "
             f"polled every 0.2 s; listened {LATE_SECONDS:g} s more for duplicates",
         ),

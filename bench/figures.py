@@ -19,6 +19,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +31,11 @@ from aijobs.local.devstack import LOCAL_CREDENTIALS
 from aijobs.local.lambda_events import InvocationContext, sqs_event, sqs_record
 from aijobs.local.provider import LocalProvider
 from aijobs.stack import StackResources, create_stack_resources
-from bench.attachments import attachments_figures
-from bench.batches import batch_figures
+from bench import attachments, batches, events, fleet, lanes, limited, ui
 from bench.capacity import Index, WriteMeter, item_size, units
-from bench.events import events_figures
-from bench.fleet import fleet_figures
-from bench.lanes import lanes_figures
-from bench.limited import limited_figures
 from bench.report import Figure, quiet_engine, render
 from bench.shapes import message
 from bench.stacks import moto_stack
-from bench.ui import ui_figures
 from engine.core import Delivery
 from engine.core.errors import ProviderRejectedError, ProviderUnavailableError
 from engine.dead_letters import DeadLetterRecorder
@@ -60,6 +55,50 @@ from engine.worker import Worker
 
 CREDENTIALS = LOCAL_CREDENTIALS
 LAMBDA_MEMORY_GB = 0.5  # the template's MemorySize 512
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """How much each block measures: the full run's sizes (the defaults), or --quick's."""
+
+    batch_rounds: int = 3  # batches of 10 and of 1, each
+    overhead_jobs: int = 40
+    processes: int = 7  # fresh runtime processes per import and setup median
+    fleet_jobs: int = fleet.JOBS
+    budget_jobs: int = fleet.BUDGET_JOBS
+    budget_worst_case: int = fleet.BUDGET_JOBS_WORST_CASE
+    lane_minutes: float = lanes.BURST_MINUTES
+    lane_probes: int = lanes.PROBES
+    limited_jobs: int = limited.JOBS
+    batch_jobs: int = batches.JOBS
+    stalled_jobs: int = batches.STALLED_JOBS
+    cache_jobs: int = batches.CACHE_JOBS
+    rescue_seconds: int = batches.RESCUE_SECONDS
+    event_jobs: int = events.JOBS
+    dashboard_jobs: int = ui.JOBS
+    dashboard_rounds: int = ui.ROUNDS
+
+
+# Every figure at small sizes, to show that the bench runs (a few minutes on 2 cores; `make test` runs
+# it): its targets are printed, not expected to hold at these sizes.
+QUICK = Sizes(
+    batch_rounds=1,
+    overhead_jobs=5,
+    processes=2,
+    fleet_jobs=20,
+    budget_jobs=10,
+    budget_worst_case=4,
+    lane_minutes=0.05,
+    lane_probes=2,
+    limited_jobs=10,
+    batch_jobs=10,
+    stalled_jobs=4,
+    cache_jobs=4,
+    rescue_seconds=15,
+    event_jobs=5,
+    dashboard_jobs=200,
+    dashboard_rounds=2,
+)
 
 
 class RequestCounter:
@@ -257,11 +296,14 @@ imported = time.perf_counter()
 handlers.worker.lambda_handler.prepare()
 print(imported - started, time.perf_counter() - imported)
 """
-# What the worker's first invocation reads: a stack that is never called while the parts are built.
+# What a deployed worker's first invocation reads: a stack that is never called while the parts are
+# built, and the provider's key as the template passes it (a Secrets Manager ARN, read on the first
+# call only), without which the deploy-time provider check refuses the default provider.
 INIT_ENVIRONMENT = {
     "JOBS_TABLE_NAME": "aijobs-jobs",
     "JOBS_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/aijobs-jobs",
     "JOBS_PAYLOAD_BUCKET": "aijobs-payloads",
+    "AI_API_KEY_SECRET_ARN": "arn:aws:secretsmanager:us-east-1:123456789012:secret:aijobs/openai-AbCdEf",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
 
@@ -272,15 +314,20 @@ def runtime_python() -> Path:
     return RUNTIME_PYTHON
 
 
+def run_runtime(args: list[str], environment: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`python args` in a fresh process of the runtime venv; a failure raises with the process's last line."""
+    done = subprocess.run(
+        [str(runtime_python()), *args], capture_output=True, text=True, env={**os.environ, **environment}
+    )
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RuntimeError(f"a runtime-venv process exited {done.returncode}: {last}")
+    return done
+
+
 def import_profile(module: str) -> dict[str, float]:
     """Seconds of `import module` spent in each top-level package's own modules (fresh runtime process)."""
-    done = subprocess.run(
-        [str(runtime_python()), "-X", "importtime", "-c", f"import {module}"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": "src"},
-        check=True,
-    )
+    done = run_runtime(["-X", "importtime", "-c", f"import {module}"], {"PYTHONPATH": "src"})
     lines = done.stderr.strip().splitlines()[1:]  # after the header
     profile: dict[str, float] = {}
     for line in lines:
@@ -300,13 +347,7 @@ def init_seconds(runs: int = 7) -> tuple[float, float]:
     """Median seconds to import handlers.worker and then to build its parts (a first invocation's setup)."""
     samples = []
     for _ in range(runs):
-        done = subprocess.run(
-            [str(runtime_python()), "-c", INIT_SCRIPT],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "PYTHONPATH": "src", **INIT_ENVIRONMENT},
-            check=True,
-        )
+        done = run_runtime(["-c", INIT_SCRIPT], {"PYTHONPATH": "src", **INIT_ENVIRONMENT})
         imported, built = (float(value) for value in done.stdout.split())
         samples.append((imported, built))
     return statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples)
@@ -327,8 +368,6 @@ def peak_mb():
 sys.path.insert(0, "src"); sys.path.insert(0, ".")
 from aijobs.local.lambda_events import InvocationContext, sqs_event, sqs_record
 from bench.shapes import message
-from bench.stacks import moto_stack
-from bench.ui import ui_figures
 from handlers.worker import lambda_handler
 size = int(sys.argv[1])
 event = sqs_event(*(sqs_record(message(f"p{size}-{n}-{time.time_ns()}")) for n in range(size)))
@@ -341,13 +380,7 @@ print(json.dumps({"seconds": elapsed, "failures": len(response["batchItemFailure
 
 def worker_process(size: int, environment: dict[str, str]) -> dict[str, float]:
     """Run the real handler on one batch in a fresh process of the runtime venv (as a cold Lambda would)."""
-    done = subprocess.run(
-        [str(runtime_python()), "-c", WORKER_PROCESS, str(size)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **environment, "POWERTOOLS_METRICS_DISABLED": "true"},
-        check=True,
-    )
+    done = run_runtime(["-c", WORKER_PROCESS, str(size)], {**environment, "POWERTOOLS_METRICS_DISABLED": "true"})
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     if result["failures"]:
         raise RuntimeError(f"the worker process reported failures: {result}")
@@ -451,15 +484,15 @@ def ratio_figure(name: str, numerator: float, denominator: float, limit: float, 
     )
 
 
-def measure(console: Console) -> list[Figure]:
+def measure(console: Console, sizes: Sizes) -> list[Figure]:
     quiet_engine()
     figures: list[Figure] = []
     console.print("requests per path ...")
     figures += requests_per_path()
 
     console.print("batch of 10 / batch of 1, provider 500 ms ...")
-    ten, one = batch_ratio(0.5)
-    ten_alone, one_alone = batch_ratio(0.0)
+    ten, one = batch_ratio(0.5, sizes.batch_rounds)
+    ten_alone, one_alone = batch_ratio(0.0, sizes.batch_rounds)
     figures.append(
         ratio_figure(
             "wall time, batch of 10 / batch of 1 (provider 500 ms)",
@@ -467,7 +500,7 @@ def measure(console: Console) -> list[Figure]:
             one,
             1.5,
             "Worker.handle on SQS events; local provider over HTTP; moto server in its own process, "
-            "DynamoDB serialized; fresh table per batch; median of 3",
+            f"DynamoDB serialized; fresh table per batch; median of {sizes.batch_rounds}",
         )
     )
     figures.append(
@@ -481,34 +514,32 @@ def measure(console: Console) -> list[Figure]:
         )
     )
     console.print("engine overhead ...")
-    engine, bare = engine_overhead()
+    engine, bare = engine_overhead(sizes.overhead_jobs)
     figures.append(
         ratio_figure(
             "engine time per job / its bare DynamoDB requests (instant provider)",
             engine * 1000,
             bare * 1000,
             1.5,
-            "40 jobs through JobRunner, each followed by its recorded requests replayed with boto3 on a twin table; "
+            f"{sizes.overhead_jobs} jobs through JobRunner, each followed by its recorded requests replayed with "
+            "boto3 on a twin table; "
             "median per job; moto in process",
             "ms",
         )
     )
 
     console.print("import time ...")
-    worker_import, boto3_import = import_seconds("handlers.worker"), import_seconds("boto3")
-    version = subprocess.run(
-        [str(runtime_python()), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+    runs = sizes.processes
+    worker_import, boto3_import = import_seconds("handlers.worker", runs), import_seconds("boto3", runs)
+    version = run_runtime(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"], {}).stdout.strip()
     figures.append(
         ratio_figure(
             "cold start: import handlers.worker / import boto3",
             worker_import,
             boto3_import,
             1.5,
-            f"python{version} -X importtime in fresh processes of a venv with src/requirements.txt only, median of 7",
+            f"python{version} -X importtime in fresh processes of a venv with src/requirements.txt only, "
+            f"median of {runs}",
         )
     )
     profile = import_profile("handlers.worker")
@@ -522,14 +553,14 @@ def measure(console: Console) -> list[Figure]:
             "own import time of each top-level package's modules, one fresh runtime process",
         )
     )
-    imported, built = init_seconds()
+    imported, built = init_seconds(runs)
     figures.append(
         Figure(
             "  first invocation's setup after the import",
             f"{built:.3f}s to build the worker (settings, clients, job types, gateway); import {imported:.3f}s",
             "-",
             None,
-            "handlers.worker.lambda_handler.prepare() in fresh runtime processes, median of 7; what SnapStart "
+            f"handlers.worker.lambda_handler.prepare() in fresh runtime processes, median of {runs}; what SnapStart "
             "snapshots along with the import",
         )
     )
@@ -575,22 +606,32 @@ def measure(console: Console) -> list[Figure]:
             f"incl. indexes; the same job as a full SQS message: {carried} WCU",
         )
     )
-    figures += fleet_figures(console)
-    figures += lanes_figures(console)
-    figures += limited_figures(console)
-    figures += batch_figures(console)
-    figures += events_figures(console)
-    figures += ui_figures(console)
-    figures += attachments_figures(console)
+    figures += fleet.fleet_figures(console, sizes.fleet_jobs, sizes.budget_jobs, sizes.budget_worst_case)
+    figures += lanes.lanes_figures(console, sizes.lane_minutes, sizes.lane_probes)
+    figures += limited.limited_figures(console, sizes.limited_jobs)
+    figures += batches.batch_figures(
+        console, sizes.batch_jobs, sizes.stalled_jobs, sizes.cache_jobs, sizes.rescue_seconds
+    )
+    figures += events.events_figures(console, sizes.event_jobs)
+    figures += ui.ui_figures(console, sizes.dashboard_jobs, sizes.dashboard_rounds)
+    figures += attachments.attachments_figures(console)
     return figures
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.parse_args(argv)
+    parser.add_argument(
+        "--quick", action="store_true", help="every figure at small sizes, in a few minutes (targets not expected)"
+    )
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the figures to PATH, as a JSON list")
+    args = parser.parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 200)
-    figures = measure(console)
-    console.print(render(figures))
+    figures = measure(console, QUICK if args.quick else Sizes())
+    if args.json:
+        args.json.write_text(json.dumps([asdict(figure) for figure in figures], indent=2) + "\n")
+    console.print(
+        render(figures, "aijobs bench, quick: small sizes, targets not expected" if args.quick else "aijobs bench")
+    )
     targets = [figure for figure in figures if figure.met is not None]
     console.print(f"{sum(bool(figure.met) for figure in targets)} of {len(targets)} targets met")
     return 0

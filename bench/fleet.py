@@ -174,20 +174,22 @@ def stack_options(*, provider_rpm: int | None, limits_rpm: int | None, budget: s
 # --- the figures ----------------------------------------------------------------------------------
 
 
-def fleet_figures(console: Console) -> list[Figure]:
+def fleet_figures(
+    console: Console, jobs: int = JOBS, budget_jobs: int = BUDGET_JOBS, budget_worst_case: int = BUDGET_JOBS_WORST_CASE
+) -> list[Figure]:
     r = PROVIDER_RPM
     method = (
-        f"{JOBS} classify jobs as SQS messages; local provider limited to R = {r} requests/min (429 + Retry-After "
+        f"{jobs} classify jobs as SQS messages; local provider limited to R = {r} requests/min (429 + Retry-After "
         f"beyond it, 1 s of its rate at once), {PROVIDER_LATENCY_SECONDS * 1000:.0f} ms latency; {POLLERS} local "
         "pollers (a worker each, as Lambda environments), batches of 10; moto; goodput = answered calls/min from "
         "first to last answer"
     )
-    console.print(f"fleet: limits = R ({r} rpm), {JOBS} jobs ...")
-    limited = run_jobs(stack_options(provider_rpm=r, limits_rpm=r), JOBS)
+    console.print(f"fleet: limits = R ({r} rpm), {jobs} jobs ...")
+    limited = run_jobs(stack_options(provider_rpm=r, limits_rpm=r), jobs)
     console.print("fleet: no limits ...")
-    unlimited = run_jobs(stack_options(provider_rpm=r, limits_rpm=None), JOBS)
+    unlimited = run_jobs(stack_options(provider_rpm=r, limits_rpm=None), jobs)
     console.print(f"fleet: limits = 2R ({2 * r} rpm, too high) ...")
-    too_high = run_jobs(stack_options(provider_rpm=r, limits_rpm=2 * r), JOBS)
+    too_high = run_jobs(stack_options(provider_rpm=r, limits_rpm=2 * r), jobs)
     figures = [
         Figure(
             "goodput under a provider limit: successful calls/min / R, limits = R (without limits)",
@@ -238,8 +240,8 @@ def fleet_figures(console: Console) -> list[Figure]:
                 Figure(f"  {name}: jobs not succeeded", f"{run.jobs - run.succeeded}", "0", False, "run bound")
             )
 
-    console.print(f"fleet: a budget of {BUDGET_JOBS_WORST_CASE} jobs' worst case, {BUDGET_JOBS} jobs ...")
-    budgeted = budget_run()
+    console.print(f"fleet: a budget of {budget_worst_case} jobs' worst case, {budget_jobs} jobs ...")
+    budgeted = budget_run(budget_jobs, budget_worst_case)
     cap = budgeted.cap_usd
     assert cap is not None
     spent, twice = budgeted.spent_usd, budgeted.ran_twice
@@ -249,8 +251,8 @@ def fleet_figures(console: Console) -> list[Figure]:
             f"{spent / cap:.2f}  (${spent:.6f} / ${cap:.6f}); {budgeted.succeeded} ran, {budgeted.not_ended} wait, "
             f"{twice} ran twice",
             "<= 1.0",
-            spent <= cap and twice == 0 and budgeted.succeeded + budgeted.not_ended == BUDGET_JOBS,
-            f"{BUDGET_JOBS} jobs of one user, a daily cap (aijobs budget set) of {BUDGET_JOBS_WORST_CASE} x one "
+            spent <= cap and twice == 0 and budgeted.succeeded + budgeted.not_ended == budget_jobs,
+            f"{budget_jobs} jobs of one user, a daily cap (aijobs budget set) of {budget_worst_case} x one "
             "job's worst case (ModelGateway.plan: max tokens, the re-ask); the local provider bills reasoning "
             "tokens up to max_tokens so that calls cost near their worst case",
         )
@@ -264,11 +266,11 @@ def _ended(run: RunStats) -> str:
     return f"{run.wall_seconds:.0f} s"
 
 
-def budget_run() -> RunStats:
+def budget_run(jobs: int, worst_case: int) -> RunStats:
     # Budgets on ("unlimited": only users with a cap of their own are capped).
     options = stack_options(provider_rpm=None, limits_rpm=None, budget="unlimited")
     options = replace(options, provider_reasoning_tokens=REASONING_TOKENS)
-    return run_jobs(options, BUDGET_JOBS, BUDGET_USER, budget_jobs=BUDGET_JOBS_WORST_CASE)
+    return run_jobs(options, jobs, BUDGET_USER, budget_jobs=worst_case)
 
 
 def main(argv: list[str] | None = None) -> int:

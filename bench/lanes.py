@@ -99,7 +99,7 @@ def send_burst(stack: DevStack, jobs: int) -> list[str]:
     return ids
 
 
-def run(minutes: int = BURST_MINUTES, probes: int = PROBES) -> LaneRun:
+def run(minutes: float = BURST_MINUTES, probes: int = PROBES) -> LaneRun:
     options = DevStackOptions(
         aws_port=0,
         provider_port=0,
@@ -124,7 +124,7 @@ def run(minutes: int = BURST_MINUTES, probes: int = PROBES) -> LaneRun:
         alone = [probe(client, store, rng) for _ in range(probes)]
 
         requests.operations.clear()
-        ids = send_burst(stack, RPM * minutes)
+        ids = send_burst(stack, round(RPM * minutes))
         time.sleep(5.0)  # the backlog is being drained
         backlogged = [probe(client, store, rng) for _ in range(probes)]
         probes_ended = time.time()
@@ -156,8 +156,8 @@ def run(minutes: int = BURST_MINUTES, probes: int = PROBES) -> LaneRun:
     )
 
 
-def lanes_figures(console: Console, minutes: int = BURST_MINUTES, probes: int = PROBES) -> list[Figure]:
-    console.print(f"lanes: {probes} interactive probes alone, then a background burst of {minutes} minutes ...")
+def lanes_figures(console: Console, minutes: float = BURST_MINUTES, probes: int = PROBES) -> list[Figure]:
+    console.print(f"lanes: {probes} interactive probes alone, then a background burst of {minutes:g} minutes ...")
     result = run(minutes, probes)
     alone, backlogged = p95(result.alone_seconds), p95(result.backlogged_seconds)
     limit = f"R = {RPM} requests/min at the provider and in AIJOBS_PROVIDER_LIMITS"
@@ -180,7 +180,7 @@ def lanes_figures(console: Console, minutes: int = BURST_MINUTES, probes: int = 
             "successful calls a minute from the provider's own log, from the last probe to the end of the drain",
         ),
         Figure(
-            f"a burst of {result.burst} background jobs ({minutes} x the limit's minute): DynamoDB requests, "
+            f"a burst of {result.burst} background jobs ({minutes:g} x the limit's minute): DynamoDB requests, "
             "receives per job",
             f"{result.dynamodb_per_job:.2f}, {result.receives_per_job:.2f}  ({result.drained} of {result.burst} "
             f"ended; provider 429s {result.limited})",
@@ -194,7 +194,7 @@ def lanes_figures(console: Console, minutes: int = BURST_MINUTES, probes: int = 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--minutes", type=int, default=BURST_MINUTES, help="the burst, in minutes of the limit")
+    parser.add_argument("--minutes", type=float, default=BURST_MINUTES, help="the burst, in minutes of the limit")
     parser.add_argument("--probes", type=int, default=PROBES, help="interactive probes alone, and during the burst")
     args = parser.parse_args(argv)
     print_figures("aijobs bench, lanes", lambda console: lanes_figures(console, args.minutes, args.probes))

@@ -223,17 +223,17 @@ def _wait_until_ended(client: AiJobsClient, ids: list[str]) -> int:
     return sum(status is JobStatus.SUCCEEDED for status in ended.values())
 
 
-def limited_figures(console: Console) -> list[Figure]:
+def limited_figures(console: Console, jobs: int = JOBS) -> list[Figure]:
     method = (
-        f"{JOBS} classify jobs as SQS messages at once; {PROCESSES} worker processes as `aijobs worker` runs them "
+        f"{jobs} classify jobs as SQS messages at once; {PROCESSES} worker processes as `aijobs worker` runs them "
         f"({POLLERS} pollers, batches of 10, a {FUNCTION_TIMEOUT_SECONDS} s timeout); AIJOBS_PROVIDER_LIMITS "
         f"{LIMIT_RPM} rpm, the local provider limited alike; the processes' DynamoDB requests (botocore hook) over "
         "succeeded jobs"
     )
     figures = []
     for lane in (Lane.INTERACTIVE, Lane.BACKGROUND):
-        console.print(f"limited: {JOBS} {lane.value} jobs at {LIMIT_RPM} rpm, {PROCESSES} worker processes ...")
-        run = run_limited(lane)
+        console.print(f"limited: {jobs} {lane.value} jobs at {LIMIT_RPM} rpm, {PROCESSES} worker processes ...")
+        run = run_limited(lane, jobs)
         figures.append(
             Figure(
                 f"DynamoDB requests per successful job under a binding limit, {lane.value}",

@@ -47,33 +47,36 @@ INPUT = {"text": "My invoice shows the wrong amount", "labels": ["billing", "bug
 WRITE_BATCH = 25
 
 
-def ui_figures(console: Console) -> list[Figure]:
-    console.print(f"dashboard: {JOBS:,} jobs, one with {ATTEMPTS} attempts ...")
+def ui_figures(console: Console, jobs: int = JOBS, rounds: int = ROUNDS) -> list[Figure]:
+    console.print(f"dashboard: {jobs:,} jobs, one with {ATTEMPTS} attempts ...")
     with moto_stack() as stack:
         now = int(time.time() * 1000)
         dynamodb = boto3.client("dynamodb")
-        write(dynamodb, stack.table_name, table_items(stack, now))
+        write(dynamodb, stack.table_name, table_items(stack, now, jobs))
         session = boto3.Session()
         recorded = QueryRecorder(session)
-        jobs = AiJobsClient.from_settings(load_settings(stack.environment()), session)
-        with DashboardServer(jobs, port=0) as server, httpx.Client(base_url=server.url, timeout=120) as http:
-            listing = measure(http, "/jobs?limit=100", recorded, dynamodb)
-            job = measure(http, "/jobs/busy", recorded, dynamodb)
+        client = AiJobsClient.from_settings(load_settings(stack.environment()), session)
+        with DashboardServer(client, port=0) as server, httpx.Client(base_url=server.url, timeout=120) as http:
+            listing = measure(http, "/jobs?limit=100", recorded, dynamodb, rounds)
+            job = measure(http, "/jobs/busy", recorded, dynamodb, rounds)
+    table = f"moto in process, {jobs:,} job items; median of {rounds}"
     return [
-        page_figure("jobs page (100 of 10,000 jobs)", listing, "one Query per shard of the day (8), side by side"),
-        page_figure(f"job page ({ATTEMPTS} attempts)", job, "one Query of the job's partition"),
+        page_figure(
+            f"jobs page (100 of {jobs:,} jobs)", listing, "one Query per shard of the day (8), side by side", table
+        ),
+        page_figure(f"job page ({ATTEMPTS} attempts)", job, "one Query of the job's partition", table),
         Figure(
             "  what stands in the way: the DynamoDB emulator",
             f"{job[1]:.0f} ms a Query",
             "-",
             None,
-            f"moto reads and sorts every item of the table for each Query ({JOBS + ATTEMPTS + 2:,} here), and serves "
+            f"moto reads and sorts every item of the table for each Query ({jobs + ATTEMPTS + 2:,} here), and serves "
             "one request at a time; DynamoDB reads the partition alone, so both sides of each ratio shrink",
         ),
     ]
 
 
-def page_figure(name: str, measured: tuple[float, float, int], reads: str) -> Figure:
+def page_figure(name: str, measured: tuple[float, float, int], reads: str, table: str) -> Figure:
     page_ms, reads_ms, queries = measured
     ratio = page_ms / reads_ms
     return Figure(
@@ -82,7 +85,7 @@ def page_figure(name: str, measured: tuple[float, float, int], reads: str) -> Fi
         f"<= {LIMIT}",
         ratio <= LIMIT,
         f"{reads} ({queries} recorded, replayed bare with boto3); page time from its Server-Timing header, "
-        f"served on 127.0.0.1; moto in process, {JOBS:,} job items; median of {ROUNDS}",
+        f"served on 127.0.0.1; {table}",
     )
 
 
@@ -97,7 +100,9 @@ class QueryRecorder:
         self.queries.append(json.loads(json.dumps(params)))
 
 
-def measure(http: httpx.Client, path: str, recorded: QueryRecorder, dynamodb: Any) -> tuple[float, float, int]:
+def measure(
+    http: httpx.Client, path: str, recorded: QueryRecorder, dynamodb: Any, rounds: int
+) -> tuple[float, float, int]:
     """(median page ms, median ms of its Queries replayed side by side, Queries per page).
 
     The page's Queries are recorded on a first request (which also compiles its templates); then
@@ -114,7 +119,7 @@ def measure(http: httpx.Client, path: str, recorded: QueryRecorder, dynamodb: An
             list(pool.map(lambda params: dynamodb.query(**params), queries))
             return (time.perf_counter() - started) * 1000
 
-        for number in range(ROUNDS):
+        for number in range(rounds):
             if number % 2:
                 replays.append(replay())
                 pages.append(page_ms(http, path))
@@ -132,8 +137,8 @@ def page_ms(http: httpx.Client, path: str) -> float:
     return float(answer.headers["server-timing"].removeprefix("app;dur="))
 
 
-def table_items(stack: StackResources, now: int) -> Iterator[Item]:
-    """One job made by the engine's store, then JOBS copies of its item under other ids and creation
+def table_items(stack: StackResources, now: int, jobs: int) -> Iterator[Item]:
+    """One job made by the engine's store, then `jobs` copies of its item under other ids and creation
     times; and a job "busy" with its input and ATTEMPTS attempt records."""
     store = DynamoJobStore(stack.table_name, client=boto3.client("dynamodb"))
     new_job = NewJob("classify", "bench", 1, 3, 86_400, request_hash("classify", "bench", INPUT))
@@ -146,7 +151,7 @@ def table_items(stack: StackResources, now: int) -> Iterator[Item]:
         | {"attempt_count": 1, "output": json.dumps({"label": "billing", "confidence": 0.9}), "output_hash": "0" * 64}
         | {"input_tokens": 120, "output_tokens": 12, "cost_usd": Decimal("0.0000252"), "usage_attempts": 1}
     )
-    for number in range(JOBS):
+    for number in range(jobs):
         job_id, created_at = f"bench-{number:05d}", now - number * 7
         yield (
             shape

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
@@ -20,7 +20,6 @@ from botocore.config import Config
 from engine.attachments.limits import limits_for
 from engine.attachments.loader import AttachmentLoader
 from engine.aws_errors import is_transient
-from engine.batching.batcher import Batcher
 from engine.batching.files import BatchFiles
 from engine.batching.intake import BatchIntake, BatchTiming
 from engine.config import Settings, load_settings
@@ -28,23 +27,27 @@ from engine.core import Lane
 from engine.core.errors import ConfigurationError
 from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
-from engine.events import CompletionEvents, EventPublisher
 from engine.fleet.admission import Admission
 from engine.fleet.budgets import Budgets
 from engine.fleet.limiter import RateLimiter
 from engine.fleet.limits import ModelLimit
 from engine.gateway import ModelGateway, api_key_source, build_gateway
-from engine.gateway.batches import BatchProvider
 from engine.observability import Event, Handle, lambda_function
 from engine.queue import JobQueue, JobQueues
-from engine.reconciler import Reconciler
 from engine.runner import JobRunner
 from engine.store import DynamoJobStore, PayloadStore
 from engine.store.attachments import S3Attachments
-from engine.store.batches import BatchTable
 from engine.store.budgets import BudgetTable
 from engine.store.limits import LimitTable
 from engine.worker import Worker
+
+# What only the batcher, the events function and the reconciler use is imported where they are built:
+# a worker's cold start loads none of it.
+if TYPE_CHECKING:
+    from engine.batching.batcher import Batcher
+    from engine.events import CompletionEvents
+    from engine.gateway.batches import BatchProvider
+    from engine.reconciler import Reconciler
 
 # Enough pooled connections for a whole batch of records running concurrently.
 POOL_CONNECTIONS = 32
@@ -165,6 +168,9 @@ def build_batch_provider(settings: Settings, aws: Aws) -> BatchProvider:
 
 def build_batcher(settings: Settings, session: boto3.Session | None = None) -> Batcher:
     """The scheduled batcher (docs/batches.md)."""
+    from engine.batching.batcher import Batcher
+    from engine.store.batches import BatchTable
+
     aws = Aws(settings, session)
     store = build_store(settings, aws)
     gateway = build_gateway(settings)
@@ -214,10 +220,14 @@ def build_recorder(settings: Settings, session: boto3.Session | None = None) -> 
 
 
 def build_events(settings: Settings, session: boto3.Session | None = None) -> CompletionEvents:
+    from engine.events import CompletionEvents, EventPublisher
+
     return CompletionEvents(EventPublisher(Aws(settings, session).client("events"), settings.aijobs_event_bus))
 
 
 def build_reconciler(settings: Settings, session: boto3.Session | None = None) -> Reconciler:
+    from engine.reconciler import Reconciler
+
     aws = Aws(settings, session)
     return Reconciler(build_store(settings, aws), build_queues(settings, aws))
 
