@@ -114,7 +114,7 @@ class DeadLetterRecorder:
         job = self._store.get_job(job_id)
         if job is None:
             return self._create(job_id, body, request, bad, error, now)
-        return self._settle(job, request, error, now, message_id)
+        return self._end(job, request, error, now, message_id)
 
     def keep(self, message_id: str, body: str, attributes: dict[str, str], receive_count: int, reason: str) -> int:
         """Keep the message durably, touching no job; returns the time it was recorded at."""
@@ -187,7 +187,7 @@ class DeadLetterRecorder:
             return "failed"
         return "recorded"
 
-    def _settle(self, job: Job, request: JobRequest | None, error: JobErrorInfo, now: int, message_id: str) -> str:
+    def _end(self, job: Job, request: JobRequest | None, error: JobErrorInfo, now: int, message_id: str) -> str:
         if job.status.is_terminal:
             return "recorded"
         new_job = request.new_job if request else None
@@ -196,10 +196,10 @@ class DeadLetterRecorder:
         if job.lease_remaining_ms(now) > 0:
             return "held"  # a worker still runs it and will finish it
         if job.cancel_requested:
-            return "cancelled" if self._store.settle_job(job, JobStatus.CANCELLED, None, now) else "recorded"
+            return "cancelled" if self._store.end_job(job, JobStatus.CANCELLED, None, now) else "recorded"
         carried_input = request.raw_input if request else None
         store_input = carried_input if not job.input_stored else None
-        if self._store.settle_job(job, JobStatus.FAILED, error, now, store_input):
+        if self._store.end_job(job, JobStatus.FAILED, error, now, store_input):
             logger.warning(
                 "job failed from a dead letter",
                 extra={"job_id": job.job_id, "message_id": message_id, "code": error.code.value},

@@ -97,10 +97,10 @@ class Reconciler:
             return None  # a worker holds it and will finish or release it
         # In the order a refused claim is explained (store.explain_claim_refusal): a cancel wins.
         if job.cancel_requested:
-            return "cancelled" if self._store.settle_job(job, JobStatus.CANCELLED, None, now_ms) else None
+            return "cancelled" if self._store.end_job(job, JobStatus.CANCELLED, None, now_ms) else None
         if job.deadline_at is not None and job.deadline_at <= now_ms:
             error = deadline_error(job, "the job's deadline passed with no worker on it")
-            return error.code.value if self._store.settle_job(job, JobStatus.FAILED, error.info(), now_ms) else None
+            return error.code.value if self._store.end_job(job, JobStatus.FAILED, error.info(), now_ms) else None
         stale = now_ms - job.updated_at >= self._stale_ms
         if stale and job.input_stored and self._store.touch_job(job, now_ms):
             self._queues[job.lane].send({"job_id": job.job_id}, group_id=job.user_id)

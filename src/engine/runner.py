@@ -354,20 +354,20 @@ class JobRunner:
                 reason = f"job {job.job_id} exists with a different job type, user or input"
                 return self._dead_letter(delivery, reason)
             case ClaimRefusal.CANCEL_REQUESTED:
-                return self._settle(job, request, JobStatus.CANCELLED, None)
+                return self._end(job, request, JobStatus.CANCELLED, None)
             case ClaimRefusal.DEADLINE_PASSED:
-                return self._settle(job, request, JobStatus.FAILED, deadline_error(job, "the job's deadline passed"))
+                return self._end(job, request, JobStatus.FAILED, deadline_error(job, "the job's deadline passed"))
             case ClaimRefusal.ATTEMPTS_SPENT:
                 spent = MaxAttemptsExceededError(f"attempt budget spent ({job.attempt_count} of {job.max_attempts})")
-                return self._settle(job, request, JobStatus.FAILED, spent)
+                return self._end(job, request, JobStatus.FAILED, spent)
 
-    def _settle(self, job: Job, request: JobRequest, status: JobStatus, error: PermanentError | None) -> Disposition:
+    def _end(self, job: Job, request: JobRequest, status: JobStatus, error: PermanentError | None) -> Disposition:
         """End a job a refused claim found spent, past its deadline or cancel-requested."""
         store_input = request.raw_input if status is JobStatus.FAILED and not job.input_stored else None
-        if self._store.settle_job(job, status, error.info() if error else None, self._now_ms(), store_input):
+        if self._store.end_job(job, status, error.info() if error else None, self._now_ms(), store_input):
             count_ended(job.job_type, status)
             return Ack(Fate.CANCELLED if status is JobStatus.CANCELLED else Fate.FAILED)
-        return Retry(Fate.RACED, RETRY_SOON_SECONDS, f"job {job.job_id} changed while it was being settled")
+        return Retry(Fate.RACED, RETRY_SOON_SECONDS, f"job {job.job_id} changed while it was being ended")
 
     def _resolve(self, job: Job, request: JobRequest) -> tuple[JobDefinition, BaseModel, dict[str, Any] | None]:
         if request.definition is not None and request.job_input is not None:

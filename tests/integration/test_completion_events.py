@@ -164,8 +164,8 @@ def test_jobs_settled_without_a_worker_and_requests_dead_lettered_before_any_cla
     store.create_job("e-6", new_job(), INPUT, NOW)
     store.create_job("e-7", new_job(), INPUT, NOW)
     late = JobErrorInfo(ErrorCode.DEADLINE_EXCEEDED, "the job's deadline passed", retryable=False)
-    assert store.settle_job(read(store, "e-6"), JobStatus.FAILED, late, NOW + 1)
-    assert store.settle_job(read(store, "e-7"), JobStatus.CANCELLED, None, NOW + 1)
+    assert store.end_job(read(store, "e-6"), JobStatus.FAILED, late, NOW + 1)
+    assert store.end_job(read(store, "e-7"), JobStatus.CANCELLED, None, NOW + 1)
     # A full request that reached the dead-letter queue before any worker created its job
     dead = JobErrorInfo(ErrorCode.DEAD_LETTERED, "reached the dead-letter queue after 100 receives", retryable=False)
     store.create_dead_lettered_job("e-8", new_job(), INPUT, dead, NOW + 2)

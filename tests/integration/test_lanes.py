@@ -88,7 +88,7 @@ def test_a_retried_job_goes_back_to_its_own_lane(
     job = store.get_job("retry-bg")
     assert job is not None
     failed = JobErrorInfo(ErrorCode.PROVIDER_REJECTED, "HTTP 400", retryable=False)
-    assert store.settle_job(job, JobStatus.FAILED, failed, int(time.time() * 1000))
+    assert store.end_job(job, JobStatus.FAILED, failed, int(time.time() * 1000))
 
     # When it is retried (as a redrive of its dead letter would)
     client.retry("retry-bg")

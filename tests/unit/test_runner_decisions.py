@@ -270,16 +270,16 @@ def test_a_claim_that_raced_another_write_comes_back_soon(
 
 
 class RacingSettles(InMemoryJobStore):
-    """A store whose settle always finds the job changed since it was read."""
+    """A store whose end_job always finds the job changed since it was read."""
 
-    def settle_job(self, *args: Any, **kwargs: Any) -> bool:
+    def end_job(self, *args: Any, **kwargs: Any) -> bool:
         return False
 
 
-def test_a_refused_claim_whose_settle_raced_comes_back_soon(
+def test_a_refused_claim_whose_end_raced_comes_back_soon(
     make_runner: RunnerFactory, provider: FakeProvider, clock: Clock
 ) -> None:
-    # Given a job past its deadline, whose settle meets a write that changed it in between
+    # Given a job past its deadline, whose end meets a write that changed it in between
     store = RacingSettles()
     message = job_message("classify", "raced-2")
     store.create_job("raced-2", new_job_for(message, deadline_seconds=60), message["input"], clock.now_ms)
@@ -289,7 +289,7 @@ def test_a_refused_claim_whose_settle_raced_comes_back_soon(
     disposition = make_runner(store).process(delivery({"job_id": "raced-2"}))
 
     # Then the message comes back soon (RACED), and the job is as it was
-    assert disposition == Retry(Fate.RACED, RETRY_SOON_SECONDS, "job raced-2 changed while it was being settled")
+    assert disposition == Retry(Fate.RACED, RETRY_SOON_SECONDS, "job raced-2 changed while it was being ended")
     assert provider.calls == 0
     assert job_of(store, "raced-2").status is JobStatus.QUEUED
 

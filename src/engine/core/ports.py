@@ -109,7 +109,7 @@ class WorkerStore(Protocol):
         """
         ...
 
-    def settle_job(
+    def end_job(
         self,
         job: Job,
         status: JobStatus,
@@ -180,7 +180,7 @@ class DeadLetterStore(Protocol):
 
     def get_job(self, job_id: str) -> Job | None: ...
 
-    def settle_job(
+    def end_job(
         self,
         job: Job,
         status: JobStatus,
@@ -199,10 +199,10 @@ class ReconcilerStore(Protocol):
         ...
 
     def touch_job(self, job: Job, now_ms: int) -> bool:
-        """Mark an open job as just re-enqueued, fenced like settle_job; False if it changed."""
+        """Mark an open job as just re-enqueued, fenced like end_job; False if it changed."""
         ...
 
-    def settle_job(
+    def end_job(
         self,
         job: Job,
         status: JobStatus,
