@@ -22,6 +22,7 @@ from engine.runner import JobRunner
 from engine.store import DynamoJobStore
 from engine.store.payloads import PayloadStore
 from engine.worker import Worker
+from handlers.worker import WorkerHandler
 from tests.support.providers import FakeProvider
 
 # moto as the tests, the soak and the embedded stack all run it: linearizable, with cheap transactions.
@@ -126,5 +127,5 @@ def runner(store: DynamoJobStore, provider: FakeProvider, registry: JobRegistry)
 
 
 @pytest.fixture
-def worker(runner: JobRunner, stack: StackResources, sqs: Any) -> Worker:
-    return Worker(runner, JobQueue(stack.queue_url, client=sqs))
+def worker(runner: JobRunner, stack: StackResources, sqs: Any) -> WorkerHandler:
+    return WorkerHandler(Worker(runner), JobQueue(stack.queue_url, client=sqs))

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -62,7 +62,7 @@ from engine.core.errors import (
     SchemaVersionMismatchError,
     deadline_error,
 )
-from engine.core.ports import WorkerStore
+from engine.core.ports import DeadLetters, WorkerStore
 from engine.decisions import (
     RETRY_SOON_SECONDS,
     Decision,
@@ -93,32 +93,6 @@ GIVE_UP_RECEIVES = 3
 RemainingMs = Callable[[], int]
 # Whether an unexpected exception may pass by itself (engine.aws_errors.is_transient in Lambda).
 TransientCheck = Callable[[Exception], bool]
-
-
-class DeadLetters(Protocol):
-    """Where the runner keeps what it cannot run (engine.dead_letters.DeadLetterRecorder)."""
-
-    def keep(self, message_id: str, body: str, attributes: dict[str, str], receive_count: int, reason: str) -> int:
-        """Keep a message durably as a dead letter."""
-        ...
-
-    def record(
-        self,
-        message_id: str,
-        body: str,
-        attributes: dict[str, str],
-        receive_count: int,
-        reason: str | None = None,
-        code: ErrorCode = ErrorCode.DEAD_LETTERED,
-    ) -> str:
-        """Keep a message given up on, and end the job it names with `code`; what became of that job."""
-        ...
-
-    def fail_bad_message(
-        self, bad: BadMessageError, body: str, now_ms: int, lane: Lane = Lane.INTERACTIVE
-    ) -> Job | None:
-        """Fail the job a bad message names; the job already there instead, when there is one."""
-        ...
 
 
 def _never_transient(_: Exception) -> bool:
