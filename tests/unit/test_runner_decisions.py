@@ -50,30 +50,13 @@ from engine.observability import GENAI_USAGE_ATTRIBUTES, job_metrics
 from engine.retry import MAX_DELAY_SECONDS, RESERVE_RECEIVES, backoff_seconds
 from engine.runner import FINISH_MARGIN_MS, GIVE_UP_RECEIVES, Claimed, JobRunner
 from engine.testing import InMemoryJobStore
+from tests.support.clock import Clock
 from tests.support.events import job_message, new_job_for
 from tests.support.providers import VALID_OUTPUTS, FakeProvider, valid_answer
 
-T0 = 1_800_000_000  # seconds
 LEASE_MS = 300_000  # the runner's default lease, used when no remaining time is given
 # 100 input and 20 output tokens of gpt-4o-mini at $0.15/$0.60 per million.
 COST_OF_ONE_CALL = Decimal("0.000027")
-
-
-class Clock:
-    """A clock the test moves, in whole seconds (so that milliseconds stay exact)."""
-
-    def __init__(self, seconds: int = T0) -> None:
-        self.seconds = seconds
-
-    def __call__(self) -> float:
-        return float(self.seconds)
-
-    @property
-    def now_ms(self) -> int:
-        return self.seconds * 1000
-
-    def advance(self, seconds: int) -> None:
-        self.seconds += seconds
 
 
 @pytest.fixture
