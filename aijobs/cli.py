@@ -49,7 +49,7 @@ from engine.core import ErrorCode, JobStatus, Lane
 from engine.core.errors import AiJobsError, ConfigurationError, MissingSettingsError, UnknownJobTypeError
 from engine.store.batches import ENDED_RETENTION_DAYS
 from engine.views import JobInspection, JobView
-from engine.worker import FUNCTION_TIMEOUT_SECONDS
+from handlers.worker import FUNCTION_TIMEOUT_SECONDS
 
 if TYPE_CHECKING:
     from aijobs.ui.server import DashboardServer

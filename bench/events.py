@@ -27,6 +27,7 @@ from bench.report import Figure, print_figures
 from bench.requests import SessionRequests
 from bench.shapes import message
 from engine.wiring import build_worker
+from handlers.worker import WorkerHandler
 
 JOBS = 60
 # Every event has arrived within this long, or the run reports what is missing.
@@ -137,7 +138,7 @@ def worker_requests(stack: DevStack) -> tuple[SessionRequests, str]:
         region_name=LOCAL_CREDENTIALS["AWS_DEFAULT_REGION"],
     )
     counted = SessionRequests(session)  # before the clients are made: they copy the session's hooks
-    worker = build_worker(stack.settings, session)
+    worker = WorkerHandler(*build_worker(stack.settings, session))
     for job_id in (f"ev-warm-{uuid.uuid4().hex[:6]}", f"ev-worker-{uuid.uuid4().hex[:6]}"):
         counted.operations.clear()
         response = worker.handle(sqs_event(sqs_record(message(job_id))), InvocationContext())

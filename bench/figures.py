@@ -52,6 +52,7 @@ from engine.queue import JobQueue
 from engine.runner import JobRunner
 from engine.store import DynamoJobStore, JobListing, UsageLedger
 from engine.worker import Worker
+from handlers.worker import WorkerHandler
 
 CREDENTIALS = LOCAL_CREDENTIALS
 LAMBDA_MEMORY_GB = 0.5  # the template's MemorySize 512
@@ -192,7 +193,7 @@ def requests_per_path() -> list[Figure]:
 # --- 2. a batch of 10 against a batch of 1 ----------------------------------------------------------
 
 
-def timed_batch(worker: Worker, size: int) -> float:
+def timed_batch(worker: WorkerHandler, size: int) -> float:
     event = sqs_event(*(sqs_record(message(f"batch-{size}-{uuid.uuid4().hex[:8]}")) for _ in range(size)))
     started = time.perf_counter()
     response = worker.handle(event, InvocationContext())
@@ -202,9 +203,10 @@ def timed_batch(worker: Worker, size: int) -> float:
     return elapsed
 
 
-def http_worker(environment: dict[str, str], table_name: str) -> Worker:
+def http_worker(environment: dict[str, str], table_name: str) -> WorkerHandler:
     provider = OpenAICompatibleProvider(environment["AI_BASE_URL"], static_api_key(None))
-    return Worker(runner_on(DynamoJobStore(table_name), provider), JobQueue(environment["JOBS_QUEUE_URL"]))
+    worker = Worker(runner_on(DynamoJobStore(table_name), provider))
+    return WorkerHandler(worker, JobQueue(environment["JOBS_QUEUE_URL"]))
 
 
 def batch_ratio(latency_seconds: float, rounds: int = 3) -> tuple[float, float]:
@@ -215,7 +217,7 @@ def batch_ratio(latency_seconds: float, rounds: int = 3) -> tuple[float, float]:
     """
     with served_stack(latency_seconds) as environment:
 
-        def fresh_worker() -> Worker:
+        def fresh_worker() -> WorkerHandler:
             resources = create_stack_resources(f"batch-{uuid.uuid4().hex[:6]}", session=boto3.Session())
             return http_worker(environment, resources.table_name)
 
@@ -499,7 +501,7 @@ def measure(console: Console, sizes: Sizes) -> list[Figure]:
             ten,
             one,
             1.5,
-            "Worker.handle on SQS events; local provider over HTTP; moto server in its own process, "
+            "WorkerHandler.handle on SQS events; local provider over HTTP; moto server in its own process, "
             f"DynamoDB serialized; fresh table per batch; median of {sizes.batch_rounds}",
         )
     )

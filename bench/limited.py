@@ -36,7 +36,7 @@ from engine.observability import lambda_function
 from engine.store.items import JOB_PREFIX
 from engine.store.limits import LIMIT_SK
 from engine.wiring import build_worker
-from engine.worker import FUNCTION_TIMEOUT_SECONDS
+from handlers.worker import FUNCTION_TIMEOUT_SECONDS, WorkerHandler
 
 PROCESSES = 3
 # `aijobs worker`'s defaults: two pollers, a batching window of a second, batches of ten.
@@ -86,7 +86,7 @@ def serve_worker(lanes: list[str]) -> None:
     settings = load_settings()
     session = local_session()
     requests = Requests(session)
-    worker = build_worker(settings, session)
+    worker = WorkerHandler(*build_worker(settings, session))
     handler = lambda_function(worker.handle, emit_metrics=False)
     template = load_template(DEFAULT_TEMPLATE)
     queues = {

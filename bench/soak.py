@@ -78,7 +78,9 @@ from engine.queue import JobQueue, JobQueues
 from engine.store.batches import BATCHES_PK
 from engine.store.items import from_item, job_from_item, job_key
 from engine.wiring import Aws, build_batcher, build_events, build_worker
-from engine.worker import Worker
+from handlers.events import events_handler
+from handlers.invocation import scheduled
+from handlers.worker import WorkerHandler
 
 API_KEY = "sk-soak"
 MODEL = "local-model"
@@ -322,7 +324,7 @@ class ClampedQueue(JobQueue):
 
 def build_soak_worker(
     settings: Settings, session: boto3.Session, clamp_seconds: int
-) -> tuple[Worker, list[ClampedQueue]]:
+) -> tuple[WorkerHandler, list[ClampedQueue]]:
     """engine.wiring.build_worker, with the quick job type and the clamp on each lane's queue."""
     registry = JobRegistry([*BUILTIN_DEFINITIONS, QUICK_CLASSIFY])
     registry.load_modules(settings.aijobs_job_modules)
@@ -332,7 +334,7 @@ def build_soak_worker(
         Lane.INTERACTIVE: ClampedQueue(settings.jobs_queue_url, sqs, clamp_seconds),
         Lane.BACKGROUND: ClampedQueue(settings.jobs_background_queue_url, sqs, clamp_seconds),
     }
-    worker = build_worker(settings, session, registry=registry, queue=JobQueues(queues))
+    worker = WorkerHandler(*build_worker(settings, session, registry=registry, queue=JobQueues(queues)))
     return worker, list(queues.values())
 
 
@@ -947,13 +949,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             ]
             # The batcher on its schedule, as the embedded stack runs it (every minute in AWS).
             batcher = Schedule(
-                build_batcher(settings, session).handle,
+                scheduled(build_batcher(settings, session).run, "Batches"),
                 LOCAL_BATCHER_SECONDS,
                 function_timeout(template, "BatchFunction"),
                 "soak-batches",
             )
             # The events function on the table's stream, as deployed: one completion event per job.
-            events = TableStream(stack.table_name, build_events(settings, session).handle, session, endpoint)
+            events = TableStream(stack.table_name, events_handler(build_events(settings, session)), session, endpoint)
             reader = StatusReader(stack.table_name, dynamodb, [job.job_id for job in jobs])
             started = time.monotonic()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -22,6 +23,7 @@ from engine.runner import JobRunner
 from engine.store import DynamoJobStore
 from engine.store.payloads import PayloadStore
 from engine.worker import Worker
+from handlers.worker import WorkerHandler
 from tests.support.providers import FakeProvider
 
 # moto as the tests, the soak and the embedded stack all run it: linearizable, with cheap transactions.
@@ -29,6 +31,19 @@ fit_moto()
 
 # How the reason begins when tests/ui skips for want of a browser: a run that skipped them ends saying so.
 BROWSERLESS = "browser tests not run:"
+TESTS = Path(__file__).resolve().parent
+
+
+# The tiers, one a directory of tests/ and a marker each (pyproject.toml): `pytest -m unit` runs one.
+TIERS = ("unit", "contract", "integration", "e2e", "ui")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its tier, the directory it is in."""
+    for item in items:
+        parts = item.path.relative_to(TESTS).parts
+        if parts and parts[0] in TIERS:
+            item.add_marker(parts[0])
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -126,5 +141,5 @@ def runner(store: DynamoJobStore, provider: FakeProvider, registry: JobRegistry)
 
 
 @pytest.fixture
-def worker(runner: JobRunner, stack: StackResources, sqs: Any) -> Worker:
-    return Worker(runner, JobQueue(stack.queue_url, client=sqs))
+def worker(runner: JobRunner, stack: StackResources, sqs: Any) -> WorkerHandler:
+    return WorkerHandler(Worker(runner), JobQueue(stack.queue_url, client=sqs))

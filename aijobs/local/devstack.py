@@ -51,6 +51,10 @@ from engine.gateway import build_gateway
 from engine.observability import Event, Handle, lambda_function
 from engine.observability import logger as engine_logger
 from engine.wiring import build_batcher, build_events, build_recorder, build_worker
+from handlers.dead_letter import dead_letter_handler
+from handlers.events import events_handler
+from handlers.invocation import scheduled
+from handlers.worker import WorkerHandler
 
 # The model id the local provider answers as; priced like the real one, so the demo shows costs.
 LOCAL_MODEL = "gpt-4o-mini"
@@ -216,14 +220,18 @@ class DevStack:
 
     def _start_functions(self) -> None:
         template = load_template(DEFAULT_TEMPLATE)
+
+        def worker_environment() -> Handle:
+            return WorkerHandler(*build_worker(self.settings, self.session)).handle
+
         # Built here, so that bad settings fail the start: the first poller's environment.
-        worker = build_worker(self.settings, self.session)
-        recorder = build_recorder(self.settings, self.session)
-        events = build_events(self.settings, self.session)
+        worker = worker_environment()
+        recorder = dead_letter_handler(build_recorder(self.settings, self.session))
+        events = events_handler(build_events(self.settings, self.session))
         # The table's stream feeds the events function, as its DynamoDB event source mapping does.
         self._stream = TableStream(
             self.resources.table_name,
-            lambda_function(events.handle, emit_metrics=not self.options.quiet),
+            lambda_function(events, emit_metrics=not self.options.quiet),
             self.session,
             self.settings.aws_endpoint_url,
             function_timeout_seconds=function_timeout(template, "EventsFunction"),
@@ -233,7 +241,7 @@ class DevStack:
         # Short long polls: a local endpoint costs nothing per receive, and stop() waits one out.
         # One worker function with an event source mapping per lane, as the template has them.
         worker_function = lambda_function(
-            _environments(worker.handle, lambda: build_worker(self.settings, self.session).handle),
+            _environments(worker, worker_environment),
             emit_metrics=not self.options.quiet,
         )
         lanes = [
@@ -256,7 +264,7 @@ class DevStack:
         self._mappings.append(
             EventSourceMapping(
                 resources.dlq_url,
-                lambda_function(recorder.handle, emit_metrics=not self.options.quiet),
+                lambda_function(recorder, emit_metrics=not self.options.quiet),
                 function_timeout_seconds=function_timeout(template, "DeadLetterFunction"),
                 function_name="aijobs-dead-letters",
                 wait_seconds=LOCAL_WAIT_SECONDS,
@@ -265,10 +273,10 @@ class DevStack:
         )
 
         if self.settings.aijobs_batch_api:
-            batcher = build_batcher(self.settings, self.session)
+            batcher = scheduled(build_batcher(self.settings, self.session).run, "Batches")
             self._schedules.append(
                 Schedule(
-                    lambda_function(batcher.handle, emit_metrics=not self.options.quiet),
+                    lambda_function(batcher, emit_metrics=not self.options.quiet),
                     LOCAL_BATCHER_SECONDS,
                     function_timeout(template, "BatchFunction"),
                     "aijobs-batches",

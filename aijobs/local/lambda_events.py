@@ -12,6 +12,7 @@ import hashlib
 import json
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -89,7 +90,8 @@ def _message_attribute(value: MessageAttributeValueOutputTypeDef) -> dict[str, A
 
 
 class InvocationContext(LambdaContext):
-    """The Lambda context of one invocation; the remaining time counts down from the function's timeout."""
+    """The Lambda context of one invocation; the remaining time counts down from the function's timeout,
+    on `clock` (seconds: the machine's monotonic clock, or a test's own)."""
 
     def __init__(
         self,
@@ -97,6 +99,8 @@ class InvocationContext(LambdaContext):
         timeout_seconds: float = 300.0,
         memory_limit_in_mb: int = 512,
         region: str = "us-east-1",
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._function_name = function_name
         self._function_version = "$LATEST"
@@ -105,11 +109,12 @@ class InvocationContext(LambdaContext):
         self._aws_request_id = str(uuid.uuid4())
         self._log_group_name = f"/aws/lambda/{function_name}"
         self._log_stream_name = f"{time.strftime('%Y/%m/%d')}/[$LATEST]{uuid.uuid4().hex}"
-        self._deadline = time.monotonic() + timeout_seconds
+        self._clock = clock
+        self._deadline = clock() + timeout_seconds
 
     def get_remaining_time_in_millis(self) -> int:  # type: ignore[override]  # an instance's own clock
-        return max(0, int((self._deadline - time.monotonic()) * 1000))
+        return max(0, round((self._deadline - self._clock()) * 1000))
 
     @property
     def timed_out(self) -> bool:
-        return time.monotonic() >= self._deadline
+        return self._clock() >= self._deadline

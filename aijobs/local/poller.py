@@ -120,6 +120,7 @@ class EventSourceMapping:
         function_name: str = "aijobs-worker",
         memory_limit_in_mb: int = 512,
         sqs_client: SQSClient | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not 1 <= batch_size <= MAX_BATCH_SIZE:
             raise ValueError(f"batch_size {batch_size} is not within 1..{MAX_BATCH_SIZE}")
@@ -140,6 +141,8 @@ class EventSourceMapping:
         self._concurrency = concurrency
         self._function_name = function_name
         self._memory_limit_in_mb = memory_limit_in_mb
+        # What the invocations' remaining time counts down on.
+        self._clock = clock
         # Every poller may hold a long poll and a delete at once.
         self._sqs: SQSClient = sqs_client or boto3.client(
             "sqs", config=Config(max_pool_connections=max(10, 2 * concurrency))
@@ -282,7 +285,9 @@ class EventSourceMapping:
         event = sqs_event(*(received_record(message, self._queue_arn) for message in messages))
         message_ids = [message["MessageId"] for message in messages]
         region = self._queue_arn.split(":")[3]
-        context = InvocationContext(self._function_name, self._timeout_seconds, self._memory_limit_in_mb, region)
+        context = InvocationContext(
+            self._function_name, self._timeout_seconds, self._memory_limit_in_mb, region, clock=self._clock
+        )
         try:
             response = self._handler(event, context)
             if context.timed_out:

@@ -20,18 +20,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any
 
-from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
-from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
-from aws_lambda_powertools.utilities.typing import LambdaContext
-
-from engine.core import ErrorCode, Job, JobErrorInfo, JobStatus, Lane
-from engine.core.ports import DeadLetterStore
+from engine.core import DeadLetterFate, Delivery, ErrorCode, Job, JobErrorInfo, JobStatus, Lane
+from engine.core.ports import BadMessage, DeadLetterStore
 from engine.definitions import JobRegistry
 from engine.intake import BadMessageError, JobRequest, parse_message, sha256_hex
-from engine.observability import log_unexpected, logger, metrics
+from engine.observability import count, log_unexpected, logger
 from engine.text import one_line, valid_text
 
 # Whether an exception may pass by itself (engine.aws_errors.is_transient in Lambda).
@@ -56,31 +50,29 @@ class DeadLetterRecorder:
         # Without a way to tell, every failure is taken as one that may pass: the message stays.
         self._is_transient = is_transient
 
-    def handle(self, event: dict[str, Any], context: LambdaContext | None) -> dict[str, Any]:
-        """A batch of the dead-letter queue; a record that could not be stored is reported and stays."""
-        processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
-        return dict(process_partial_response(event, self.handle_record, processor, context))
-
-    def handle_record(self, record: SQSRecord) -> str:
-        """The record handler of the dead-letter queue's batch processor."""
-        receive_count = int(record.attributes.approximate_receive_count or 0)
-        attributes = dict(record.raw_event.get("attributes") or {})
+    def arrived(self, delivery: Delivery) -> DeadLetterFate:
+        """A message of the dead-letter queue: kept, and the job it names ended; what became of it. One
+        the table does not take is kept in the payload bucket instead (`unrecorded`), unless the failure
+        may pass by itself: then this raises, and the message stays on its queue."""
+        attributes = dict(delivery.attributes)
         try:
-            outcome = self.record(record.message_id, record.body, attributes, receive_count)
+            fate = self.record(delivery.message_id, delivery.body, attributes, delivery.receive_count)
         except Exception as exc:
-            return self._keep_unrecorded(record.message_id, record.body, attributes, receive_count, exc)
-        metrics.add_metric(name="Jobs_dead_lettered", unit=MetricUnit.Count, value=1)
-        return outcome
+            _count(DeadLetterFate.UNRECORDED)
+            log_unexpected("a dead letter could not be recorded", exc, message_id=delivery.message_id)
+            if self._is_transient(exc):
+                raise
+            self._keep_unrecorded(delivery.message_id, delivery.body, attributes, delivery.receive_count, exc)
+            return DeadLetterFate.UNRECORDED
+        _count(fate)
+        count("Jobs_dead_lettered")
+        return fate
 
     def _keep_unrecorded(
         self, message_id: str, body: str, attributes: dict[str, str], receive_count: int, exc: Exception
-    ) -> str:
-        """A dead letter the table did not take: raised again (it stays on the queue) when the failure
-        may pass by itself, else kept in the payload bucket and acknowledged."""
-        metrics.add_metric(name="DeadLetters_unrecorded", unit=MetricUnit.Count, value=1)
-        log_unexpected("a dead letter could not be recorded", exc, message_id=message_id)
-        if self._is_transient(exc):
-            raise exc
+    ) -> None:
+        """Keep in the payload bucket a dead letter the table refused for good (raises when the bucket
+        refuses it too: it stays on its queue)."""
         document = {
             "message_id": message_id,
             "body": valid_text(body),
@@ -92,7 +84,6 @@ class DeadLetterRecorder:
         }
         key = self._store.keep_unrecorded(message_id, json.dumps(document, ensure_ascii=False).encode())
         logger.warning("dead letter kept in the payload bucket", extra={"message_id": message_id, "key": key})
-        return "kept"
 
     def record(
         self,
@@ -102,7 +93,7 @@ class DeadLetterRecorder:
         receive_count: int,
         reason: str | None = None,
         code: ErrorCode = ErrorCode.DEAD_LETTERED,
-    ) -> str:
+    ) -> DeadLetterFate:
         """Keep the message, then end the job it names with `code`; returns what became of the job."""
         reason = reason or _arrival(receive_count)
         request, bad = self._parse(body, message_id)
@@ -110,11 +101,11 @@ class DeadLetterRecorder:
         now = self._keep(message_id, body, attributes, receive_count, reason, job_id)
         error = JobErrorInfo(code, reason, retryable=False)
         if job_id is None:
-            return "recorded"
+            return DeadLetterFate.RECORDED
         job = self._store.get_job(job_id)
         if job is None:
             return self._create(job_id, body, request, bad, error, now)
-        return self._settle(job, request, error, now, message_id)
+        return self._end(job, request, error, now, message_id)
 
     def keep(self, message_id: str, body: str, attributes: dict[str, str], receive_count: int, reason: str) -> int:
         """Keep the message durably, touching no job; returns the time it was recorded at."""
@@ -134,9 +125,7 @@ class DeadLetterRecorder:
         self._store.record_dead_letter(message_id, body, attributes, receive_count, reason, now, job_id)
         return now
 
-    def fail_bad_message(
-        self, bad: BadMessageError, body: str, now_ms: int, lane: Lane = Lane.INTERACTIVE
-    ) -> Job | None:
+    def fail_bad_message(self, bad: BadMessage, body: str, now_ms: int, lane: Lane = Lane.INTERACTIVE) -> Job | None:
         """Record the job a bad message names as `failed` with the message's error, in the lane the
         message names when that is valid, else in `lane` (the lane of the queue it came from).
 
@@ -175,40 +164,47 @@ class DeadLetterRecorder:
         bad: BadMessageError | None,
         error: JobErrorInfo,
         now: int,
-    ) -> str:
+    ) -> DeadLetterFate:
         if request is not None and request.new_job is not None and request.raw_input is not None:
             existing = self._store.create_dead_lettered_job(job_id, request.new_job, request.raw_input, error, now)
         elif bad is not None:
             existing = self.fail_bad_message(bad, body, now)
         else:
-            return "recorded"  # a reference to a job that does not exist
+            return DeadLetterFate.RECORDED  # a reference to a job that does not exist
         if existing is None:
             logger.warning("job recorded as failed from a dead letter", extra={"job_id": job_id})
-            return "failed"
-        return "recorded"
+            return DeadLetterFate.FAILED
+        return DeadLetterFate.RECORDED
 
-    def _settle(self, job: Job, request: JobRequest | None, error: JobErrorInfo, now: int, message_id: str) -> str:
+    def _end(
+        self, job: Job, request: JobRequest | None, error: JobErrorInfo, now: int, message_id: str
+    ) -> DeadLetterFate:
         if job.status.is_terminal:
-            return "recorded"
+            return DeadLetterFate.RECORDED
         new_job = request.new_job if request else None
         if new_job is not None and new_job.request_hash != job.request_hash:
-            return "recorded"  # another request under the same id: the job is not this message's
+            return DeadLetterFate.RECORDED  # another request under the same id: the job is not this message's
         if job.lease_remaining_ms(now) > 0:
-            return "held"  # a worker still runs it and will finish it
+            return DeadLetterFate.HELD  # a worker still runs it and will finish it
         if job.cancel_requested:
-            return "cancelled" if self._store.settle_job(job, JobStatus.CANCELLED, None, now) else "recorded"
+            ended = self._store.end_job(job, JobStatus.CANCELLED, None, now)
+            return DeadLetterFate.CANCELLED if ended else DeadLetterFate.RECORDED
         carried_input = request.raw_input if request else None
         store_input = carried_input if not job.input_stored else None
-        if self._store.settle_job(job, JobStatus.FAILED, error, now, store_input):
+        if self._store.end_job(job, JobStatus.FAILED, error, now, store_input):
             logger.warning(
                 "job failed from a dead letter",
                 extra={"job_id": job.job_id, "message_id": message_id, "code": error.code.value},
             )
-            return "failed"
-        return "recorded"
+            return DeadLetterFate.FAILED
+        return DeadLetterFate.RECORDED
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
+
+
+def _count(fate: DeadLetterFate) -> None:
+    count(f"DeadLetters_{fate.value}")
 
 
 def _arrival(receive_count: int) -> str:

@@ -20,8 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools.utilities.typing import LambdaContext
-
 from engine.core import Job, JobStatus
 from engine.observability import log_unexpected, logger
 from engine.store.items import job_from_item
@@ -168,16 +166,16 @@ class CompletionEvents:
     def __init__(self, publisher: EventPublisher) -> None:
         self._publisher = publisher
 
-    def handle(self, event: dict[str, Any], context: LambdaContext | None) -> dict[str, Any]:
-        records = event.get("Records") or []
+    def publish(self, records: Sequence[dict[str, Any]]) -> str | None:
+        """Put on the bus the events the stream's records make. When the bus refused some: the sequence
+        number the stream must resume from (the first refused record's, as a stream resumes from the
+        lowest failed one); else None."""
         events = [completed for record in records if (completed := completion_event(record)) is not None]
         refused = self._publisher.publish(events)
         if not refused:
-            return {"batchItemFailures": []}
+            return None
         logger.warning("completion events refused by the bus", extra={"refused": len(refused)})
-        # A stream resumes from the lowest failed sequence number: report the first refused record.
-        first = min(refused, key=lambda completed: int(completed.sequence_number or 0))
-        return {"batchItemFailures": [{"itemIdentifier": first.sequence_number}]}
+        return min(refused, key=lambda completed: int(completed.sequence_number or 0)).sequence_number
 
 
 def _terminal(image: dict[str, Any]) -> bool:

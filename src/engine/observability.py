@@ -7,8 +7,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
-from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
-from aws_lambda_powertools.utilities.typing import LambdaContext
+from aws_lambda_powertools.metrics import EphemeralMetrics
+from aws_lambda_powertools.metrics import MetricUnit as MetricUnit  # the engine's metrics name their units with it
 
 logger = Logger(service="aijobs")
 metrics = Metrics(namespace="aijobs", service="aijobs")
@@ -82,8 +82,15 @@ class JobMetrics:
 
 job_metrics = JobMetrics()
 
+
+def count(name: str, value: int = 1) -> None:
+    """Add to a service-wide count of the invocation (`Jobs_<fate>`, `DeadLetters_<fate>`, ...)."""
+    metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+
+
 Event = dict[str, Any]
-Handle = Callable[[Event, LambdaContext], Any]
+# A Lambda handler: the event and the invocation's context (a LambdaContext, which only src/handlers reads).
+Handle = Callable[[Event, Any], Any]
 
 # Frames of an unexpected exception's stack that are logged (the innermost ones).
 STACK_FRAMES = 8
@@ -151,7 +158,7 @@ def lambda_function(handle: Handle, *, tracing: bool = False, emit_metrics: bool
     """
 
     @logger.inject_lambda_context
-    def handler(event: Event, context: LambdaContext) -> Any:
+    def handler(event: Event, context: Any) -> Any:
         try:
             return handle(event, context)
         finally:

@@ -19,15 +19,12 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from enum import StrEnum
 
-from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.typing import LambdaContext
-
-from engine.core import Job, JobStatus
+from engine.core import ErrorCode, Job, JobStatus
 from engine.core.errors import deadline_error
 from engine.core.ports import ReconcilerStore
-from engine.observability import log_unexpected, logger, metrics
+from engine.observability import log_unexpected, logger
 from engine.queue import JobQueue, JobQueues
 from engine.retry import MAX_DELAY_SECONDS
 
@@ -38,6 +35,20 @@ DEFAULT_MAX_JOBS = 1000
 STOP_MARGIN_MS = 15_000
 
 RemainingMs = Callable[[], int]
+
+
+class Reconciled(StrEnum):
+    """What a pass counts: the jobs it examined, what became of them, and how the pass went. Each is
+    the metric `Reconciled_<what>`."""
+
+    EXAMINED = "examined"
+    ALREADY_FINISHED = "already_finished"  # it ended after its index entry was read
+    CANCELLED = "cancelled"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    BUDGET_EXCEEDED = "budget_exceeded"  # past its deadline while its user's budget held it
+    REQUEUED = "requeued"
+    ERRORS = "errors"  # jobs that could not be reconciled (logged; the pass goes on)
+    STOPPED_EARLY = "stopped_early"  # the invocation's time ran out
 
 
 class Reconciler:
@@ -57,54 +68,51 @@ class Reconciler:
         self._max_jobs = max_jobs
         self._clock = clock
 
-    def handle(self, event: dict[str, Any], context: LambdaContext | None) -> dict[str, int]:
-        """One scheduled pass: what became of the jobs, also as metrics `Reconciled_<fate>`."""
-        report = self.run(getattr(context, "get_remaining_time_in_millis", None))
-        for fate, count in report.items():
-            metrics.add_metric(name=f"Reconciled_{fate}", unit=MetricUnit.Count, value=count)
-        return dict(report)
-
-    def run(self, remaining_ms: RemainingMs | None = None) -> Counter[str]:
+    def run(self, remaining_ms: RemainingMs | None = None) -> Counter[Reconciled]:
         """One pass; returns how many jobs met each fate (examined, deadline_exceeded, errors, ...)."""
-        report: Counter[str] = Counter()
+        report: Counter[Reconciled] = Counter()
         walk = self._store.open_jobs(self._max_jobs)
         jobs = iter(walk)
         while True:
             # Time is checked before a job is taken: every job the walk hands out is examined.
             if remaining_ms is not None and remaining_ms() < STOP_MARGIN_MS:
-                report["stopped_early"] += 1
+                report[Reconciled.STOPPED_EARLY] += 1
                 break
             job = next(jobs, None)
             if job is None:
                 break
-            report["examined"] += 1
+            report[Reconciled.EXAMINED] += 1
             try:
                 fate = self._reconcile(job, self._now_ms())
             except Exception as exc:
                 log_unexpected("a job could not be reconciled", exc, job_id=job.job_id)
-                report["errors"] += 1
+                report[Reconciled.ERRORS] += 1
                 continue
             if fate:
                 report[fate] += 1
         walk.save()
-        logger.info("reconciled open jobs", extra=dict(report))
+        logger.info("reconciled open jobs", extra={what.value: count for what, count in report.items()})
         return report
 
-    def _reconcile(self, job: Job, now_ms: int) -> str | None:
+    def _reconcile(self, job: Job, now_ms: int) -> Reconciled | None:
         if job.status.is_terminal:
-            return "already_finished"  # it ended after the index entry was read
+            return Reconciled.ALREADY_FINISHED
         if job.lease_remaining_ms(now_ms) > 0:
             return None  # a worker holds it and will finish or release it
         # In the order a refused claim is explained (store.explain_claim_refusal): a cancel wins.
         if job.cancel_requested:
-            return "cancelled" if self._store.settle_job(job, JobStatus.CANCELLED, None, now_ms) else None
+            return Reconciled.CANCELLED if self._store.end_job(job, JobStatus.CANCELLED, None, now_ms) else None
         if job.deadline_at is not None and job.deadline_at <= now_ms:
             error = deadline_error(job, "the job's deadline passed with no worker on it")
-            return error.code.value if self._store.settle_job(job, JobStatus.FAILED, error.info(), now_ms) else None
+            if not self._store.end_job(job, JobStatus.FAILED, error.info(), now_ms):
+                return None
+            return (
+                Reconciled.BUDGET_EXCEEDED if error.code is ErrorCode.BUDGET_EXCEEDED else Reconciled.DEADLINE_EXCEEDED
+            )
         stale = now_ms - job.updated_at >= self._stale_ms
         if stale and job.input_stored and self._store.touch_job(job, now_ms):
             self._queues[job.lane].send({"job_id": job.job_id}, group_id=job.user_id)
-            return "requeued"
+            return Reconciled.REQUEUED
         return None
 
     def _now_ms(self) -> int:

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -62,7 +62,7 @@ from engine.core.errors import (
     SchemaVersionMismatchError,
     deadline_error,
 )
-from engine.core.ports import WorkerStore
+from engine.core.ports import DeadLetters, WorkerStore
 from engine.decisions import (
     RETRY_SOON_SECONDS,
     Decision,
@@ -93,32 +93,6 @@ GIVE_UP_RECEIVES = 3
 RemainingMs = Callable[[], int]
 # Whether an unexpected exception may pass by itself (engine.aws_errors.is_transient in Lambda).
 TransientCheck = Callable[[Exception], bool]
-
-
-class DeadLetters(Protocol):
-    """Where the runner keeps what it cannot run (engine.dead_letters.DeadLetterRecorder)."""
-
-    def keep(self, message_id: str, body: str, attributes: dict[str, str], receive_count: int, reason: str) -> int:
-        """Keep a message durably as a dead letter."""
-        ...
-
-    def record(
-        self,
-        message_id: str,
-        body: str,
-        attributes: dict[str, str],
-        receive_count: int,
-        reason: str | None = None,
-        code: ErrorCode = ErrorCode.DEAD_LETTERED,
-    ) -> str:
-        """Keep a message given up on, and end the job it names with `code`; what became of that job."""
-        ...
-
-    def fail_bad_message(
-        self, bad: BadMessageError, body: str, now_ms: int, lane: Lane = Lane.INTERACTIVE
-    ) -> Job | None:
-        """Fail the job a bad message names; the job already there instead, when there is one."""
-        ...
 
 
 def _never_transient(_: Exception) -> bool:
@@ -355,20 +329,20 @@ class JobRunner:
                 reason = f"job {job.job_id} exists with a different job type, user or input"
                 return self._dead_letter(delivery, reason)
             case ClaimRefusal.CANCEL_REQUESTED:
-                return self._settle(job, request, JobStatus.CANCELLED, None)
+                return self._end(job, request, JobStatus.CANCELLED, None)
             case ClaimRefusal.DEADLINE_PASSED:
-                return self._settle(job, request, JobStatus.FAILED, deadline_error(job, "the job's deadline passed"))
+                return self._end(job, request, JobStatus.FAILED, deadline_error(job, "the job's deadline passed"))
             case ClaimRefusal.ATTEMPTS_SPENT:
                 spent = MaxAttemptsExceededError(f"attempt budget spent ({job.attempt_count} of {job.max_attempts})")
-                return self._settle(job, request, JobStatus.FAILED, spent)
+                return self._end(job, request, JobStatus.FAILED, spent)
 
-    def _settle(self, job: Job, request: JobRequest, status: JobStatus, error: PermanentError | None) -> Disposition:
+    def _end(self, job: Job, request: JobRequest, status: JobStatus, error: PermanentError | None) -> Disposition:
         """End a job a refused claim found spent, past its deadline or cancel-requested."""
         store_input = request.raw_input if status is JobStatus.FAILED and not job.input_stored else None
-        if self._store.settle_job(job, status, error.info() if error else None, self._now_ms(), store_input):
+        if self._store.end_job(job, status, error.info() if error else None, self._now_ms(), store_input):
             count_ended(job.job_type, status)
             return Ack(Fate.CANCELLED if status is JobStatus.CANCELLED else Fate.FAILED)
-        return Retry(Fate.RACED, RETRY_SOON_SECONDS, f"job {job.job_id} changed while it was being settled")
+        return Retry(Fate.RACED, RETRY_SOON_SECONDS, f"job {job.job_id} changed while it was being ended")
 
     def _resolve(self, job: Job, request: JobRequest) -> tuple[JobDefinition, BaseModel, dict[str, Any] | None]:
         if request.definition is not None and request.job_input is not None:

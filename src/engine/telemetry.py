@@ -5,11 +5,9 @@ each metric and the dashboard and alarms built on them."""
 
 from __future__ import annotations
 
-from aws_lambda_powertools.metrics import MetricUnit
-
 from engine.core import AttemptRecord, JobStatus, Lane
 from engine.core.outcomes import Outcome, Released, target_status
-from engine.observability import job_metrics
+from engine.observability import MetricUnit, job_metrics
 
 # The job's status after an attempt, as the outcome metric names it (the worker's fates).
 OUTCOME_NAMES = {

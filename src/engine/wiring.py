@@ -1,10 +1,10 @@
 """Wiring: each function's parts, built once from one Settings object and one boto3 session.
 
-A Lambda handler is `entry_point(build)`: on its first invocation it reads the settings and builds
-its parts, then keeps them for every warm invocation (with SnapStart, before the snapshot: see
-`EntryPoint.prepare`). Tests and the embedded stack call the same `build_*` functions with
-Settings and a session of their own, and wrap the result with `lambda_function`; nothing reads or
-rewrites os.environ to reconfigure the engine.
+A Lambda handler (src/handlers) is `entry_point(build)`: on its first invocation it reads the
+settings and builds its parts, then keeps them for every warm invocation (with SnapStart, before
+the snapshot: see `EntryPoint.prepare`). Tests and the embedded stack call the same `build_*`
+functions with Settings and a session of their own, give the parts to the same handlers, and wrap
+those with `lambda_function`; nothing reads or rewrites os.environ to reconfigure the engine.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import boto3
 from botocore.config import Config
@@ -80,13 +80,21 @@ def build_store(settings: Settings, aws: Aws) -> DynamoJobStore:
     )
 
 
+class WorkerParts(NamedTuple):
+    """The worker function's parts: the engine's worker, and the queues its records come from (where
+    handlers.worker hides the messages that come back later)."""
+
+    worker: Worker
+    queues: JobQueues
+
+
 def build_worker(
     settings: Settings,
     session: boto3.Session | None = None,
     *,
     registry: JobRegistry | None = None,
     queue: JobQueue | JobQueues | None = None,
-) -> Worker:
+) -> WorkerParts:
     """The worker the settings describe; `registry` and `queue` replace the ones they would give."""
     aws = Aws(settings, session)
     store = build_store(settings, aws)
@@ -101,14 +109,14 @@ def build_worker(
     if settings.aijobs_batch_api:
         files = BatchFiles(build_payloads(settings, aws))
         batching = BatchIntake(files, gateway.plan, batch_timing(settings))
-    return Worker(
+    worker = Worker(
         runner,
-        queue or build_queues(settings, aws),
         admission=build_admission(settings, aws),
         planner=gateway.plan,
         batching=batching,
         rng=random.SystemRandom(),
     )
+    return WorkerParts(worker, JobQueues.of(queue or build_queues(settings, aws)))
 
 
 def build_attachments(settings: Settings, aws: Aws) -> AttachmentLoader:

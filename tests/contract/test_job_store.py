@@ -594,7 +594,7 @@ def test_settling_a_job_as_it_was_read_ends_it(job_store: JobStore) -> None:
     read = current(job_store)
 
     # When it is settled failed
-    settled = job_store.settle_job(read, JobStatus.FAILED, REJECTED, NOW + 61_000)
+    settled = job_store.end_job(read, JobStatus.FAILED, REJECTED, NOW + 61_000)
 
     # Then it failed with the error (on one line), and is no longer open
     assert settled
@@ -614,7 +614,7 @@ def test_settling_a_job_failed_with_its_input_stores_it(job_store: JobStore) -> 
     read = current(job_store)
 
     # When it is settled failed with the input the message carried
-    assert job_store.settle_job(read, JobStatus.FAILED, REJECTED, NOW + LEASE_MS + 1, store_input=JOB_INPUT)
+    assert job_store.end_job(read, JobStatus.FAILED, REJECTED, NOW + LEASE_MS + 1, store_input=JOB_INPUT)
 
     # Then it failed, its lease let go, and its input is stored
     settled = current(job_store)
@@ -631,7 +631,7 @@ def test_settling_is_refused_when_the_job_was_claimed_again_since_it_was_read(jo
     assert taken.status is read.status
 
     # When it is settled as it was read
-    settled = job_store.settle_job(read, JobStatus.FAILED, REJECTED, NOW + LEASE_MS + 2)
+    settled = job_store.end_job(read, JobStatus.FAILED, REJECTED, NOW + LEASE_MS + 2)
 
     # Then the claim count changed: refused, and worker-b's job is unchanged
     assert not settled
@@ -645,7 +645,7 @@ def test_settling_is_refused_when_the_status_changed_since_it_was_read(job_store
     cancelled = job_store.request_cancel("job-1", NOW + 1_000)
 
     # When it is settled as it was read
-    settled = job_store.settle_job(read, JobStatus.FAILED, REJECTED, NOW + 2_000)
+    settled = job_store.end_job(read, JobStatus.FAILED, REJECTED, NOW + 2_000)
 
     # Then it is refused, and the job stays cancelled
     assert not settled
@@ -658,7 +658,7 @@ def test_settling_an_absent_job_is_refused(job_store: JobStore) -> None:
 
     # When it is settled
     # Then it is refused, and nothing is created
-    assert not job_store.settle_job(ghost, JobStatus.CANCELLED, None, NOW + 1_000)
+    assert not job_store.end_job(ghost, JobStatus.CANCELLED, None, NOW + 1_000)
     assert job_store.get_job("ghost") is None
 
 
@@ -1257,7 +1257,7 @@ def test_settling_a_job_to_a_status_it_cannot_reach_raises_value_error(
 
     # When it is settled to that target
     with pytest.raises(ValueError, match="is not a transition"):
-        job_store.settle_job(job, target, None, NOW + 1_000)
+        job_store.end_job(job, target, None, NOW + 1_000)
 
     # Then nothing is written
     assert job_store.get_job("job-1") is None

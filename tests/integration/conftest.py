@@ -27,6 +27,7 @@ from engine.store.items import INPUT_SK, OPEN_SHARDS, attempt_sk, dead_letter_ke
 from engine.store.open_jobs import OPEN_JOBS_INDEX
 from engine.store.payloads import PayloadStore
 from engine.worker import Worker
+from handlers.worker import WorkerHandler
 from tests.support.events import new_job_for, sqs_record
 from tests.support.providers import FakeProvider
 
@@ -100,8 +101,8 @@ def queue(stack: StackResources, sqs: Any) -> RecordingQueue:
 
 
 @pytest.fixture
-def worker(runner: JobRunner, queue: RecordingQueue) -> Worker:
-    return Worker(runner, queue)
+def worker(runner: JobRunner, queue: RecordingQueue) -> WorkerHandler:
+    return WorkerHandler(Worker(runner), queue)
 
 
 @pytest.fixture
@@ -109,7 +110,7 @@ def table(stack: StackResources) -> TableReader:
     return TableReader(stack.table_name)
 
 
-WorkerFactory = Callable[..., Worker]
+WorkerFactory = Callable[..., WorkerHandler]
 
 
 @pytest.fixture
@@ -123,14 +124,14 @@ def make_worker(
 ) -> WorkerFactory:
     """A worker of its own: its own store on the shared (counted) client, a clock, a provider."""
 
-    def build(clock: Callable[[], float] = time.time, fake: FakeProvider | None = None) -> Worker:
+    def build(clock: Callable[[], float] = time.time, fake: FakeProvider | None = None) -> WorkerHandler:
         store = DynamoJobStore(stack.table_name, client=dynamodb, payloads=payloads)
         gateway = ModelGateway(fake or provider, ModelTiers(MODEL))
         recorder = DeadLetterRecorder(store, registry, clock=clock)
         runner = JobRunner(
             store, gateway, registry, recorder, clock=clock, rng=random.Random(7), is_transient=is_transient
         )
-        return Worker(runner, queue)
+        return WorkerHandler(Worker(runner), queue, clock=clock)
 
     return build
 

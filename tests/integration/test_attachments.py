@@ -1,4 +1,4 @@
-"""Jobs with attachments through Worker.handle on moto: read from the payload bucket and from an allowed
+"""Jobs with attachments through the worker handler on moto: read from the payload bucket and from an allowed
 other bucket by engine.store.attachments.S3Attachments, what was read written on the job's item, two
 DynamoDB requests a successful job; a bucket not allowed fails attachment_invalid with no S3 read, and
 an object deleted after the first attempt fails the retry the same way."""
@@ -26,6 +26,7 @@ from engine.runner import JobRunner
 from engine.store import DynamoJobStore
 from engine.store.attachments import S3Attachments
 from engine.worker import Worker
+from handlers.worker import WorkerHandler
 from tests.conftest import RequestCounter
 from tests.integration.conftest import TableReader
 from tests.support.attachment_files import READ_FILES, image, pdf
@@ -64,7 +65,7 @@ class Stack:
             is_transient=is_transient,
             attachments=loader,
         )
-        self.worker = Worker(runner, JobQueue(stack.queue_url, client=sqs))
+        self.worker = WorkerHandler(Worker(runner), JobQueue(stack.queue_url, client=sqs))
 
     def put(self, bucket: str, key: str, data: bytes) -> str:
         self.s3.put_object(Bucket=bucket, Key=key, Body=data)

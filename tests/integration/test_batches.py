@@ -35,6 +35,7 @@ from engine.store import DynamoJobStore
 from engine.store.batches import BatchTable
 from engine.store.payloads import PayloadStore
 from engine.worker import Worker
+from handlers.worker import WorkerHandler
 from tests.conftest import RequestCounter
 from tests.support.events import InvocationContext, job_message, sqs_event, sqs_record
 
@@ -90,7 +91,7 @@ class Stack:
         )
         files = BatchFiles(payloads)
         intake = BatchIntake(files, self.gateway.plan, TIMING, clock=self.clock)
-        self.worker = Worker(self.runner, self.queues, batching=intake)
+        self.worker = WorkerHandler(Worker(self.runner, batching=intake), self.queues)
         self.records = BatchTable(stack.table_name, dynamodb)
         # The test's own reads, on a client whose requests are not counted.
         reader = boto3.client("dynamodb")

@@ -15,7 +15,7 @@ from engine.core.errors import JobNotFoundError, JobStateError, ProviderRejected
 from engine.definitions import JobRegistry
 from engine.gateway import CompletionRequest
 from engine.store import DynamoJobStore, JobListing, UsageLedger
-from engine.worker import Worker
+from handlers.worker import WorkerHandler
 from tests.conftest import RequestCounter
 from tests.integration.conftest import (
     ACKNOWLEDGED,
@@ -39,7 +39,7 @@ DAY_MS = 86_400_000
 def test_cancelling_a_queued_job_ends_it_at_once_and_its_message_runs_nothing(
     store: DynamoJobStore,
     jobs_client: AiJobsClient,
-    worker: Worker,
+    worker: WorkerHandler,
     provider: FakeProvider,
     dynamodb_requests: RequestCounter,
     table: TableReader,
@@ -76,7 +76,7 @@ def test_cancelling_a_queued_job_ends_it_at_once_and_its_message_runs_nothing(
 
 
 def test_a_cancel_requested_during_the_provider_call_discards_the_output_and_keeps_the_usage(
-    worker: Worker,
+    worker: WorkerHandler,
     provider: FakeProvider,
     side_store: DynamoJobStore,
     queue: RecordingQueue,
@@ -118,7 +118,7 @@ def test_a_cancel_requested_during_the_provider_call_discards_the_output_and_kee
 
 
 def test_a_retryable_failure_of_a_job_cancelled_meanwhile_ends_it_instead_of_retrying(
-    worker: Worker,
+    worker: WorkerHandler,
     provider: FakeProvider,
     side_store: DynamoJobStore,
     queue: RecordingQueue,
@@ -183,7 +183,7 @@ def test_a_cancel_requested_after_the_worker_died_is_settled_by_the_next_deliver
 
 
 def test_cancelling_a_finished_job_leaves_it_as_it_was(
-    worker: Worker,
+    worker: WorkerHandler,
     jobs_client: AiJobsClient,
     dynamodb_requests: RequestCounter,
     table: TableReader,
@@ -224,7 +224,7 @@ def test_cancelling_an_unknown_job_raises_job_not_found_and_creates_nothing(
 def test_retrying_a_failed_job_runs_it_again_with_a_fresh_budget_and_adds_up_the_usage(
     stack: StackResources,
     sqs: Any,
-    worker: Worker,
+    worker: WorkerHandler,
     provider: FakeProvider,
     store: DynamoJobStore,
     queue: RecordingQueue,
@@ -291,7 +291,7 @@ def test_only_a_failed_job_can_be_retried(
     stack: StackResources,
     sqs: Any,
     store: DynamoJobStore,
-    worker: Worker,
+    worker: WorkerHandler,
     jobs_client: AiJobsClient,
     table: TableReader,
     enqueue: Enqueue,
@@ -321,7 +321,7 @@ def test_only_a_failed_job_can_be_retried(
 def test_a_failed_job_without_a_stored_input_cannot_be_retried(
     stack: StackResources,
     sqs: Any,
-    worker: Worker,
+    worker: WorkerHandler,
     jobs_client: AiJobsClient,
     table: TableReader,
     enqueue: Enqueue,

@@ -17,6 +17,7 @@ from engine.core import ErrorCode, Job, JobErrorInfo, JobStatus, NewJob
 from engine.core.outcomes import Cancelled, Failed, Released, Succeeded
 from engine.events import MAX_EVENT_OUTPUT_BYTES, CompletionEvent, CompletionEvents, EventPublisher, completion_event
 from engine.store import DynamoJobStore
+from handlers.events import events_handler
 
 NOW = 1_800_000_000_000
 LEASE_MS = 60_000
@@ -65,7 +66,7 @@ def handled_on_the_bus(stack: StackResources, records: list[dict[str, Any]]) -> 
             sent.append(len(params["Entries"]))
             return events.put_events(**params)
 
-    response = CompletionEvents(EventPublisher(Counting(), stack.event_bus)).handle({"Records": records}, None)  # type: ignore[arg-type]
+    response = events_handler(CompletionEvents(EventPublisher(Counting(), stack.event_bus)))({"Records": records}, None)  # type: ignore[arg-type]
     return response, sent
 
 
@@ -164,8 +165,8 @@ def test_jobs_settled_without_a_worker_and_requests_dead_lettered_before_any_cla
     store.create_job("e-6", new_job(), INPUT, NOW)
     store.create_job("e-7", new_job(), INPUT, NOW)
     late = JobErrorInfo(ErrorCode.DEADLINE_EXCEEDED, "the job's deadline passed", retryable=False)
-    assert store.settle_job(read(store, "e-6"), JobStatus.FAILED, late, NOW + 1)
-    assert store.settle_job(read(store, "e-7"), JobStatus.CANCELLED, None, NOW + 1)
+    assert store.end_job(read(store, "e-6"), JobStatus.FAILED, late, NOW + 1)
+    assert store.end_job(read(store, "e-7"), JobStatus.CANCELLED, None, NOW + 1)
     # A full request that reached the dead-letter queue before any worker created its job
     dead = JobErrorInfo(ErrorCode.DEAD_LETTERED, "reached the dead-letter queue after 100 receives", retryable=False)
     store.create_dead_lettered_job("e-8", new_job(), INPUT, dead, NOW + 2)
@@ -208,7 +209,7 @@ def test_the_events_function_puts_each_event_on_the_bus_and_reports_the_first_re
                 "Entries": [{}, {"ErrorCode": "ThrottlingException"}, *[{}] * 8][: len(params["Entries"])],
             }
 
-    refused = CompletionEvents(EventPublisher(Refusing(), stack.event_bus)).handle({"Records": records}, None)  # type: ignore[arg-type]
+    refused = events_handler(CompletionEvents(EventPublisher(Refusing(), stack.event_bus)))({"Records": records}, None)  # type: ignore[arg-type]
     assert refused == {"batchItemFailures": [{"itemIdentifier": records[1]["dynamodb"]["SequenceNumber"]}]}
 
 

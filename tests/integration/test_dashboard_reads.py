@@ -56,7 +56,7 @@ def ids(page: Any) -> list[str]:
 def fail(store: DynamoJobStore, job_id: str, code: ErrorCode) -> None:
     job = store.get_job(job_id)
     assert job is not None
-    store.settle_job(job, JobStatus.FAILED, JobErrorInfo(code, "x", False), NOW)
+    store.end_job(job, JobStatus.FAILED, JobErrorInfo(code, "x", False), NOW)
 
 
 def test_a_page_is_one_query_per_shard_and_one_batch_get_and_its_cursor_goes_on_exactly(

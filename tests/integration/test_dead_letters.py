@@ -23,7 +23,8 @@ from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
 from engine.store import DynamoJobStore
 from engine.wiring import entry_point
-from engine.worker import Worker
+from handlers.dead_letter import dead_letter_handler
+from handlers.worker import WorkerHandler
 from tests.conftest import RequestCounter
 from tests.integration.conftest import ACKNOWLEDGED, Enqueue, TableReader, now_ms, open_job_ids, queued_bodies
 from tests.support.events import InvocationContext, job_message, sqs_event, sqs_record
@@ -78,7 +79,7 @@ def test_a_garbage_message_is_kept_whole_and_acknowledged(handler: Handler, tabl
 
 def test_a_dead_lettered_queued_job_fails_with_its_input_kept_so_that_it_can_be_retried(
     handler: Handler,
-    worker: Worker,
+    worker: WorkerHandler,
     provider: FakeProvider,
     jobs_client: AiJobsClient,
     table: TableReader,
@@ -161,7 +162,7 @@ def test_a_dead_lettered_job_held_with_a_live_lease_is_left_to_its_worker(
 
 
 def test_a_dead_lettered_finished_job_stays_as_it_was(
-    handler: Handler, worker: Worker, table: TableReader, enqueue: Enqueue
+    handler: Handler, worker: WorkerHandler, table: TableReader, enqueue: Enqueue
 ) -> None:
     # Given a job that succeeded
     message = job_message("classify", "dl-done")
@@ -224,7 +225,7 @@ def test_a_message_the_table_may_take_later_stays_on_the_queue_and_is_not_copied
     record = dead_letter("not json", message_id="dl-throttled")
 
     # When it handles the message
-    response = recorder.handle(sqs_event(record), InvocationContext(function_name="aijobs-dead-letters"))
+    response = dead_letter_handler(recorder)(sqs_event(record), InvocationContext(function_name="aijobs-dead-letters"))
 
     # Then it stays on the queue, to be recorded on a later receive; nothing went to the bucket
     assert response == {"batchItemFailures": [{"itemIdentifier": "dl-throttled"}]}
@@ -273,7 +274,7 @@ def json_body(message: dict[str, Any]) -> str:
 
 
 def test_a_dead_lettered_message_that_conflicts_with_its_job_neither_fails_it_nor_gives_it_its_input(
-    worker: Worker, provider: FakeProvider, recorder: DeadLetterRecorder, table: TableReader, enqueue: Enqueue
+    worker: WorkerHandler, provider: FakeProvider, recorder: DeadLetterRecorder, table: TableReader, enqueue: Enqueue
 ) -> None:
     # Given a message-carried job put back in the queue after a 503 (its own message will come back)
     provider.script = lambda _: ProviderUnavailableError("provider unavailable (HTTP 503)")
@@ -297,7 +298,7 @@ def test_a_dead_lettered_message_that_conflicts_with_its_job_neither_fails_it_no
 
 def test_a_dead_lettered_request_whose_job_was_never_created_becomes_a_failed_job_that_can_be_retried(
     handler: Handler,
-    worker: Worker,
+    worker: WorkerHandler,
     provider: FakeProvider,
     jobs_client: AiJobsClient,
     table: TableReader,

@@ -8,7 +8,7 @@ from typing import Any
 
 from engine.core import JobStatus, NewJob
 from engine.store import DynamoJobStore
-from engine.worker import Worker
+from handlers.worker import WorkerHandler
 from tests.conftest import RequestCounter
 from tests.integration.conftest import RecordingQueue, TableReader, WorkerFactory, now_ms
 from tests.support.events import InvocationContext, job_message, sqs_event, sqs_record
@@ -19,7 +19,7 @@ WAIT_SECONDS = 20
 
 
 def test_a_duplicate_of_a_finished_job_is_acknowledged_without_a_provider_call(
-    worker: Worker, provider: FakeProvider, dynamodb_requests: RequestCounter, table: TableReader
+    worker: WorkerHandler, provider: FakeProvider, dynamodb_requests: RequestCounter, table: TableReader
 ) -> None:
     # Given a job that succeeded
     message = job_message("classify", "dup-finished")
@@ -39,7 +39,7 @@ def test_a_duplicate_of_a_finished_job_is_acknowledged_without_a_provider_call(
 
 
 def test_a_duplicate_of_a_held_job_is_hidden_for_the_remaining_lease(
-    worker: Worker,
+    worker: WorkerHandler,
     store: DynamoJobStore,
     queue: RecordingQueue,
     provider: FakeProvider,
@@ -134,7 +134,7 @@ def test_two_workers_racing_on_one_message_run_the_job_once(
 
 
 def test_a_message_reusing_a_job_id_with_other_input_is_dead_lettered(
-    worker: Worker,
+    worker: WorkerHandler,
     provider: FakeProvider,
     dynamodb_requests: RequestCounter,
     table: TableReader,

@@ -17,7 +17,8 @@ from engine.definitions import JobRegistry
 from engine.gateway import CompletionRequest, ModelGateway, ModelTiers
 from engine.runner import JobRunner
 from engine.store import DynamoJobStore
-from engine.worker import QUEUE_VISIBILITY_SECONDS, VISIBILITY_MARGIN_SECONDS, Worker
+from engine.worker import Worker
+from handlers.worker import QUEUE_VISIBILITY_SECONDS, VISIBILITY_MARGIN_SECONDS, WorkerHandler
 from tests.conftest import RequestCounter
 from tests.integration.conftest import Enqueue, RecordingQueue, TableReader, WorkerFactory, now_ms
 from tests.support.events import InvocationContext, job_message, sqs_event, sqs_record
@@ -37,7 +38,7 @@ def failed_record(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_an_unavailable_provider_puts_the_job_back_with_a_backoff(
-    worker: Worker,
+    worker: WorkerHandler,
     provider: FakeProvider,
     queue: RecordingQueue,
     dynamodb_requests: RequestCounter,
@@ -72,7 +73,7 @@ def test_an_unavailable_provider_puts_the_job_back_with_a_backoff(
 
 
 def test_the_last_allowed_attempt_fails_the_job_and_keeps_its_input(
-    worker: Worker,
+    worker: WorkerHandler,
     provider: FakeProvider,
     dynamodb_requests: RequestCounter,
     table: TableReader,
@@ -109,7 +110,7 @@ def test_the_last_allowed_attempt_fails_the_job_and_keeps_its_input(
 
 
 def test_a_rate_limited_attempt_is_refunded_and_honours_retry_after(
-    worker: Worker,
+    worker: WorkerHandler,
     provider: FakeProvider,
     queue: RecordingQueue,
     dynamodb_requests: RequestCounter,
@@ -149,7 +150,7 @@ def test_a_retry_after_past_what_sqs_accepts_is_clamped_to_it(
     receive_count: int,
     first_received_ago: int,
     expected_limit: int,
-    worker: Worker,
+    worker: WorkerHandler,
     provider: FakeProvider,
     queue: RecordingQueue,
     enqueue: Enqueue,
@@ -177,7 +178,7 @@ def test_a_retry_after_past_what_sqs_accepts_is_clamped_to_it(
 
 
 def test_a_rejected_request_fails_the_job_and_acknowledges_the_message(
-    worker: Worker,
+    worker: WorkerHandler,
     provider: FakeProvider,
     queue: RecordingQueue,
     dynamodb_requests: RequestCounter,
@@ -228,7 +229,7 @@ def test_an_answer_that_fails_validation_fails_the_job_with_its_tokens(
     job_type: str,
     answer: Any,
     code: ErrorCode,
-    worker: Worker,
+    worker: WorkerHandler,
     provider: FakeProvider,
     dynamodb_requests: RequestCounter,
     table: TableReader,
@@ -262,7 +263,7 @@ def test_an_answer_that_fails_validation_fails_the_job_with_its_tokens(
 
 
 def test_an_answer_mended_on_the_re_ask_succeeds_with_the_tokens_of_both_calls(
-    worker: Worker,
+    worker: WorkerHandler,
     provider: FakeProvider,
     dynamodb_requests: RequestCounter,
     table: TableReader,
@@ -318,9 +319,8 @@ def test_an_unavailable_primary_model_falls_back_within_the_attempt(
 ) -> None:
     # Given a worker with a fallback model, and a primary model answering 503
     gateway = ModelGateway(provider, ModelTiers("gpt-4o-mini", "gpt-4o"))
-    worker = Worker(
-        JobRunner(store, gateway, registry, DeadLetterRecorder(store, registry), rng=random.Random(7)), queue
-    )
+    runner = JobRunner(store, gateway, registry, DeadLetterRecorder(store, registry), rng=random.Random(7))
+    worker = WorkerHandler(Worker(runner), queue)
 
     def primary_down(request: CompletionRequest) -> Any:
         if request.model == "gpt-4o-mini":
@@ -361,7 +361,7 @@ def test_an_unavailable_primary_model_falls_back_within_the_attempt(
 
 
 def test_a_worker_that_lost_its_lease_keeps_the_usage_but_not_the_result(
-    worker: Worker,
+    worker: WorkerHandler,
     provider: FakeProvider,
     stack: Any,
     dynamodb: Any,
@@ -405,7 +405,7 @@ def test_a_worker_that_lost_its_lease_keeps_the_usage_but_not_the_result(
 
 
 def test_too_little_invocation_time_releases_the_job_without_spending_an_attempt(
-    worker: Worker,
+    worker: WorkerHandler,
     provider: FakeProvider,
     queue: RecordingQueue,
     dynamodb_requests: RequestCounter,
@@ -434,7 +434,7 @@ def test_too_little_invocation_time_releases_the_job_without_spending_an_attempt
 
 
 def test_a_re_ask_gets_only_the_invocation_time_left_less_the_finishing_margin(
-    worker: Worker, provider: FakeProvider, table: TableReader, enqueue: Enqueue
+    worker: WorkerHandler, provider: FakeProvider, table: TableReader, enqueue: Enqueue
 ) -> None:
     # Given a 300 s invocation in which the model's first, wrong answer takes 250 s
     context = InvocationContext(timeout_seconds=300)
@@ -460,7 +460,7 @@ def test_a_re_ask_gets_only_the_invocation_time_left_less_the_finishing_margin(
 
 
 def test_a_re_ask_without_time_left_puts_the_job_back_and_keeps_the_first_answers_tokens(
-    worker: Worker, provider: FakeProvider, queue: RecordingQueue, table: TableReader, enqueue: Enqueue
+    worker: WorkerHandler, provider: FakeProvider, queue: RecordingQueue, table: TableReader, enqueue: Enqueue
 ) -> None:
     # Given a 300 s invocation in which the model's first, wrong answer takes 295 s
     context = InvocationContext(timeout_seconds=300)

@@ -7,7 +7,7 @@ from typing import Any
 from aijobs.client import AiJobsClient
 from aijobs.stack import StackResources
 from engine.core.errors import ProviderRejectedError
-from engine.worker import Worker
+from handlers.worker import WorkerHandler
 from tests.integration.conftest import ACKNOWLEDGED, Enqueue, TableReader, queued_messages
 from tests.support.events import InvocationContext, job_message, sqs_event, sqs_record
 from tests.support.providers import FakeProvider
@@ -29,7 +29,7 @@ def test_a_retried_job_is_enqueued_in_its_users_message_group(
     jobs_client: AiJobsClient,
     sqs: Any,
     stack: StackResources,
-    worker: Worker,
+    worker: WorkerHandler,
     provider: FakeProvider,
     enqueue: Enqueue,
     table: TableReader,
@@ -44,7 +44,7 @@ def test_a_retried_job_is_enqueued_in_its_users_message_group(
 
 
 def test_the_worker_runs_messages_with_and_without_a_group(
-    sqs: Any, stack: StackResources, worker: Worker, table: TableReader
+    sqs: Any, stack: StackResources, worker: WorkerHandler, table: TableReader
 ) -> None:
     # Given one message sent in a user's group and one sent without a group (a plain producer)
     for job_id, group in (("grouped", {"MessageGroupId": "acme"}), ("plain", {})):

@@ -29,6 +29,7 @@ from engine.store.budgets import BudgetTable
 from engine.store.items import budget_day_key
 from engine.store.limits import LimitTable, bucket_from_item, limit_key
 from engine.worker import Worker
+from handlers.worker import WorkerHandler
 from tests.conftest import RequestCounter
 from tests.integration.conftest import ACKNOWLEDGED, MODEL, RecordingQueue, TableReader
 from tests.support.events import InvocationContext, job_message, sqs_event, sqs_record
@@ -59,19 +60,7 @@ def fake_time() -> FakeTime:
     return FakeTime()
 
 
-class ClockedContext(InvocationContext):
-    """An invocation whose remaining time runs out on the fake clock."""
-
-    def __init__(self, clock: FakeTime, timeout_seconds: float) -> None:
-        super().__init__(timeout_seconds=timeout_seconds)
-        self._clock = clock
-        self._ends = clock.now + timeout_seconds
-
-    def get_remaining_time_in_millis(self) -> int:
-        return max(0, round((self._ends - self._clock.now) * 1000))
-
-
-FleetWorker = Callable[..., Worker]
+FleetWorker = Callable[..., WorkerHandler]
 
 
 @pytest.fixture
@@ -92,7 +81,7 @@ def fleet_worker(
         budget: str | None = None,
         concurrency: int = 10,
         fallback: str | None = None,
-    ) -> Worker:
+    ) -> WorkerHandler:
         gateway = ModelGateway(provider, ModelTiers(MODEL, fallback))
         recorder = DeadLetterRecorder(store, registry, clock=fake_time)
         runner = JobRunner(
@@ -108,7 +97,7 @@ def fleet_worker(
         limiter = RateLimiter(LimitTable(stack.table_name, dynamodb), limits, random.Random(1)) if limits else None
         budgets = Budgets(BudgetTable(stack.table_name, dynamodb), Decimal(budget) if budget else None)
         admission = Admission(limiter, budgets, clock=fake_time, sleep=fake_time.sleep)
-        return Worker(runner, queue, concurrency, admission=admission, planner=gateway.plan)
+        return WorkerHandler(Worker(runner, concurrency, admission=admission, planner=gateway.plan), queue)
 
     return build
 
@@ -162,7 +151,9 @@ def test_jobs_that_cannot_call_within_the_invocation_make_no_call_spend_no_attem
     worker = fleet_worker({MODEL: ModelLimit(rpm=3)})
 
     # When a batch of four jobs is handled
-    response = worker.handle(batch("slow-0", "slow-1", "slow-2", "slow-3"), ClockedContext(fake_time, 100))
+    response = worker.handle(
+        batch("slow-0", "slow-1", "slow-2", "slow-3"), InvocationContext(timeout_seconds=100, clock=fake_time)
+    )
 
     # Then the two that could call in time ran, 20 s apart, and two were handed back for when capacity
     # is expected: queued, attempt refunded
@@ -272,7 +263,7 @@ def test_a_job_held_for_capacity_holds_none_of_its_users_budget(
     # invocation in which a classify job must call within 10 s
     worker = fleet_worker({MODEL: ModelLimit(rpm=3)}, budget="0.0009")
 
-    worker.handle(batch("cap-0", "cap-1"), ClockedContext(fake_time, 75))
+    worker.handle(batch("cap-0", "cap-1"), InvocationContext(timeout_seconds=75, clock=fake_time))
 
     # Then the second job waits for capacity, not for a budget it never reserved
     assert provider.calls == 1

@@ -32,6 +32,8 @@ from engine.store import DynamoJobStore
 from engine.store.items import dead_letter_key, job_key
 from engine.store.payloads import PayloadStore
 from engine.worker import Worker
+from handlers.dead_letter import dead_letter_handler
+from handlers.worker import WorkerHandler
 from tests.support.events import InvocationContext, sqs_event, sqs_record
 from tests.support.providers import FakeProvider, valid_answer
 from tests.support.strategies import any_text
@@ -124,7 +126,7 @@ def sent_over_http(request: CompletionRequest) -> dict[str, Any]:
 @dataclass
 class FuzzStack:
     resources: StackResources
-    worker: Worker
+    worker: WorkerHandler
     recorder_handler: Any
     dynamodb: Any
 
@@ -149,12 +151,14 @@ def fuzz_stack() -> Iterator[FuzzStack]:
             recorder = DeadLetterRecorder(store, registry)
             gateway = ModelGateway(FakeProvider(sent_over_http), ModelTiers("gpt-4o-mini"))
             runner = JobRunner(store, gateway, registry, recorder, rng=random.Random(7))
-            worker = Worker(runner, JobQueue(resources.queue_url))
+            worker = WorkerHandler(Worker(runner), JobQueue(resources.queue_url))
 
-            def dead_letter_handler(event: dict[str, Any]) -> dict[str, Any]:
-                return recorder.handle(event, None)
+            handle_dead_letters = dead_letter_handler(recorder)
 
-            yield FuzzStack(resources, worker, dead_letter_handler, dynamodb)
+            def recorder_handler(event: dict[str, Any]) -> dict[str, Any]:
+                return dict(handle_dead_letters(event, None))
+
+            yield FuzzStack(resources, worker, recorder_handler, dynamodb)
 
 
 def item(stack: FuzzStack, key: dict[str, Any]) -> dict[str, Any] | None:

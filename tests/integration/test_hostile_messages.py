@@ -20,7 +20,7 @@ from engine.definitions.classify import ClassifyInput, ClassifyOutput
 from engine.runner import GIVE_UP_RECEIVES
 from engine.store.payloads import INLINE_BYTES
 from engine.text import MAX_REASON_CHARS
-from engine.worker import Worker
+from handlers.worker import WorkerHandler
 from tests.conftest import RequestCounter
 from tests.integration.conftest import TableReader, WorkerFactory
 from tests.support.events import InvocationContext, job_message, sqs_event, sqs_record
@@ -30,7 +30,7 @@ Enqueue = Callable[[Any], dict[str, Any]]
 ACKNOWLEDGED: dict[str, Any] = {"batchItemFailures": []}
 
 
-def handled(worker: Worker, record: dict[str, Any]) -> dict[str, Any]:
+def handled(worker: WorkerHandler, record: dict[str, Any]) -> dict[str, Any]:
     response: dict[str, Any] = worker.handle(sqs_event(record), InvocationContext())
     return response
 
@@ -49,7 +49,7 @@ def handled(worker: Worker, record: dict[str, Any]) -> dict[str, Any]:
 def test_a_lone_surrogate_fails_its_job_once_with_one_write(
     overrides: dict[str, Any],
     job_type_kept: bool,
-    worker: Worker,
+    worker: WorkerHandler,
     provider: FakeProvider,
     dynamodb_requests: RequestCounter,
     table: TableReader,
@@ -76,7 +76,7 @@ def test_a_lone_surrogate_fails_its_job_once_with_one_write(
 
 
 def test_a_lone_surrogate_in_the_models_answer_is_re_asked_and_its_usage_kept(
-    worker: Worker,
+    worker: WorkerHandler,
     provider: FakeProvider,
     dynamodb_requests: RequestCounter,
     table: TableReader,
@@ -105,7 +105,7 @@ def test_a_lone_surrogate_in_the_models_answer_is_re_asked_and_its_usage_kept(
 
 @pytest.mark.parametrize("max_attempts", [12345678901234567890123456789012345678901, 10**200])
 def test_a_number_dynamodb_cannot_hold_fails_its_job_without_storing_it(
-    max_attempts: int, worker: Worker, dynamodb_requests: RequestCounter, table: TableReader, enqueue: Enqueue
+    max_attempts: int, worker: WorkerHandler, dynamodb_requests: RequestCounter, table: TableReader, enqueue: Enqueue
 ) -> None:
     response = handled(worker, enqueue(job_message("classify", "n1", max_attempts=max_attempts)))
 
@@ -120,7 +120,7 @@ def test_a_number_dynamodb_cannot_hold_fails_its_job_without_storing_it(
 
 
 def test_a_600_kb_body_that_is_not_json_is_kept_whole_in_the_payload_bucket(
-    worker: Worker, table: TableReader, enqueue: Enqueue, payloads: Any
+    worker: WorkerHandler, table: TableReader, enqueue: Enqueue, payloads: Any
 ) -> None:
     body = "x" * 600_000
     record = enqueue(body)
@@ -136,7 +136,9 @@ def test_a_600_kb_body_that_is_not_json_is_kept_whole_in_the_payload_bucket(
     assert payloads.get(item["body_key"]).decode() == body
 
 
-def test_a_body_within_the_inline_bound_stays_on_the_item(worker: Worker, table: TableReader, enqueue: Enqueue) -> None:
+def test_a_body_within_the_inline_bound_stays_on_the_item(
+    worker: WorkerHandler, table: TableReader, enqueue: Enqueue
+) -> None:
     body = "y" * (INLINE_BYTES - 10)
     record = enqueue(body)
 
@@ -147,7 +149,7 @@ def test_a_body_within_the_inline_bound_stays_on_the_item(worker: Worker, table:
 
 
 def test_a_600_kb_job_type_fails_its_job_with_a_bounded_reason(
-    worker: Worker, table: TableReader, enqueue: Enqueue
+    worker: WorkerHandler, table: TableReader, enqueue: Enqueue
 ) -> None:
     response = handled(worker, enqueue(job_message("classify", "big-type") | {"job_type": "t" * 600_000}))
 
@@ -158,7 +160,9 @@ def test_a_600_kb_job_type_fails_its_job_with_a_bounded_reason(
     assert len(job.error.message) <= MAX_REASON_CHARS
 
 
-def test_a_200_kb_input_key_is_not_stored_in_the_reason(worker: Worker, table: TableReader, enqueue: Enqueue) -> None:
+def test_a_200_kb_input_key_is_not_stored_in_the_reason(
+    worker: WorkerHandler, table: TableReader, enqueue: Enqueue
+) -> None:
     message = job_message("classify", "big-key")
     message["input"]["k" * 200_000] = 1
 
@@ -192,7 +196,7 @@ def captured_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     ],
 )
 def test_no_log_line_quotes_the_message(
-    body: str, worker: Worker, enqueue: Enqueue, captured_logs: pytest.LogCaptureFixture, capsys: Any
+    body: str, worker: WorkerHandler, enqueue: Enqueue, captured_logs: pytest.LogCaptureFixture, capsys: Any
 ) -> None:
     assert handled(worker, enqueue(body)) == ACKNOWLEDGED
 
@@ -278,7 +282,7 @@ def test_a_transient_aws_error_is_retried_whatever_the_receive_count(
         raise error
 
     worker = make_worker()
-    monkeypatch.setattr(worker._runner._store, step, failing)
+    monkeypatch.setattr(worker._worker._runner._store, step, failing)
     record = enqueue(job_message("classify", f"{step}-1"))
 
     # When it is received for the tenth time

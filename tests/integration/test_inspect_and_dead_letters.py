@@ -17,7 +17,7 @@ from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
 from engine.store import DynamoJobStore, JobListing, UsageLedger
 from engine.store.items import dead_letter_key, job_key
-from engine.worker import Worker
+from handlers.worker import WorkerHandler
 from tests.conftest import RequestCounter
 from tests.integration.conftest import ACKNOWLEDGED, RecordingQueue, TableReader, now_ms, queued_messages
 from tests.support.events import InvocationContext, job_message, sqs_event, sqs_record
@@ -100,7 +100,7 @@ def test_recording_a_message_again_is_one_refused_request_that_changes_nothing(
 def test_inspect_reads_the_job_and_its_attempts_and_dead_letters_in_two_requests(
     store: DynamoJobStore,
     jobs_client: AiJobsClient,
-    worker: Worker,
+    worker: WorkerHandler,
     provider: FakeProvider,
     dynamodb_requests: RequestCounter,
     table: TableReader,
@@ -212,7 +212,7 @@ def test_redrive_of_a_dead_letter_naming_a_failed_job_requeues_it_as_retry_does(
     sqs: Any,
     recorder: DeadLetterRecorder,
     jobs_client: AiJobsClient,
-    worker: Worker,
+    worker: WorkerHandler,
     dynamodb_requests: RequestCounter,
     table: TableReader,
 ) -> None:
@@ -269,7 +269,7 @@ def test_redrive_all_requeues_failed_jobs_and_skips_the_others(
     sqs: Any,
     recorder: DeadLetterRecorder,
     jobs_client: AiJobsClient,
-    worker: Worker,
+    worker: WorkerHandler,
     table: TableReader,
 ) -> None:
     # Given, oldest first: a request dead-lettered before its job was created, a body naming no job,

@@ -20,6 +20,7 @@ from engine.queue import JobQueue, JobQueues
 from engine.reconciler import Reconciler
 from engine.store import DynamoJobStore, JobListing, UsageLedger
 from engine.worker import Worker
+from handlers.worker import WorkerHandler
 from tests.integration.conftest import ACKNOWLEDGED, TableReader, queued_bodies
 from tests.support.events import InvocationContext, job_message, sqs_event, sqs_record
 
@@ -66,7 +67,7 @@ def test_an_unknown_lane_is_refused_before_anything_is_written(client: AiJobsCli
 def test_a_message_without_a_lane_runs_in_the_lane_of_its_queue_and_its_usage_says_so(
     runner: Any, queues: JobQueues, table: TableReader, client: AiJobsClient
 ) -> None:
-    worker = Worker(runner, queues)
+    worker = WorkerHandler(Worker(runner), queues)
     unnamed = sqs_record(job_message("classify", "from-bg-queue"), queue_arn=BACKGROUND_ARN)
     named = sqs_record(job_message("classify", "named-it", lane="interactive"), queue_arn=BACKGROUND_ARN)
 
@@ -88,7 +89,7 @@ def test_a_retried_job_goes_back_to_its_own_lane(
     job = store.get_job("retry-bg")
     assert job is not None
     failed = JobErrorInfo(ErrorCode.PROVIDER_REJECTED, "HTTP 400", retryable=False)
-    assert store.settle_job(job, JobStatus.FAILED, failed, int(time.time() * 1000))
+    assert store.end_job(job, JobStatus.FAILED, failed, int(time.time() * 1000))
 
     # When it is retried (as a redrive of its dead letter would)
     client.retry("retry-bg")

@@ -13,7 +13,7 @@ from engine.core import JobStatus
 from engine.core.errors import InputValidationError, ProviderRejectedError
 from engine.definitions import MAX_INPUT_BYTES
 from engine.store.payloads import INLINE_BYTES, PayloadStore, input_key
-from engine.worker import Worker
+from handlers.worker import WorkerHandler
 from tests.conftest import RequestCounter
 from tests.integration.conftest import ACKNOWLEDGED, Enqueue, TableReader, queued_bodies
 from tests.support.events import InvocationContext, sqs_event, sqs_record
@@ -32,7 +32,7 @@ def size_of(job_input: dict[str, Any]) -> int:
 
 
 def test_a_600_kb_message_carried_input_runs_and_after_a_failure_is_retried_from_the_bucket(
-    worker: Worker,
+    worker: WorkerHandler,
     provider: FakeProvider,
     jobs_client: AiJobsClient,
     payloads: PayloadStore,
@@ -70,7 +70,7 @@ def test_a_600_kb_message_carried_input_runs_and_after_a_failure_is_retried_from
 
 
 def test_a_600_kb_input_submitted_with_the_client_is_stored_in_the_bucket_and_runs(
-    worker: Worker,
+    worker: WorkerHandler,
     provider: FakeProvider,
     jobs_client: AiJobsClient,
     payloads: PayloadStore,

@@ -10,7 +10,7 @@ import pytest
 from engine.core import ErrorCode, JobStatus, NewJob
 from engine.core.errors import JobConflictError
 from engine.store import DynamoJobStore
-from engine.worker import Worker
+from handlers.worker import WorkerHandler
 from tests.conftest import RequestCounter
 from tests.integration.conftest import TableReader, WorkerFactory, now_ms
 from tests.support.events import InvocationContext, job_message, load_event, sqs_event, sqs_record
@@ -23,7 +23,7 @@ LIST_BODY_ID = "0b6f0d3e-5d54-4c57-9b2a-1f3c8a7e1005"
 
 
 def test_malformed_messages_are_recorded_and_acknowledged(
-    worker: Worker, provider: FakeProvider, table: TableReader
+    worker: WorkerHandler, provider: FakeProvider, table: TableReader
 ) -> None:
     # Given events/malformed.json: not JSON, a JSON list, an invalid input, an unknown job type
     event = load_event("malformed")
@@ -60,7 +60,9 @@ def test_malformed_messages_are_recorded_and_acknowledged(
     assert unknown.error.code is ErrorCode.UNKNOWN_JOB_TYPE
 
 
-def test_a_redelivered_malformed_event_never_loops(worker: Worker, provider: FakeProvider, table: TableReader) -> None:
+def test_a_redelivered_malformed_event_never_loops(
+    worker: WorkerHandler, provider: FakeProvider, table: TableReader
+) -> None:
     # Given events/malformed.json handled once
     event = load_event("malformed")
     worker.handle(event, InvocationContext())
@@ -96,7 +98,7 @@ def test_a_redelivered_malformed_event_changes_nothing(
 
 
 def test_a_message_of_another_schema_version_fails_its_job(
-    worker: Worker, provider: FakeProvider, dynamodb_requests: RequestCounter, table: TableReader
+    worker: WorkerHandler, provider: FakeProvider, dynamodb_requests: RequestCounter, table: TableReader
 ) -> None:
     # Given a message written for schema version 2 of classify (which is at version 1)
     record = sqs_record(job_message("classify", "version-1", schema_version=2))
@@ -117,7 +119,7 @@ def test_a_message_of_another_schema_version_fails_its_job(
 
 
 def test_a_job_created_with_another_schema_version_fails_when_claimed(
-    worker: Worker,
+    worker: WorkerHandler,
     store: DynamoJobStore,
     provider: FakeProvider,
     dynamodb_requests: RequestCounter,
@@ -149,7 +151,7 @@ def test_a_job_created_with_another_schema_version_fails_when_claimed(
 
 
 def test_a_job_created_beforehand_runs_from_a_reference_message(
-    worker: Worker,
+    worker: WorkerHandler,
     store: DynamoJobStore,
     provider: FakeProvider,
     dynamodb_requests: RequestCounter,
@@ -201,7 +203,7 @@ def test_creating_a_job_is_idempotent_and_refuses_a_different_input(
 
 
 def test_a_reference_to_a_job_that_does_not_exist_is_dead_lettered(
-    worker: Worker, provider: FakeProvider, dynamodb_requests: RequestCounter, table: TableReader
+    worker: WorkerHandler, provider: FakeProvider, dynamodb_requests: RequestCounter, table: TableReader
 ) -> None:
     # Given a message naming a job nobody created
     record = sqs_record({"job_id": "nobody-made-this"})

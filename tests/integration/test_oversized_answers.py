@@ -13,7 +13,7 @@ from engine.core import ErrorCode, JobStatus
 from engine.definitions import JobDefinition, JobRegistry, Prompt
 from engine.definitions.base import MAX_OUTPUT_BYTES
 from engine.definitions.summarize import SummarizeInput
-from engine.worker import Worker
+from handlers.worker import WorkerHandler
 from tests.conftest import RequestCounter
 from tests.integration.conftest import TableReader, WorkerFactory
 from tests.support.events import InvocationContext, job_message, sqs_event
@@ -49,7 +49,7 @@ def assert_ended_too_large_after_one_paid_call(table: TableReader, job_id: str, 
 def test_an_answer_longer_than_max_tokens_can_be_ends_the_job_at_once(
     job_type: str,
     answer: dict[str, Any],
-    worker: Worker,
+    worker: WorkerHandler,
     provider: FakeProvider,
     dynamodb_requests: RequestCounter,
     table: TableReader,

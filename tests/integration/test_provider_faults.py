@@ -1,4 +1,4 @@
-"""Every provider fault class through the engine: Worker.handle -> the real OpenAI-compatible provider ->
+"""Every provider fault class through the engine: WorkerHandler.handle -> the real OpenAI-compatible provider ->
 HTTP -> the local provider, with the job's fault picked by a `fault:<kind>` marker in its input.
 
 Each test checks the job's status, error and attempt count, and that the tokens recorded on the job
@@ -26,6 +26,7 @@ from engine.gateway.openai import OpenAICompatibleProvider, StructuredOutput, st
 from engine.runner import JobRunner
 from engine.store import DynamoJobStore
 from engine.worker import Worker
+from handlers.worker import WorkerHandler
 from tests.integration.conftest import Enqueue, RecordingQueue, TableReader
 from tests.support.events import InvocationContext, job_message, sqs_event
 from tests.support.http_provider import expected_output
@@ -38,7 +39,7 @@ QUICK_CLASSIFY = replace(CLASSIFY, name="quick_classify", timeout_seconds=1.0)
 HANG_SECONDS = 3.0
 REGISTERED = (*BUILTIN_DEFINITIONS, QUICK_CLASSIFY)
 
-WorkerFactory = Callable[..., Worker]
+WorkerFactory = Callable[..., WorkerHandler]
 
 
 @pytest.fixture
@@ -54,14 +55,14 @@ def http_worker(store: DynamoJobStore, queue: RecordingQueue, model_server: Loca
     """A worker whose gateway calls the local provider over real HTTP."""
     client = httpx.Client(trust_env=False)
 
-    def build(api_key: str = API_KEY, structured_output: StructuredOutput = "json_schema") -> Worker:
+    def build(api_key: str = API_KEY, structured_output: StructuredOutput = "json_schema") -> WorkerHandler:
         provider = OpenAICompatibleProvider(
             model_server.url, static_api_key(api_key), structured_output=structured_output, client=client
         )
         registry = JobRegistry(REGISTERED)
         gateway = ModelGateway(provider, ModelTiers(MODEL))
         runner = JobRunner(store, gateway, registry, DeadLetterRecorder(store, registry), rng=random.Random(7))
-        return Worker(runner, queue)
+        return WorkerHandler(Worker(runner), queue)
 
     yield build
     client.close()

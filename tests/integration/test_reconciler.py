@@ -287,14 +287,14 @@ def test_one_job_that_cannot_be_reconciled_is_counted_and_the_others_are_handled
     message = job_message("classify")
     for job_id in ("late-1", "late-2", "late-3"):
         store.create_job(job_id, new_job(message, deadline_seconds=60), message["input"], t0)
-    settle = store.settle_job
+    end = store.end_job
 
-    def settle_or_break(job: Any, *args: Any, **kwargs: Any) -> bool:
+    def end_or_break(job: Any, *args: Any, **kwargs: Any) -> bool:
         if job.job_id == "late-2":
             raise RuntimeError("a fault on this one job")
-        return settle(job, *args, **kwargs)
+        return end(job, *args, **kwargs)
 
-    monkeypatch.setattr(store, "settle_job", settle_or_break)
+    monkeypatch.setattr(store, "end_job", end_or_break)
 
     report = reconciler_at(t0 + 120_000).run()
 

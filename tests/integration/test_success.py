@@ -1,4 +1,4 @@
-"""Successful jobs through Worker.handle: the result, the usage, and exactly two DynamoDB requests each."""
+"""Successful jobs through the worker's handler: the result, the usage, and exactly two DynamoDB requests each."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from engine.core import JobStatus
-from engine.worker import Worker
+from handlers.worker import WorkerHandler
 from tests.conftest import RequestCounter
 from tests.integration.conftest import MODEL, TableReader
 from tests.support.events import InvocationContext, job_message, sqs_event, sqs_record
@@ -31,7 +31,7 @@ def canonical_sha256(value: Any) -> str:
 @pytest.mark.parametrize("job_type", JOB_TYPES)
 def test_a_message_carried_job_succeeds_with_two_requests(
     job_type: str,
-    worker: Worker,
+    worker: WorkerHandler,
     provider: FakeProvider,
     dynamodb_requests: RequestCounter,
     table: TableReader,
@@ -77,7 +77,7 @@ def test_a_message_carried_job_succeeds_with_two_requests(
 
 
 def test_a_batch_of_ten_jobs_costs_twenty_requests(
-    worker: Worker, provider: FakeProvider, dynamodb_requests: RequestCounter, table: TableReader
+    worker: WorkerHandler, provider: FakeProvider, dynamodb_requests: RequestCounter, table: TableReader
 ) -> None:
     # Given one event of ten distinct jobs of every type
     messages = [job_message(JOB_TYPES[i % 3], f"batch-{i}") for i in range(10)]

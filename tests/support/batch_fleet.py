@@ -33,25 +33,15 @@ from engine.queue import Resend
 from engine.runner import Claimed, JobRunner
 from engine.testing import InMemoryBudgetStore, InMemoryJobStore, MemoryBatchRecords, MemoryObjects
 from tests.support.batches import RecordingQueue, ScriptedBatchProvider, valid_line
+from tests.support.clock import T0_MS as T0_MS  # the fleet's tests start their clock there
+from tests.support.clock import Clock
 from tests.support.events import job_message
 from tests.support.providers import FakeProvider
 
-T0_MS = 1_800_000_000_000
 MODEL = "gpt-4o-mini"
 WINDOW_MS, POLL_MS, RESCUE_MS = 300_000, 60_000, 1_800_000
 TIMING = BatchTiming(WINDOW_MS, POLL_MS, RESCUE_MS)
 DAY_SECONDS = 86_400
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now_ms = T0_MS
-
-    def __call__(self) -> float:
-        return self.now_ms / 1000
-
-    def sleep(self, seconds: float) -> None:
-        self.now_ms += round(seconds * 1000)
 
 
 class Faults:

@@ -18,6 +18,7 @@ from engine.definitions import JobRegistry
 from engine.intake import sha256_hex
 from engine.observability import metrics
 from engine.testing import InMemoryJobStore
+from handlers.dead_letter import dead_letter_handler
 from tests.support.events import InvocationContext, job_message, new_job_for, sqs_event, sqs_record
 from tests.support.providers import VALID_OUTPUTS
 
@@ -358,7 +359,7 @@ class RefusingStore(InMemoryJobStore):
 
 def handle_one(recorder: DeadLetterRecorder, message_id: str, body: str) -> dict[str, Any]:
     record = sqs_record(body, message_id=message_id, receive_count=RECEIVES)
-    return recorder.handle(sqs_event(record), InvocationContext(function_name="aijobs-dead-letters"))
+    return dead_letter_handler(recorder)(sqs_event(record), InvocationContext(function_name="aijobs-dead-letters"))
 
 
 def is_refused_transiently(exc: Exception) -> bool:

@@ -20,22 +20,9 @@ from engine.fleet.limiter import RateLimiter
 from engine.fleet.limits import ModelLimit
 from engine.gateway import CallPlan
 from engine.testing import InMemoryBudgetStore, InMemoryLimitStore
+from tests.support.clock import T0_MS, Clock
 
-T0_MS = 1_800_000_000_000
 MODEL = "gpt-4o-mini"
-
-
-class Clock:
-    """Milliseconds the test moves; sleeping moves it on."""
-
-    def __init__(self) -> None:
-        self.now_ms = T0_MS
-
-    def __call__(self) -> float:
-        return self.now_ms / 1000
-
-    def sleep(self, seconds: float) -> None:
-        self.now_ms += round(seconds * 1000)
 
 
 @pytest.fixture

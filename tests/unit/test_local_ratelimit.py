@@ -7,46 +7,39 @@ import pytest
 
 from aijobs.local.provider import LocalProvider
 from aijobs.local.ratelimit import ProviderRateLimit
+from tests.support.clock import Clock
 from tests.unit.test_local_provider import INPUTS, chat_body, post
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_requests_conform_within_the_burst_then_at_the_rate() -> None:
-    clock = Clock()
+    clock = Clock(now_ms=1_000_000)
     limit = ProviderRateLimit(rpm=60, burst_seconds=1.0, clock=clock)  # one a second
 
     assert [limit.admit(0) for _ in range(3)] == [None, None, 1]  # the burst: two at once
-    clock.now += 0.5
+    clock.advance(0.5)
     assert limit.admit(0) == 1
-    clock.now += 0.5
+    clock.advance(0.5)
     assert limit.admit(0) is None
-    clock.now += 10
+    clock.advance(10)
     assert [limit.admit(0) for _ in range(3)] == [None, None, 1]  # idle credit is the burst, no more
 
 
 def test_tokens_are_counted_per_request_and_a_large_request_goes_first_then_waits_its_cost_out() -> None:
-    clock = Clock()
+    clock = Clock(now_ms=1_000_000)
     limit = ProviderRateLimit(tpm=6_000, burst_seconds=1.0, clock=clock)  # 100 tokens a second
 
     assert limit.admit(1_000) is None  # conforms when it arrives; owes 10 s
     assert limit.admit(1) == 9
-    clock.now += 9
+    clock.advance(9)
     assert limit.admit(1) is None
 
 
 def test_a_request_refused_is_not_counted() -> None:
-    clock = Clock()
+    clock = Clock(now_ms=1_000_000)
     limit = ProviderRateLimit(rpm=60, burst_seconds=0.0, clock=clock)
     assert limit.admit(0) is None
     assert [limit.admit(0) for _ in range(5)] == [1] * 5
-    clock.now += 1
+    clock.advance(1)
     assert limit.admit(0) is None
 
 

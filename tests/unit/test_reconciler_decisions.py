@@ -291,12 +291,12 @@ def test_a_job_that_ended_after_the_index_was_read_is_counted_already_finished(q
 
 
 class OneBrokenJob(InMemoryJobStore):
-    """A store whose settle of one job fails in a way nothing expects."""
+    """A store whose end_job of one job fails in a way nothing expects."""
 
-    def settle_job(self, job: Job, *args: Any, **kwargs: Any) -> bool:
+    def end_job(self, job: Job, *args: Any, **kwargs: Any) -> bool:
         if job.job_id == "late-2":
             raise RuntimeError("a fault on this one job")
-        return super().settle_job(job, *args, **kwargs)
+        return super().end_job(job, *args, **kwargs)
 
 
 def test_one_job_that_cannot_be_reconciled_is_counted_and_the_others_are_handled(queue: RecordingQueue) -> None:

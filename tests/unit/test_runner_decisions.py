@@ -50,30 +50,13 @@ from engine.observability import GENAI_USAGE_ATTRIBUTES, job_metrics
 from engine.retry import MAX_DELAY_SECONDS, RESERVE_RECEIVES, backoff_seconds
 from engine.runner import FINISH_MARGIN_MS, GIVE_UP_RECEIVES, Claimed, JobRunner
 from engine.testing import InMemoryJobStore
+from tests.support.clock import Clock
 from tests.support.events import job_message, new_job_for
 from tests.support.providers import VALID_OUTPUTS, FakeProvider, valid_answer
 
-T0 = 1_800_000_000  # seconds
 LEASE_MS = 300_000  # the runner's default lease, used when no remaining time is given
 # 100 input and 20 output tokens of gpt-4o-mini at $0.15/$0.60 per million.
 COST_OF_ONE_CALL = Decimal("0.000027")
-
-
-class Clock:
-    """A clock the test moves, in whole seconds (so that milliseconds stay exact)."""
-
-    def __init__(self, seconds: int = T0) -> None:
-        self.seconds = seconds
-
-    def __call__(self) -> float:
-        return float(self.seconds)
-
-    @property
-    def now_ms(self) -> int:
-        return self.seconds * 1000
-
-    def advance(self, seconds: int) -> None:
-        self.seconds += seconds
 
 
 @pytest.fixture
@@ -270,16 +253,16 @@ def test_a_claim_that_raced_another_write_comes_back_soon(
 
 
 class RacingSettles(InMemoryJobStore):
-    """A store whose settle always finds the job changed since it was read."""
+    """A store whose end_job always finds the job changed since it was read."""
 
-    def settle_job(self, *args: Any, **kwargs: Any) -> bool:
+    def end_job(self, *args: Any, **kwargs: Any) -> bool:
         return False
 
 
-def test_a_refused_claim_whose_settle_raced_comes_back_soon(
+def test_a_refused_claim_whose_end_raced_comes_back_soon(
     make_runner: RunnerFactory, provider: FakeProvider, clock: Clock
 ) -> None:
-    # Given a job past its deadline, whose settle meets a write that changed it in between
+    # Given a job past its deadline, whose end meets a write that changed it in between
     store = RacingSettles()
     message = job_message("classify", "raced-2")
     store.create_job("raced-2", new_job_for(message, deadline_seconds=60), message["input"], clock.now_ms)
@@ -289,7 +272,7 @@ def test_a_refused_claim_whose_settle_raced_comes_back_soon(
     disposition = make_runner(store).process(delivery({"job_id": "raced-2"}))
 
     # Then the message comes back soon (RACED), and the job is as it was
-    assert disposition == Retry(Fate.RACED, RETRY_SOON_SECONDS, "job raced-2 changed while it was being settled")
+    assert disposition == Retry(Fate.RACED, RETRY_SOON_SECONDS, "job raced-2 changed while it was being ended")
     assert provider.calls == 0
     assert job_of(store, "raced-2").status is JobStatus.QUEUED
 

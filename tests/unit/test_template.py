@@ -23,7 +23,7 @@ from engine.definitions import MAX_INPUT_BYTES
 from engine.gateway.batch_files import SPOOL_MEMORY_BYTES
 from engine.gateway.bedrock_batch import JOB_NAME_PREFIX, KEY_PREFIX
 from engine.gateway.bedrock_batch import MAX_INPUT_BYTES as BEDROCK_MAX_INPUT_BYTES
-from engine.worker import FUNCTION_TIMEOUT_SECONDS, QUEUE_VISIBILITY_SECONDS
+from handlers.worker import FUNCTION_TIMEOUT_SECONDS, QUEUE_VISIBILITY_SECONDS
 from tests.support.template import function_role, role_policies, transformed_template
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"

@@ -21,10 +21,6 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
-
-from aws_lambda_powertools.metrics import MetricUnit
-from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from engine.batching.conclusion import NO_ANSWERS, Answers, Conclusion, EntryFate, GoneOver, not_answered_in_time
 from engine.batching.entries import BatchEntry, Manifest, Part, line_id
@@ -36,7 +32,7 @@ from engine.core.ports import JobReader
 from engine.definitions import JobRegistry
 from engine.gateway import CompletionRequest, ModelGateway
 from engine.gateway.batches import BatchLine, BatchProvider, BatchStatus
-from engine.observability import log_unexpected, logger, metrics
+from engine.observability import log_unexpected, logger
 from engine.queue import JobQueues
 from engine.runner import JobRunner, RemainingMs
 
@@ -86,14 +82,8 @@ class Batcher:
         self._runner = runner
         self._conclusion = Conclusion(runner, jobs, registry, queues)
 
-    def handle(self, event: dict[str, Any], context: LambdaContext | None) -> dict[str, int]:
-        """One scheduled pass: what it did, also as metrics `Batches_<what>`."""
-        report = self.run(getattr(context, "get_remaining_time_in_millis", None))
-        for what, count in report.items():
-            metrics.add_metric(name=f"Batches_{what}", unit=MetricUnit.Count, value=count)
-        return dict(report)
-
     def run(self, remaining_ms: RemainingMs | None = None) -> Counter[str]:
+        """One pass: what it did (created, adopted, ended, jobs_finished, errors, ...)."""
         report: Counter[str] = Counter()
         for record in self._records.listed(in_flight_only=True):
             if self._out_of_time(remaining_ms):

@@ -5,13 +5,13 @@
 - errors.py: the error taxonomy
 - outcomes.py: how an attempt ends, as a store writes it
 - deliveries.py: a delivery of a message and what becomes of it
-- ports.py: the store Protocols the runner, reconciler, recorder and client depend on
+- ports.py: the Protocols the runner, reconciler, recorder and client depend on (stores, dead letters)
 - batches.py: a provider batch's record and states, and what keeps the records
 - open_jobs.py, days.py: the reconciler's walk of open jobs; UTC days
 """
 
 from engine.core.codes import ClaimRefusal, ErrorCode
-from engine.core.deliveries import Ack, Delivery, Disposition, Fate, Retry
+from engine.core.deliveries import Ack, DeadLetterFate, Delivery, Disposition, Fate, Retry
 from engine.core.job import (
     ALLOWED_TRANSITIONS,
     DEFAULT_DEADLINE_SECONDS,
@@ -49,6 +49,7 @@ __all__ = [
     "ClaimRefusal",
     "DeadLetter",
     "DeadLetterEntry",
+    "DeadLetterFate",
     "Delivery",
     "Disposition",
     "ErrorCode",

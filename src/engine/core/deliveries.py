@@ -36,7 +36,7 @@ class Fate(StrEnum):
     # The message comes back later (returned as a batch item failure).
     RETRIED = "retried"  # a retryable failure: the job is queued again
     HELD = "held"  # another worker holds the job
-    RACED = "raced"  # the job changed while it was being claimed or settled
+    RACED = "raced"  # the job changed while it was being claimed or ended
     DEFERRED = "deferred"  # too little time left in this invocation
     THROTTLED = "throttled"  # its model's shared rate limit has no capacity now (engine.fleet)
     OVER_BUDGET = "over_budget"  # its user's daily budget is spent (engine.fleet)
@@ -61,3 +61,14 @@ class Retry:
 
 
 Disposition = Ack | Retry
+
+
+class DeadLetterFate(StrEnum):
+    """What became of a dead letter and the job it names; on the dead-letter queue, each is counted
+    as the metric `DeadLetters_<fate>`."""
+
+    RECORDED = "recorded"  # kept; its job left as it was (none, finished, another request's)
+    FAILED = "failed"  # kept; its job ended `failed` (or was created so)
+    CANCELLED = "cancelled"  # kept; its job, cancel-requested, ended `cancelled`
+    HELD = "held"  # kept; a worker holds its job and will finish it
+    UNRECORDED = "unrecorded"  # the table did not take it: kept in the payload bucket, or left on its queue

@@ -1,10 +1,10 @@
-"""What the lifecycle needs of a store, one Protocol per role.
+"""What the lifecycle needs of a store, one Protocol per role, and of the dead letters.
 
 The runner, the dead-letter recorder, the reconciler and the client depend on these, never on a
-particular store. Two implementations keep them: DynamoDB (engine.store, the one deployed) and
-memory (engine.testing.InMemoryJobStore, for tests of the decisions above it); one contract test suite runs
-against both (tests/contract), so that the two cannot drift apart. docs/protocol.md gives the
-conditions each write is fenced on.
+particular store (nor the runner on the dead-letter function's recorder). Two implementations keep
+the stores': DynamoDB (engine.store, the one deployed) and memory (engine.testing.InMemoryJobStore,
+for tests of the decisions above it); one contract test suite runs against both (tests/contract),
+so that the two cannot drift apart. docs/protocol.md gives the conditions each write is fenced on.
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from engine.core.attachments import AttachmentInfo
+from engine.core.codes import ErrorCode
+from engine.core.deliveries import DeadLetterFate
+from engine.core.errors import JobError
 from engine.core.job import (
     AttemptRecord,
     BatchTerms,
@@ -109,7 +112,7 @@ class WorkerStore(Protocol):
         """
         ...
 
-    def settle_job(
+    def end_job(
         self,
         job: Job,
         status: JobStatus,
@@ -180,7 +183,7 @@ class DeadLetterStore(Protocol):
 
     def get_job(self, job_id: str) -> Job | None: ...
 
-    def settle_job(
+    def end_job(
         self,
         job: Job,
         status: JobStatus,
@@ -199,10 +202,10 @@ class ReconcilerStore(Protocol):
         ...
 
     def touch_job(self, job: Job, now_ms: int) -> bool:
-        """Mark an open job as just re-enqueued, fenced like settle_job; False if it changed."""
+        """Mark an open job as just re-enqueued, fenced like end_job; False if it changed."""
         ...
 
-    def settle_job(
+    def end_job(
         self,
         job: Job,
         status: JobStatus,
@@ -242,3 +245,45 @@ class AdminStore(Protocol):
     def dead_letter(self, message_id: str) -> DeadLetter | None: ...
 
     def dead_letters(self, since_ms: int, until_ms: int, limit: int | None = None) -> list[DeadLetterEntry]: ...
+
+
+class BadMessage(Protocol):
+    """A message that cannot run (engine.intake.BadMessageError), as the dead letters read it."""
+
+    @property
+    def job_id(self) -> str | None:
+        """The job it names, when its id is usable."""
+        ...
+
+    @property
+    def error(self) -> JobError:
+        """Why it cannot run: what its job records."""
+        ...
+
+    def known(self, name: str) -> Any:
+        """A field of the message worth keeping on its failed job, when valid; else None."""
+        ...
+
+
+class DeadLetters(Protocol):
+    """Where the runner keeps what it cannot run (engine.dead_letters.DeadLetterRecorder)."""
+
+    def keep(self, message_id: str, body: str, attributes: dict[str, str], receive_count: int, reason: str) -> int:
+        """Keep a message durably as a dead letter, touching no job; the time it was recorded at."""
+        ...
+
+    def record(
+        self,
+        message_id: str,
+        body: str,
+        attributes: dict[str, str],
+        receive_count: int,
+        reason: str | None = None,
+        code: ErrorCode = ErrorCode.DEAD_LETTERED,
+    ) -> DeadLetterFate:
+        """Keep a message given up on, and end the job it names with `code`; what became of that job."""
+        ...
+
+    def fail_bad_message(self, bad: BadMessage, body: str, now_ms: int, lane: Lane = Lane.INTERACTIVE) -> Job | None:
+        """Fail the job a bad message names; the job already there instead, when there is one."""
+        ...

@@ -139,7 +139,7 @@ class WorkerWrites(JobTable):
                 raise CancelRequestedError(job.job_id) from exc
             raise LeaseLostError(f"job {job.job_id}: the lease of {job.lease_owner} was lost", current) from exc
 
-    def settle_job(
+    def end_job(
         self,
         job: Job,
         status: JobStatus,

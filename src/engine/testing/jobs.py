@@ -210,7 +210,7 @@ class InMemoryJobStore:
                 finished = self._record_attempt(finished, attempt)
             self._keep_input(finished, input_text)
 
-    def settle_job(
+    def end_job(
         self,
         job: Job,
         status: JobStatus,
