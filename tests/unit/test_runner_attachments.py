@@ -113,7 +113,7 @@ def test_a_job_whose_object_is_gone_at_its_retry_fails_the_retry_with_no_second_
 
     assert world.run([ref]) is Fate.RETRIED
     world.objects.delete(PAYLOADS, "invoice.pdf")
-    world.clock.seconds += 3_600
+    world.clock.advance(3_600)
 
     assert world.run([ref], receive_count=2) is Fate.FAILED
     job = world.job()
