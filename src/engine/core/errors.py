@@ -148,6 +148,22 @@ def deadline_error(job: Job, why: str) -> PermanentError:
 # --- Store errors: a conditional write was refused, explained by the item it met ------------
 
 
+# --- Job types as data (docs/jobtypes.md): a file refused at push, a label move refused ----------
+
+
+class JobTypeError(AiJobsError):
+    """A job type file or a label move that cannot be done; the message is one line naming why."""
+
+
+class JobTypeFileError(JobTypeError):
+    """A job type file refused at push: an invalid schema, a template field the input lacks, a rule
+    that does not compile, an example that fails, a bound passed."""
+
+
+class JobTypeLabelError(JobTypeError):
+    """A promote or rollback refused: no such job type or version, nothing to roll back to, a move raced."""
+
+
 class ConditionRefusedError(AiJobsError):
     """A conditional write did not apply; `job` is the job as DynamoDB had it (None if absent)."""
 

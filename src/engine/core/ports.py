@@ -30,6 +30,7 @@ from engine.core.job import (
     NewJob,
     Settlement,
 )
+from engine.core.job_types import Guard, JobTypeHead, StoredVersion, VersionStats
 from engine.core.open_jobs import OpenJobsWalk
 from engine.core.outcomes import Outcome
 
@@ -286,4 +287,77 @@ class DeadLetters(Protocol):
 
     def fail_bad_message(self, bad: BadMessage, body: str, now_ms: int, lane: Lane = Lane.INTERACTIVE) -> Job | None:
         """Fail the job a bad message names; the job already there instead, when there is one."""
+        ...
+
+
+class JobTypeCatalog(Protocol):
+    """What a worker reads of the data job types (engine.definitions.catalog): every name's head in
+    one read, and a version's file (immutable: read once per execution environment)."""
+
+    def heads(self) -> list[JobTypeHead]:
+        """Every data job type's head (labels included): one Query of one partition."""
+        ...
+
+    def version(self, name: str, version: int) -> StoredVersion | None:
+        """One stored version, or None."""
+        ...
+
+
+class JobTypeStore(JobTypeCatalog, Protocol):
+    """The data job types' versions, labels and stats (engine.store.job_types; docs/jobtypes.md).
+
+    Every label move is a conditional write on the head's revision; each refusal is a
+    JobTypeLabelError whose message names why in one line.
+    """
+
+    def head(self, name: str) -> JobTypeHead | None:
+        """One name's head (a strongly consistent read), or None."""
+        ...
+
+    def versions(self, name: str) -> list[StoredVersion]:
+        """Every stored version of a name, oldest first."""
+        ...
+
+    def push(
+        self, name: str, document: dict[str, Any], sha256: str, now_ms: int, by: str | None = None
+    ) -> tuple[int, bool]:
+        """Store a checked file as the name's next version (the first is production at once): (its
+        version, True); a file whose sha256 a version of the name already has: (that version, False)."""
+        ...
+
+    def promote(
+        self,
+        name: str,
+        version: int,
+        now_ms: int,
+        *,
+        canary_percent: int | None = None,
+        guard: Guard | None = None,
+        by: str | None = None,
+    ) -> JobTypeHead:
+        """Make `version` production (ending any canary), or, with `canary_percent`, serve it to that
+        share of users instead (replacing any canary, its counts started anew)."""
+        ...
+
+    def rollback(self, name: str, now_ms: int, *, by: str | None = None, reason: str | None = None) -> JobTypeHead:
+        """End the canary when there is one, else move production back to the version before it."""
+        ...
+
+    def tally(self, name: str, canary: tuple[int, int], counts: tuple[int, int, int, int]) -> JobTypeHead | None:
+        """Add finished jobs to the canary `(version, started_at)` — `counts` is (canary jobs, canary
+        validation failures, production jobs, production validation failures) — and return the head
+        after; None when that canary is no longer the name's (ended, replaced)."""
+        ...
+
+    def end_canary(self, name: str, canary: tuple[int, int], now_ms: int, reason: str) -> bool:
+        """End the canary `(version, started_at)` by its guard, recording why: True once; False when it
+        ended or changed meanwhile."""
+        ...
+
+    def add_stats(self, name: str, delta: VersionStats) -> None:
+        """Add finished jobs' figures to a version's stats."""
+        ...
+
+    def stats(self, name: str) -> list[VersionStats]:
+        """Every version's stats that has any, by version."""
         ...

@@ -139,6 +139,9 @@ class JobDefinition:
     # The prompt of a job that carries attachments, worded for them (its own version, since its text
     # differs). None: `prompt`, with or without attachments.
     attachment_prompt: Prompt | None = None
+    # A data job type's version (docs/jobtypes.md): the immutable version of its file this definition
+    # was compiled from. None for a code job type, whose version is its deploy.
+    job_type_version: int | None = None
     output_json_schema: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
