@@ -32,7 +32,7 @@ LOCAL_EXTRA = {Requirement(spec).name.lower() for spec in EXTRAS["local"]}
 # The dashboard's (aijobs/ui), which nothing else of the package imports.
 UI_EXTRA = {Requirement(spec).name.lower() for spec in EXTRAS["ui"]}
 # Only the command needs these; the functions never import them.
-COMMAND_ONLY = {"rich", "typer"}
+COMMAND_ONLY = {"pyyaml", "rich", "typer"}
 # The managed Python runtime's own SnapStart hook library, imported only when present.
 RUNTIME_PROVIDED = {"snapshot_restore_py"}
 
