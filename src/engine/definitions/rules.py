@@ -1,0 +1,77 @@
+"""The rules of a job type file: CEL expressions over `input` and `output`, true when the answer is acceptable.
+
+A rule is compiled once (at push to check it, then once per compiled job type) and run on every
+answer after the output schema passed. What a rule can make the worker do is bounded at push: at
+most MAX_CHECK_CHARS characters, at most MAX_MACROS comprehension macros (all, exists, exists_one,
+map, filter: each walks a list, so two nest to a square of the input's size at most), and the only
+variables it reads are `input` and `output` (and the names its macros bind).
+
+A rule that is not true, whether false, not a boolean, or failing to run (a key the answer lacks,
+a type it cannot compare), fails: the answer is refused with the rule's message.
+
+`cel` (common-expression-language) is imported on first use: it costs ~150 ms, which a worker that
+serves no data job type never pays.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from engine.core.errors import JobTypeFileError
+from engine.text import one_line
+
+if TYPE_CHECKING:
+    from cel import Program
+
+MAX_CHECK_CHARS = 1000
+MAX_MESSAGE_CHARS = 200
+MAX_MACROS = 2
+VARIABLES = frozenset({"input", "output"})
+
+# A comprehension macro and the name it binds: `.all(x, ...)`, `.map(x, ...)` (found in the source
+# text, so one named in a string literal counts too: the bound errs on the safe side).
+_MACRO = re.compile(r"\.\s*(?:all|exists_one|exists|map|filter)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)?")
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledRule:
+    """One rule, compiled: its program and the message an answer that fails it is refused with."""
+
+    program: Program
+    message: str
+
+    def problem(self, job_input: Any, output: Any) -> str | None:
+        """None when the rule is true on (`job_input`, `output`), else why not, in a few words."""
+        try:
+            result = self.program.execute({"input": job_input, "output": output})
+        except Exception as exc:  # any failure of a foreign evaluator: the rule failed
+            return one_line(f"it errors: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", 200)
+        if result is True:
+            return None
+        return "it is false" if result is False else f"it gives a {type(result).__name__}, not true or false"
+
+
+def compile_rule(check: str, message: str, where: str) -> CompiledRule:
+    """The compiled rule; JobTypeFileError naming `where` (e.g. `rules[1].check`) when it cannot be one."""
+    import cel  # lazy: see the module's docstring
+
+    macros = _MACRO.findall(check)
+    if len(macros) > MAX_MACROS:
+        raise JobTypeFileError(f"{where}: uses {len(macros)} comprehension macros; a rule uses at most {MAX_MACROS}")
+    try:
+        program = cel.compile(check)
+    except Exception as exc:  # a parse error is a ValueError; anything else fails too
+        raise JobTypeFileError(one_line(f"{where}: does not compile: {_first_line(exc)}")) from exc
+    unknown = sorted(set(program.variables()) - VARIABLES - {name for name in macros if name})
+    if unknown:
+        raise JobTypeFileError(one_line(f"{where}: names {', '.join(unknown)}; a rule reads only input and output"))
+    return CompiledRule(program, message)
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    # "Failed to parse expression '<the check>': ERROR: <input>:1:4: Syntax error: ..." -> from "1:4".
+    _, found, after = text.partition("ERROR: <input>:")
+    return after if found else text
