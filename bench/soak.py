@@ -955,7 +955,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "soak-batches",
             )
             # The events function on the table's stream, as deployed: one completion event per job.
-            events = TableStream(stack.table_name, events_handler(build_events(settings, session)), session, endpoint)
+            events = TableStream(stack.table_name, events_handler(*build_events(settings, session)), session, endpoint)
             reader = StatusReader(stack.table_name, dynamodb, [job.job_id for job in jobs])
             started = time.monotonic()
 

@@ -227,7 +227,7 @@ class DevStack:
         # Built here, so that bad settings fail the start: the first poller's environment.
         worker = worker_environment()
         recorder = dead_letter_handler(build_recorder(self.settings, self.session))
-        events = events_handler(build_events(self.settings, self.session))
+        events = events_handler(*build_events(self.settings, self.session))
         # The table's stream feeds the events function, as its DynamoDB event source mapping does.
         self._stream = TableStream(
             self.resources.table_name,

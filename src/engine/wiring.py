@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from engine.batching.batcher import Batcher
     from engine.events import CompletionEvents
     from engine.gateway.batches import BatchProvider
+    from engine.job_type_tally import JobTypeTally
     from engine.reconciler import Reconciler
 
 # Enough pooled connections for a whole batch of records running concurrently.
@@ -227,10 +228,23 @@ def build_recorder(settings: Settings, session: boto3.Session | None = None) -> 
     return DeadLetterRecorder(store, JobRegistry.from_settings(settings), is_transient=is_transient)
 
 
-def build_events(settings: Settings, session: boto3.Session | None = None) -> CompletionEvents:
-    from engine.events import CompletionEvents, EventPublisher
+class EventsParts(NamedTuple):
+    """The events function's parts: completion events, then the data job types' stats and guards,
+    both on one bus client."""
 
-    return CompletionEvents(EventPublisher(Aws(settings, session).client("events"), settings.aijobs_event_bus))
+    events: CompletionEvents
+    tally: JobTypeTally
+
+
+def build_events(settings: Settings, session: boto3.Session | None = None) -> EventsParts:
+    from engine.events import CompletionEvents, EventPublisher
+    from engine.job_type_tally import JobTypeTally
+    from engine.store.job_types import JobTypeTable
+
+    aws = Aws(settings, session)
+    publisher = EventPublisher(aws.client("events"), settings.aijobs_event_bus)
+    tally = JobTypeTally(JobTypeTable(settings.jobs_table_name, aws.client("dynamodb")), publisher)
+    return EventsParts(CompletionEvents(publisher), tally)
 
 
 def build_reconciler(settings: Settings, session: boto3.Session | None = None) -> Reconciler:

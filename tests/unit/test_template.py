@@ -554,9 +554,13 @@ def events_function_permissions(text: str) -> None:
         bus: {"events:PutEvents"},
         failures: {"sqs:SendMessage"},
         stream: {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"},
+        f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:JobsTable.Arn": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"},
         "*": {"dynamodb:ListStreams"} | TRACES["*"],
         **own_logs("EventsLogGroup"),
     }
+    # The data job types' items only (engine.job_type_tally)
+    leading = statement("EventsFunction", "TallyJobTypes")["Condition"]["ForAllValues:StringLike"]
+    assert leading == {"dynamodb:LeadingKeys": ["JOBTYPES", "JOBTYPE#*"]}
     default_bus = f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/default"
     assert grants("EventsFunction", EventBusName="default")[default_bus] == {"events:PutEvents"}
     assert grants("EventsFunction", KmsKeyArn=KEY_ARN)[KEY_ARN] == {"kms:Decrypt"}
@@ -566,6 +570,7 @@ def events_function_permissions(text: str) -> None:
         "`events:PutEvents` on that bus only",
         "`DescribeStream`, `GetRecords`, `GetShardIterator` on the table's stream only",
         "`ListStreams`",
+        "on the table's data job type items only",
         "its own log group",
     ):
         assert claim in text
@@ -618,6 +623,7 @@ def alarms(text: str) -> None:
         "EventFailuresAlarm",
         "EventsLagAlarm",
         "BatchErrorsAlarm",
+        "JobTypeRollbackAlarm",
     }
     assert properties("EventFailuresAlarm")["Dimensions"] == [{"Name": "QueueName", "Value": "EventFailuresQueue"}]
     lag = properties("EventsLagAlarm")
