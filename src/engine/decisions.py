@@ -112,6 +112,7 @@ def attempt_record(job: Job, execution: Execution, started_ms: int, finished_ms:
         priced=execution.priced,
         via=Via.BATCH if execution.batch_id else Via.REALTIME,
         batch_id=execution.batch_id,
+        job_type_version=job.job_type_version,
     )
 
 

@@ -136,7 +136,8 @@ def _new_job_request(
     registry: JobRegistry,
     lane: Lane,
 ) -> JobRequest:
-    definition = registry.get(job_type)
+    # A data job type's version is fixed here, once: the pinned one, or the one its labels serve this user.
+    definition = registry.resolve(job_type, user_id, message.job_type_version)
     if message.schema_version is not None and message.schema_version != definition.schema_version:
         raise SchemaVersionMismatchError(
             f"message schema_version {message.schema_version} != {job_type} schema version {definition.schema_version}"
@@ -154,6 +155,7 @@ def _new_job_request(
         request_hash=request_hash(job_type, user_id, raw_input, attachments),
         lane=lane,
         attachments=attachments,
+        job_type_version=definition.job_type_version,
     )
     return JobRequest(job_id, new_job, definition, job_input, raw_input)
 

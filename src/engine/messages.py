@@ -19,6 +19,7 @@ MaxAttempts = Annotated[int, Field(ge=1, le=10)]
 LaneName = Literal["interactive", "background"]
 # Bounded so that every number a message carries fits a DynamoDB number.
 SchemaVersion = Annotated[int, Field(ge=1, le=1_000_000)]
+JobTypeVersion = Annotated[int, Field(ge=1, le=1_000_000)]
 
 MIN_DEADLINE_SECONDS = 60
 MAX_DEADLINE_SECONDS = 604_800
@@ -56,6 +57,8 @@ class JobMessage(BaseModel):
     # Absent: the lane of the queue the message was sent to.
     lane: LaneName | None = None
     attachments: Annotated[list[AttachmentSpec], Field(max_length=MAX_ATTACHMENTS)] | None = None
+    # A data job type's version to run (docs/jobtypes.md); absent: its label's at the first claim.
+    job_type_version: JobTypeVersion | None = None
 
     @property
     def is_reference(self) -> bool:

@@ -261,6 +261,9 @@ class JobRunner:
             return self._on_refusal(delivery, request, refused)
         try:
             definition, job_input, raw_input = self._resolve(job, request)
+            if job.job_type_version is None and definition.job_type_version is not None:
+                # The version its labels served now: the finishing write records it on the job.
+                job = replace(job, job_type_version=definition.job_type_version)
             attachments = self._load_attachments(job, definition)
         except PermanentError as exc:
             return self.finish(job, request, Decision(Failed(exc.info()), Ack(Fate.FAILED)))
@@ -345,9 +348,22 @@ class JobRunner:
         return Retry(Fate.RACED, RETRY_SOON_SECONDS, f"job {job.job_id} changed while it was being ended")
 
     def _resolve(self, job: Job, request: JobRequest) -> tuple[JobDefinition, BaseModel, dict[str, Any] | None]:
+        """What the claimed job runs: the message's definition and input when the message carries them
+        (unless the job already records another version of its data job type: a retry runs the version
+        its first claim ran), else the job's own definition and stored input."""
+        recorded = job.job_type_version
         if request.definition is not None and request.job_input is not None:
-            return request.definition, request.job_input, request.raw_input
-        definition = self._registry.get(job.job_type or "")
+            if recorded is None or request.definition.job_type_version == recorded:
+                return request.definition, request.job_input, request.raw_input
+            definition = self._registry.definition(job.job_type or "", recorded)
+            assert request.raw_input is not None  # (a message that carries a parsed input carries it raw)
+            return definition, definition.parse_input(request.raw_input), request.raw_input
+        name = job.job_type or ""
+        if recorded is not None:
+            definition = self._registry.definition(name, recorded)
+        else:
+            # A job created without a version (a code job type, or a submission of a data one): its labels'.
+            definition = self._registry.resolve(name, job.user_id or "")
         if job.schema_version != definition.schema_version:
             expected = definition.schema_version
             raise SchemaVersionMismatchError(

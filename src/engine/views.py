@@ -132,6 +132,9 @@ class JobView(BaseModel):
     took_ms: int | None
     # The documents and images it reads, in order (docs/attachments.md); [] for a job without any.
     attachments: list[AttachmentView]
+    # The data job type's version it runs (docs/jobtypes.md); null for a code job type, and for a
+    # submitted data job until its first claim has finished.
+    job_type_version: int | None = None
 
     @classmethod
     def from_job(cls, job: Job, latest: AttemptRecord | None = None) -> JobView:
@@ -167,6 +170,7 @@ class JobView(BaseModel):
             batch=batch,
             took_ms=None if job.finished_at is None else job.finished_at - job.created_at,
             attachments=attachment_views(job),
+            job_type_version=job.job_type_version,
         )
 
     @property
@@ -219,6 +223,8 @@ class AttemptView(BaseModel):
     # How its first call was made, and for a batch the provider's batch id.
     via: Via
     batch_id: str | None
+    # The data job type's version it ran; null for a code job type.
+    job_type_version: int | None = None
 
     @classmethod
     def from_record(cls, record: AttemptRecord) -> AttemptView:
@@ -246,6 +252,7 @@ class AttemptView(BaseModel):
             priced=record.priced,
             via=record.via,
             batch_id=record.batch_id,
+            job_type_version=record.job_type_version,
         )
 
 

@@ -27,6 +27,7 @@ from engine.core import Lane
 from engine.core.errors import ConfigurationError
 from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
+from engine.definitions.catalog import DataJobTypes
 from engine.fleet.admission import Admission
 from engine.fleet.budgets import Budgets
 from engine.fleet.limiter import RateLimiter
@@ -81,6 +82,24 @@ def build_store(settings: Settings, aws: Aws) -> DynamoJobStore:
     )
 
 
+def data_job_types(settings: Settings, aws: Aws) -> DataJobTypes:
+    """The data job types as the table keeps them (docs/jobtypes.md): their labels read once a refresh
+    period, each version compiled once. Their store and compiler are imported here, where they are built."""
+    from engine.definitions.data import compile_job_type
+    from engine.store.job_types import JobTypeTable
+
+    return DataJobTypes(
+        JobTypeTable(settings.jobs_table_name, aws.client("dynamodb")),
+        compile=compile_job_type,
+        refresh_seconds=settings.aijobs_job_types_refresh_seconds,
+    )
+
+
+def build_registry(settings: Settings, aws: Aws) -> JobRegistry:
+    """Every job type a function serves: the code job types the settings name, and the data job types."""
+    return JobRegistry.from_settings(settings, data=data_job_types(settings, aws))
+
+
 class WorkerParts(NamedTuple):
     """The worker function's parts: the engine's worker, and the queues its records come from (where
     handlers.worker hides the messages that come back later)."""
@@ -100,7 +119,7 @@ def build_worker(
     aws = Aws(settings, session)
     store = build_store(settings, aws)
     gateway = build_gateway(settings)
-    runner = build_runner(settings, store, gateway, registry or JobRegistry.from_settings(settings), aws)
+    runner = build_runner(settings, store, gateway, registry or build_registry(settings, aws), aws)
     if settings.budgets_enabled and (unpriced := gateway.unpriced_models()):
         raise ConfigurationError(
             f"AIJOBS_PRICES: model {unpriced[0]!r} has no price, so no budget can hold what it costs; "
@@ -183,7 +202,7 @@ def build_batcher(settings: Settings, session: boto3.Session | None = None) -> B
     aws = Aws(settings, session)
     store = build_store(settings, aws)
     gateway = build_gateway(settings)
-    registry = JobRegistry.from_settings(settings)
+    registry = build_registry(settings, aws)
     return Batcher(
         BatchTable(settings.jobs_table_name, aws.client("dynamodb")),
         BatchFiles(build_payloads(settings, aws)),
@@ -224,8 +243,8 @@ def build_admission(settings: Settings, aws: Aws) -> Admission:
 
 
 def build_recorder(settings: Settings, session: boto3.Session | None = None) -> DeadLetterRecorder:
-    store = build_store(settings, Aws(settings, session))
-    return DeadLetterRecorder(store, JobRegistry.from_settings(settings), is_transient=is_transient)
+    aws = Aws(settings, session)
+    return DeadLetterRecorder(build_store(settings, aws), build_registry(settings, aws), is_transient=is_transient)
 
 
 class EventsParts(NamedTuple):

@@ -118,6 +118,9 @@ class NewJob:
     request_hash: str
     lane: Lane = Lane.INTERACTIVE
     attachments: tuple[AttachmentRef, ...] = ()
+    # The version of a data job type it runs (pinned, or its label's when the request was read);
+    # None for a code job type, or for a submission that left it to the first claim.
+    job_type_version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +184,9 @@ class Job:
     # them (their type, size, digest, pages or pixel size: never their content).
     attachments: tuple[AttachmentRef, ...] = ()
     attachments_read: tuple[AttachmentInfo, ...] = ()
+    # The data job type's version it runs, fixed by its creation or its first finished claim (every
+    # retry runs the same); None for a code job type (docs/jobtypes.md).
+    job_type_version: int | None = None
 
     @property
     def attempts_left(self) -> int:
@@ -225,6 +231,8 @@ class AttemptRecord:
     # How the first call was made, and the provider's batch id when it went in a batch.
     via: Via = Via.REALTIME
     batch_id: str | None = None
+    # The data job type's version the attempt ran; None for a code job type.
+    job_type_version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

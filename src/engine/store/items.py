@@ -168,6 +168,7 @@ def job_from_item(item: Item) -> Job:
         batch_settled=frozenset(int(claim) for claim in data.get("batch_settled", ())),
         attachments=tuple(AttachmentRef.parse(ref["s3"], ref.get("name")) for ref in data.get("attachments") or ()),
         attachments_read=tuple(AttachmentInfo.of(info) for info in data.get("attachments_read") or ()),
+        job_type_version=_int(data.get("job_type_version")),
     )
 
 
@@ -243,6 +244,7 @@ def attempt_item(record: AttemptRecord, expires_at: int) -> Item:
             "lane": record.lane.value,
             "via": record.via.value,
             "batch_id": _name(record.batch_id),
+            "job_type_version": record.job_type_version,
             "expires_at": expires_at,
         }
     )
@@ -277,6 +279,7 @@ def attempt_from_item(item: Item) -> AttemptRecord:
         lane=Lane(data.get("lane", Lane.INTERACTIVE)),
         via=Via(data.get("via", Via.REALTIME)),
         batch_id=data.get("batch_id"),
+        job_type_version=_int(data.get("job_type_version")),
     )
 
 

@@ -222,6 +222,8 @@ def creation_attributes(job_id: str, new_job: NewJob, now_ms: int) -> dict[str, 
     }
     if new_job.attachments:  # (most jobs read none: their items stay as small)
         attributes["attachments"] = ref_documents(new_job.attachments)
+    if new_job.job_type_version is not None:  # a data job type's (docs/jobtypes.md)
+        attributes["job_type_version"] = new_job.job_type_version
     return attributes
 
 

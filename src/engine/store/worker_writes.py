@@ -106,7 +106,7 @@ class WorkerWrites(JobTable):
 
         The job update, the attempt record, (for a failed job whose input only the message held) the
         input and (for a batched claim) its budget's settlement go together in one TransactWriteItems;
-        alone, the update is an UpdateItem.
+        alone, the update is an UpdateItem. `job.job_type_version` is recorded when the item lacks one.
         """
         target = target_status(outcome)
         if not can_transition(job.status, target):
@@ -123,6 +123,10 @@ class WorkerWrites(JobTable):
             self._add_usage(expr, attempt)
         if attachments_read:
             expr.set("attachments_read", [info.document() for info in attachments_read])
+        if job.job_type_version is not None:
+            # A job created without its data job type's version (a submission, then a message of only
+            # its id) records the one its first claim ran; one it has already stays.
+            expr.set_if_absent("job_type_version", job.job_type_version)
         expr.condition = (
             f"{expr.name('lease_owner')} = {expr.value('owner', job.lease_owner)}"
             f" AND {expr.name('status')} = {expr.value('running', JobStatus.RUNNING.value)}"

@@ -206,6 +206,8 @@ class InMemoryJobStore:
                 finished = self._settle(finished, settlement)
             if attachments_read:
                 finished = replace(finished, attachments_read=attachments_read)
+            if finished.job_type_version is None:  # recorded when the job lacks one, as DynamoDB's store does
+                finished = replace(finished, job_type_version=job.job_type_version)
             if attempt is not None:
                 finished = self._record_attempt(finished, attempt)
             self._keep_input(finished, input_text)
@@ -484,6 +486,7 @@ def _created(job_id: str, new_job: NewJob, now_ms: int, status: JobStatus) -> Jo
         request_hash=new_job.request_hash,
         lane=new_job.lane,
         attachments=new_job.attachments,
+        job_type_version=new_job.job_type_version,
     )
 
 
