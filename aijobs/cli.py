@@ -35,18 +35,32 @@ from aijobs.render import (
     budget_json,
     budgets_table,
     dead_letters_table,
+    head_json,
     inspection_group,
     job_table,
+    job_type_group,
+    job_type_stats_table,
+    job_types_table,
     jobs_table,
     json_line,
+    listing_json,
     redrive_json,
     redrive_line,
+    stats_json,
     usage_json,
     usage_table,
+    version_json,
 )
 from engine.config import REQUIRED_SETTINGS, Settings, is_local_host, load_settings
 from engine.core import ErrorCode, JobStatus, Lane
-from engine.core.errors import AiJobsError, ConfigurationError, MissingSettingsError, UnknownJobTypeError
+from engine.core.errors import (
+    AiJobsError,
+    ConfigurationError,
+    JobTypeFileError,
+    MissingSettingsError,
+    UnknownJobTypeError,
+)
+from engine.core.job_types import DEFAULT_GUARD_MAX_REGRESSION, DEFAULT_GUARD_MIN_JOBS, Guard
 from engine.store.batches import ENDED_RETENTION_DAYS
 from engine.views import JobInspection, JobView
 from handlers.worker import FUNCTION_TIMEOUT_SECONDS
@@ -228,6 +242,7 @@ SUBMIT_FLAGS = {
     "deadline_seconds": "--deadline-seconds",
     "lane": "--lane",
     "attachments": "--attach",
+    "job_type_version": "--version",
 }
 BUDGET_FLAGS = {"user_id": "--user", "daily_usd": "--daily-usd"}
 
@@ -343,6 +358,9 @@ def submit(
             help="A document or image: a local file (uploaded to the payload bucket) or s3://BUCKET/KEY. Repeatable.",
         ),
     ] = None,
+    version: Annotated[
+        int | None, typer.Option("--version", help="Run this version of a data job type (a pin).")
+    ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Wait until the job ends; exit 1 unless it succeeded.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds --wait waits at most.")] = 300.0,
     as_json: JsonFlag = False,
@@ -360,6 +378,7 @@ def submit(
             deadline_seconds=deadline_seconds,
             lane=lane,
             attachments=attach or [],
+            job_type_version=version,
         )
     if wait:
         jobs.wait(result.job_id, timeout_seconds=timeout)
@@ -531,6 +550,166 @@ def batches(
     else:
         title = "batches in flight and ended" if show_all else "batches in flight"
         out.print(batches_table(views, int(time.time() * 1000), title=title))
+
+
+types_app = typer.Typer(help="Job types as data: push a file, promote, canary, roll back, compare, test.")
+types_app.callback(invoke_without_command=True)(help_without_a_command)
+app.add_typer(types_app, name="types")
+NameArgument = Annotated[str, typer.Argument(help="The job type's name.")]
+FileArgument = Annotated[Path, typer.Argument(help="A job type file, YAML or JSON.")]
+
+
+def pusher() -> str | None:
+    """Who pushes or moves labels, as the label history records it: this machine's user, when known."""
+    return os.environ.get("USER") or os.environ.get("USERNAME") or None
+
+
+@types_app.command("push")
+@one_line_errors
+def types_push(file: FileArgument, as_json: JsonFlag = False, stack: StackOption = None) -> None:
+    """Check a job type file whole and store it as its name's next version (the first is production
+    at once); the same content again makes no new version. A file refused is one line naming why."""
+    result = client(stack).push_job_type(file, by=pusher())
+    if as_json:
+        print_json({"name": result.name, "version": result.version, "created": result.created})
+    elif result.created:
+        out.print(f"{result.name} v{result.version} pushed", markup=False, highlight=False)
+    else:
+        out.print(f"{result.name} v{result.version} has this content already: no new version", markup=False)
+
+
+@types_app.command("promote")
+@one_line_errors
+def types_promote(
+    name: NameArgument,
+    version: Annotated[int, typer.Argument(help="The version to promote.")],
+    canary: Annotated[
+        int | None, typer.Option("--canary", min=1, max=99, help="Serve it to this % of users instead (sticky).")
+    ] = None,
+    guard: Annotated[
+        bool, typer.Option("--guard", help="End the canary by itself if it fails validation more than production.")
+    ] = False,
+    min_jobs: Annotated[
+        int, typer.Option("--min-jobs", min=1, help="The guard judges after this many canary jobs.")
+    ] = DEFAULT_GUARD_MIN_JOBS,
+    max_regression: Annotated[
+        float,
+        typer.Option("--max-regression", min=0, max=100, help="Points of validation failures worse it tolerates."),
+    ] = DEFAULT_GUARD_MAX_REGRESSION,
+    as_json: JsonFlag = False,
+    stack: StackOption = None,
+) -> None:
+    """Make version N production, or with --canary P serve it to P% of users (the rest keep production)."""
+    guarded = Guard(min_jobs, max_regression) if guard else None
+    if guard and canary is None:
+        raise ValueError("--guard: a guard watches a canary: give --canary P too")
+    with naming_flags({"canary_percent": "--canary", "guard": "--guard"}):
+        head = client(stack).promote_job_type(name, version, canary_percent=canary, guard=guarded, by=pusher())
+    if as_json:
+        print_json(head_json(head))
+    elif canary is None:
+        out.print(f"{name} v{version} is production", markup=False, highlight=False)
+    else:
+        out.print(f"{name} v{version} serves {canary}% of users; v{head.production} the rest", markup=False)
+
+
+@types_app.command("rollback")
+@one_line_errors
+def types_rollback(
+    name: NameArgument,
+    reason: Annotated[str | None, typer.Option("--reason", help="Why, as the history records it.")] = None,
+    as_json: JsonFlag = False,
+    stack: StackOption = None,
+) -> None:
+    """End the canary; without one, move production back to the version it replaced."""
+    head = client(stack).rollback_job_type(name, reason=reason, by=pusher())
+    if as_json:
+        print_json(head_json(head))
+    else:
+        out.print(f"{name}: production is v{head.production}, no canary", markup=False, highlight=False)
+
+
+@types_app.command("list")
+@one_line_errors
+def types_list(as_json: JsonFlag = False, stack: StackOption = None) -> None:
+    """Every job type: the code ones (`code`) and the data ones with production and any canary."""
+    listings = client(stack).job_types_listed()
+    if as_json:
+        print_json([listing_json(listing) for listing in listings])
+    else:
+        out.print(job_types_table(listings))
+
+
+@types_app.command("show")
+@one_line_errors
+def types_show(
+    name: NameArgument,
+    version: Annotated[
+        int | None, typer.Option("--version", help="Print this version's file: prompt, schemas, rules.")
+    ] = None,
+    as_json: JsonFlag = False,
+    stack: StackOption = None,
+) -> None:
+    """A data job type's labels, versions and history (guard rollbacks: when and why); with --version, its file."""
+    from aijobs.job_types import document_yaml
+
+    jobs = client(stack)
+    if version is not None:
+        stored = jobs.job_type_version(name, version)
+        if as_json:
+            print_json(version_json(stored, with_document=True))
+        else:
+            out.print(f"# {name} v{version} ({stored.sha256[:12]})", markup=False, highlight=False)
+            out.print(document_yaml(stored.document), markup=False, highlight=False, end="")
+        return
+    head, versions = jobs.job_type(name)
+    if as_json:
+        print_json(head_json(head) | {"versions": [version_json(stored) for stored in versions]})
+    else:
+        out.print(job_type_group(head, versions))
+
+
+@types_app.command("diff")
+@one_line_errors
+def types_diff(
+    name: NameArgument,
+    old: Annotated[int, typer.Argument(help="A version.")],
+    new: Annotated[int, typer.Argument(help="Another version.")],
+    stack: StackOption = None,
+) -> None:
+    """A unified diff of two versions' files, as YAML."""
+    diff = client(stack).job_type_diff(name, old, new)
+    out.print(diff or f"{name} v{old} and v{new} are the same", markup=False, highlight=False, end="" if diff else "\n")
+
+
+@types_app.command("stats")
+@one_line_errors
+def types_stats(name: NameArgument, as_json: JsonFlag = False, stack: StackOption = None) -> None:
+    """Per version: jobs, succeeded, validation failures, re-asks, cost per job, p50 and p95 duration."""
+    stats = client(stack).job_type_stats(name)
+    if as_json:
+        print_json([stats_json(row) for row in stats])
+    else:
+        out.print(job_type_stats_table(name, stats))
+
+
+@types_app.command("test")
+@one_line_errors
+def types_test(file: FileArgument, as_json: JsonFlag = False) -> None:
+    """On this machine, no stack: check the file as push does, then run each example's input through the
+    gateway against a local provider answering with the file's example outputs, validating each answer.
+    One line per example; exit 1 unless all pass."""
+    from aijobs.job_types import read_job_type, run_examples
+
+    name, runs = run_examples(read_job_type(file))
+    if as_json:
+        print_json([{"example": run.number, "passed": run.passed, "detail": run.detail} for run in runs])
+    else:
+        for run in runs:
+            mark = "ok  " if run.passed else "FAIL"
+            out.print(f"{mark} {name} example {run.number}: {run.detail}", markup=False, highlight=False)
+    if not all(run.passed for run in runs):
+        raise typer.Exit(1)
 
 
 budget_app = typer.Typer(help="Daily spending caps per user (UTC days).")
@@ -815,6 +994,14 @@ def dev(
             help="A batched job this near its deadline goes back to real time (AIJOBS_BATCH_RESCUE_SECONDS).",
         ),
     ] = None,
+    answers: Annotated[
+        Path | None,
+        typer.Option(
+            "--answers",
+            help="YAML or JSON {job_type: [{input, output}, ...]}: the local provider answers those job types "
+            "with the example whose input the prompt holds.",
+        ),
+    ] = None,
     quiet: Annotated[
         bool,
         typer.Option(
@@ -863,6 +1050,8 @@ def dev(
     )
     if batch_delay is not None:
         options = replace(options, provider_batch_delay_seconds=batch_delay)
+    if answers is not None:
+        options = replace(options, provider_answers=read_answers(answers))
     with ExitStack() as serving:
         terminal, log_path = sys.stdout, None
         if quiet:
@@ -882,6 +1071,17 @@ def dev(
             err.print("the dashboard: `aijobs ui` in a shell with these exports, or `aijobs dev --ui`", highlight=False)
         print("ready", file=terminal, flush=True)
         _wait_for_interrupt()
+
+
+def read_answers(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """`--answers FILE`: the examples the local provider answers each job type with, or one line."""
+    from aijobs.job_types import read_job_type
+    from aijobs.local.answers import check_answers
+
+    try:
+        return check_answers(read_job_type(path), f"--answers {path}")
+    except JobTypeFileError as exc:
+        raise ValueError(f"--answers: {exc}") from exc
 
 
 def setting_flags(flags: Mapping[str, tuple[str, object | None]]) -> dict[str, str]:

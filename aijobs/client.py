@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -22,6 +23,7 @@ from pydantic import TypeAdapter, ValidationError
 from aijobs.arguments import InvalidArgumentError, quoted
 from aijobs.attachments import Attachable, AttachmentBucket, SizeLimits, prepare
 from aijobs.deployed import load_stack_settings
+from aijobs.job_types import documents_diff, read_job_type
 from aijobs.target import StackTarget
 from engine.config import Settings, load_settings
 from engine.core import DeadLetter, JobStatus, Lane
@@ -33,8 +35,10 @@ from engine.core.errors import (
     InputValidationError,
     JobNotFailedError,
     JobNotFoundError,
+    JobTypeLabelError,
 )
-from engine.core.ports import AdminStore
+from engine.core.job_types import Canary, Guard, JobTypeHead, StoredVersion, VersionStats
+from engine.core.ports import AdminStore, JobTypeStore
 from engine.definitions import JobDefinition, JobRegistry
 from engine.definitions.base import one_line_error
 from engine.fleet.budgets import BudgetDay
@@ -93,6 +97,14 @@ def input_problem(definition: JobDefinition, job_input: Any) -> str | None:
     field, then any other; None when the input model accepts it."""
     if not isinstance(job_input, dict):
         return f"must be a JSON object, not {type(job_input).__name__}"
+    if definition.job_type_version is not None:
+        # A data job type validates with its file's JSON schema: its input model is no pydantic model
+        # of named fields, and its parse_input's message already names the field.
+        try:
+            definition.parse_input(job_input)
+        except InputValidationError as exc:
+            return str(exc).removeprefix("input: ").removeprefix("input.")
+        return None
     try:
         definition.input_model.model_validate(job_input)
     except ValidationError as exc:
@@ -108,6 +120,28 @@ def input_problem(definition: JobDefinition, job_input: Any) -> str | None:
                     return f"{word} field {name}{where}"
         return one_line_error(exc, "")
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class PushResult:
+    """A pushed job type file: the version it is, and whether the push stored it (False: a version
+    of the name already had that content)."""
+
+    name: str
+    version: int
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JobTypeListing:
+    """One job type as `aijobs types list` has it: `code` (deployed with the functions, no versions)
+    or `data` (a file pushed: its newest version, production and any canary)."""
+
+    name: str
+    kind: str
+    latest: int | None = None
+    production: int | None = None
+    canary: Canary | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +221,7 @@ class AiJobsClient:
         target: StackTarget | None = None,
         batches: BatchRecords | None = None,
         attachments: AttachmentBucket | None = None,
+        job_types: JobTypeStore | None = None,
     ) -> None:
         self._store = store
         # Each lane's queue: jobs are sent to their own lane's, and the health strip shows each.
@@ -202,12 +237,16 @@ class AiJobsClient:
         self._attachments = attachments
         # The cap of users without their own, as the workers have it (AIJOBS_DEFAULT_DAILY_BUDGET_USD).
         self._default_budget = default_budget_usd
+        # The data job types' versions, labels and stats (docs/jobtypes.md, "Job types as data").
+        self._job_types = job_types
         self._clock = clock
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, session: boto3.Session | None = None) -> AiJobsClient:
         """The client of the stack the settings name (the environment's when none are given)."""
         settings = settings or load_settings()
+        from engine.store.job_types import JobTypeTable
+
         aws = Aws(settings, session)
         dynamodb, sqs = aws.client("dynamodb"), aws.client("sqs")
         return cls(
@@ -226,6 +265,7 @@ class AiJobsClient:
                 lambda: aws.client("s3"),
                 SizeLimits.of(settings.aijobs_attachment_limits),
             ),
+            job_types=JobTypeTable(settings.jobs_table_name, dynamodb),
         )
 
     @classmethod
@@ -245,6 +285,7 @@ class AiJobsClient:
         deadline_seconds: int | None = None,
         lane: Lane | str = Lane.INTERACTIVE,
         attachments: Sequence[Attachable] = (),
+        job_type_version: int | None = None,
     ) -> SubmitResult:
         """Create the job and enqueue it on its lane's queue; idempotent on `job_id` (a new id is made
         when absent). `lane`: interactive (someone waits for it) or background (docs/lanes.md).
@@ -252,6 +293,9 @@ class AiJobsClient:
         reads), or a NamedAttachment of one of those with a name of its own; the files and bytes are
         uploaded to the payload bucket (a PutObject each) before the job is created
         (docs/attachments.md, "Submitting").
+
+        `job_type_version` pins a data job type's version (docs/jobtypes.md, "Pinning"); without it the
+        job runs the version its first claim resolves (production, or the user's canary side).
 
         Raises UnknownJobTypeError for a job type this client does not know, InvalidArgumentError
         (an InputValidationError) naming the argument of a job that could never run (and the
@@ -268,8 +312,10 @@ class AiJobsClient:
         if deadline_seconds is not None:
             message["deadline_seconds"] = deadline_seconds
         message["lane"] = str(lane)
+        if job_type_version is not None:
+            message["job_type_version"] = job_type_version
         # The worker's own checks, before anything is written; each refusal names what it refuses.
-        definition = self._registry.get(job_type)
+        definition = self._definition(job_type, user_id, job_type_version)
         _check_message(message)
         if problem := input_problem(definition, job_input):
             raise InvalidArgumentError("input", problem)
@@ -279,7 +325,8 @@ class AiJobsClient:
         if prepared.refs:
             message["attachments"] = [ref.document() for ref in prepared.refs]
         try:
-            request = parse_message(json.dumps(message), message["job_id"], self._registry)
+            registry = self._registry if definition.job_type_version is None else JobRegistry([definition])
+            request = parse_message(json.dumps(message), message["job_id"], registry)
         except BadMessageError as bad:
             # The fields are checked above: what the worker's checks still refuse is in the input
             # (its size, a value no store can hold).
@@ -295,8 +342,112 @@ class AiJobsClient:
         return SubmitResult(job.job_id, created, job.status)
 
     def job_types(self) -> list[str]:
-        """The job types this client submits and validates, by name."""
+        """The job types this client submits and validates, by name (the code ones: `job_types_listed`
+        has the data ones too)."""
         return self._registry.names
+
+    def _definition(self, job_type: str, user_id: str, pinned: int | None) -> JobDefinition:
+        """The definition a submission is checked with: a code job type's, or the data job type's
+        version it pins, else the one the user would be served now (two reads: head, version)."""
+        if job_type in self._registry.names or self._job_types is None:
+            if pinned is not None and job_type in self._registry.names:
+                raise InvalidArgumentError("job_type_version", f"{job_type} is a code job type: it has no versions")
+            return self._registry.get(job_type)
+        head = self._job_types.head(job_type)
+        if head is None:
+            # The registry's own refusal, naming the known ones.
+            return self._registry.get(job_type)
+        version = head.serves(user_id) if pinned is None else pinned
+        stored = self._job_types.version(job_type, version) if 1 <= version <= head.latest else None
+        if stored is None:
+            raise InvalidArgumentError("job_type_version", f"{job_type} has no version {version} (v1-v{head.latest})")
+        from engine.definitions.data import compile_job_type
+
+        return compile_job_type(stored.document, version)
+
+    # --- job types as data (docs/jobtypes.md) ---
+
+    def push_job_type(self, path_or_text: str | Path, by: str | None = None) -> PushResult:
+        """Check a job type file (a path, or its YAML or JSON text) whole and store it as its name's next
+        version; the same content again makes none. JobTypeFileError (one line) for a file refused."""
+        from engine.definitions.data import check_job_type
+
+        checked = check_job_type(read_job_type(path_or_text), code_names=self._registry.names)
+        version, created = self._job_type_store().push(
+            checked.name, checked.document(), checked.sha256, self._now_ms(), by=by
+        )
+        return PushResult(checked.name, version, created)
+
+    def promote_job_type(
+        self,
+        name: str,
+        version: int,
+        canary_percent: int | None = None,
+        guard: Guard | None = None,
+        by: str | None = None,
+    ) -> JobTypeHead:
+        """Make `version` production, or with `canary_percent` (1-99) serve it to that share of users
+        (sticky per user), guarded by `guard` when given. JobTypeLabelError when it cannot be done."""
+        if canary_percent is not None and not 1 <= canary_percent <= 99:
+            raise InvalidArgumentError("canary_percent", f"a canary serves 1-99% of users, not {canary_percent}")
+        if guard is not None and canary_percent is None:
+            raise InvalidArgumentError("guard", "a guard watches a canary: give a canary percent too")
+        if guard is not None and (guard.min_jobs < 1 or not 0 <= guard.max_regression <= 100):
+            raise InvalidArgumentError("guard", "a guard needs at least 1 job and 0-100 points of regression")
+        return self._job_type_store().promote(
+            name, version, self._now_ms(), canary_percent=canary_percent, guard=guard, by=by
+        )
+
+    def rollback_job_type(self, name: str, reason: str | None = None, by: str | None = None) -> JobTypeHead:
+        """End the canary, or move production back to the version before it; JobTypeLabelError when
+        there is nothing to roll back to."""
+        return self._job_type_store().rollback(name, self._now_ms(), by=by, reason=reason)
+
+    def job_type(self, name: str) -> tuple[JobTypeHead, list[StoredVersion]]:
+        """A data job type's head (labels, history) and every version, oldest first."""
+        store = self._job_type_store()
+        head = store.head(name)
+        if head is None:
+            raise JobTypeLabelError(self._no_data_type(name))
+        return head, store.versions(name)
+
+    def job_type_version(self, name: str, version: int) -> StoredVersion:
+        """One stored version of a data job type."""
+        stored = self._job_type_store().version(name, version)
+        if stored is None:
+            head = self._job_type_store().head(name)
+            if head is None:
+                raise JobTypeLabelError(self._no_data_type(name))
+            raise JobTypeLabelError(f"{name} has no version {version} (v1-v{head.latest})")
+        return stored
+
+    def job_types_listed(self) -> list[JobTypeListing]:
+        """Every job type by name: the code ones (`code`) and the data ones with their labels (one Query)."""
+        listed = [JobTypeListing(name, "code") for name in self._registry.names]
+        if self._job_types is not None:
+            heads = self._job_types.heads()
+            listed += [JobTypeListing(h.name, "data", h.latest, h.production, h.canary) for h in heads]
+        return sorted(listed, key=lambda listing: listing.name)
+
+    def job_type_stats(self, name: str) -> list[VersionStats]:
+        """What each version's finished jobs did, by version (versions without jobs are left out)."""
+        self.job_type(name)
+        return self._job_type_store().stats(name)
+
+    def job_type_diff(self, name: str, old: int, new: int) -> str:
+        """A unified diff of two versions' documents as YAML ("" when they are the same)."""
+        before, after = self.job_type_version(name, old), self.job_type_version(name, new)
+        return documents_diff(name, (old, before.document), (new, after.document))
+
+    def _job_type_store(self) -> JobTypeStore:
+        if self._job_types is None:
+            raise ConfigurationError("this client has no job type store")
+        return self._job_types
+
+    def _no_data_type(self, name: str) -> str:
+        if name in self._registry.names:
+            return f"{name} is a code job type: it has no versions or labels (deploy it to change it)"
+        return f"no data job type {name!r} was pushed"
 
     def get(self, job_id: str) -> JobView:
         job = self._store.get_job(job_id)

@@ -14,11 +14,21 @@ from rich.table import Table
 from rich.text import Text
 
 from aijobs.amounts import usd
-from aijobs.client import RedriveOutcome, RedriveResult
+from aijobs.client import JobTypeListing, RedriveOutcome, RedriveResult
 from engine.core import JobStatus
+from engine.core.job_types import Canary, JobTypeHead, LabelAction, StoredVersion, VersionStats
 from engine.fleet.budgets import BudgetDay
 from engine.store import UsageRow
-from engine.views import AttachmentView, AttemptView, BatchView, DeadLetterView, JobInspection, JobView, LeaseView
+from engine.views import (
+    AttachmentView,
+    AttemptView,
+    BatchView,
+    DeadLetterView,
+    JobInspection,
+    JobView,
+    LeaseView,
+    iso_timestamp,
+)
 
 STATUS_STYLES = {
     JobStatus.QUEUED: "cyan",
@@ -394,3 +404,165 @@ def budgets_table(days: Sequence[BudgetDay]) -> Table:
         amounts = (day.cap_usd, day.spent_usd, day.reserved_usd, day.left_usd)
         table.add_row(day.user_id, *(usd(amount) for amount in amounts))
     return table
+
+
+def canary_text(canary: Canary | None) -> str:
+    """A canary in a word: `v3 to 10% (guarded: 200 jobs, 2 points)`, `-` without one."""
+    if canary is None:
+        return "-"
+    guard = canary.guard
+    guarded = f" (guarded: {guard.min_jobs} jobs, {guard.max_regression:g} points)" if guard else ""
+    return f"v{canary.version} to {canary.percent}%{guarded}"
+
+
+def job_types_table(listings: Sequence[JobTypeListing]) -> Table:
+    """`aijobs types list`: every job type, code or data, with a data one's labels."""
+    table = Table(title="job types", caption=None if listings else "none")
+    for column in ("name", "kind", "production", "canary", "latest"):
+        table.add_column(column, justify="right" if column == "latest" else "left")
+    for listing in listings:
+        production = "-" if listing.production is None else f"v{listing.production}"
+        latest = "-" if listing.latest is None else f"v{listing.latest}"
+        table.add_row(Text(listing.name), listing.kind, production, Text(canary_text(listing.canary)), latest)
+    return table
+
+
+def job_type_group(head: JobTypeHead, versions: Sequence[StoredVersion]) -> Group:
+    """`aijobs types show NAME`: its labels, its versions, and how the labels moved (when and why)."""
+    labels = Table(show_header=False, box=None, pad_edge=False)
+    labels.add_column(style="bold")
+    labels.add_column()
+    canary = head.canary
+    rows = [("job type", head.name), ("production", f"v{head.production}"), ("canary", canary_text(canary))]
+    if canary is not None:
+        rows.append(("canary so far", canary_counts(canary)))
+    rows.append(("latest", f"v{head.latest}"))
+    for label, value in rows:
+        labels.add_row(label, Text(value))
+    listed = Table(title="versions")
+    for column in ("version", "sha256", "pushed at", "by"):
+        listed.add_column(column)
+    for stored in versions:
+        marks = [
+            mark
+            for mark, on in (
+                ("production", stored.version == head.production),
+                ("canary", canary is not None and stored.version == canary.version),
+            )
+            if on
+        ]
+        version = f"v{stored.version}" + (f" ({', '.join(marks)})" if marks else "")
+        pushed = iso_ms(stored.pushed_at)
+        listed.add_row(version, stored.sha256[:12], pushed, Text(stored.pushed_by or "-"))
+    history = Table(title="history", caption=None if head.history else "none")
+    for column in ("at", "action", "version", "why", "by"):
+        history.add_column(column, overflow="fold" if column == "why" else "ellipsis")
+    for event in head.history:
+        action = f"[red]{event.action.value}[/]" if event.action is LabelAction.GUARD_ROLLBACK else event.action.value
+        history.add_row(
+            iso_ms(event.at),
+            Text.from_markup(action),
+            f"v{event.version}",
+            Text(event.reason or "-"),
+            Text(event.by or "-"),
+        )
+    return Group(labels, listed, history)
+
+
+def canary_counts(canary: Canary) -> str:
+    """What a canary's jobs did beside production's since it started."""
+    return (
+        f"{canary.canary_invalid} of {canary.canary_jobs} jobs failed validation; production "
+        f"{canary.production_invalid} of {canary.production_jobs}"
+    )
+
+
+def iso_ms(at_ms: int) -> str:
+    return iso_timestamp(at_ms) or "-"
+
+
+def job_type_stats_table(name: str, stats: Sequence[VersionStats]) -> Table:
+    """`aijobs types stats NAME`: per version, its jobs and what they did, cost and durations."""
+    table = Table(title=f"{name} by version", caption=None if stats else "no finished jobs yet")
+    for column in ("version", "jobs", "succeeded", "validation failures", "re-asks", "cost/job", "p50", "p95"):
+        table.add_column(column, justify="left" if column == "version" else "right")
+    for row in stats:
+        p50, p95 = row.percentile_ms(0.5), row.percentile_ms(0.95)
+        table.add_row(
+            f"v{row.version}",
+            str(row.jobs),
+            str(row.succeeded),
+            str(row.validation_failures),
+            str(row.reasks),
+            usd(row.cost_per_job),
+            "-" if p50 is None else f"≤{span(p50)}",
+            "-" if p95 is None else f"≤{span(p95)}",
+        )
+    return table
+
+
+def canary_json(canary: Canary | None) -> dict[str, Any] | None:
+    if canary is None:
+        return None
+    guard = canary.guard
+    return {
+        "version": canary.version,
+        "percent": canary.percent,
+        "started_at": iso_ms(canary.started_at),
+        "guard": None if guard is None else {"min_jobs": guard.min_jobs, "max_regression": guard.max_regression},
+        "canary_jobs": canary.canary_jobs,
+        "canary_invalid": canary.canary_invalid,
+        "production_jobs": canary.production_jobs,
+        "production_invalid": canary.production_invalid,
+    }
+
+
+def head_json(head: JobTypeHead) -> dict[str, Any]:
+    """A data job type's labels and history, as `--json` prints them."""
+    return {
+        "name": head.name,
+        "latest": head.latest,
+        "production": head.production,
+        "canary": canary_json(head.canary),
+        "previous": list(head.previous),
+        "history": [
+            {"at": iso_ms(e.at), "action": e.action.value, "version": e.version, "reason": e.reason, "by": e.by}
+            for e in head.history
+        ],
+    }
+
+
+def version_json(stored: StoredVersion, with_document: bool = False) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "version": stored.version,
+        "sha256": stored.sha256,
+        "pushed_at": iso_ms(stored.pushed_at),
+        "pushed_by": stored.pushed_by,
+    }
+    if with_document:
+        row["document"] = stored.document
+    return row
+
+
+def listing_json(listing: JobTypeListing) -> dict[str, Any]:
+    return {
+        "name": listing.name,
+        "kind": listing.kind,
+        "latest": listing.latest,
+        "production": listing.production,
+        "canary": canary_json(listing.canary),
+    }
+
+
+def stats_json(row: VersionStats) -> dict[str, Any]:
+    return {
+        "version": row.version,
+        "jobs": row.jobs,
+        "succeeded": row.succeeded,
+        "validation_failures": row.validation_failures,
+        "reasks": row.reasks,
+        "cost_usd": row.cost_usd,
+        "cost_per_job_usd": row.cost_per_job,
+        "p50_ms": row.percentile_ms(0.5),
+        "p95_ms": row.percentile_ms(0.95),
+    }

@@ -1,5 +1,10 @@
 """Answers computed from a request's JSON schema alone, and the rule-breaking answers of the content faults.
 
+A job type may instead be answered from examples of its own (`example_answer`: a job type file's
+`{input, output}` pairs, `aijobs dev --answers FILE`, `aijobs types test`): the output of the example
+whose input the prompt renders, so a rule a schema cannot say (a label that is one of the input's)
+is met as a model would meet it.
+
 No prompt wording is read: the schema the engine sends (JobDefinition.output_schema, narrowed to the
 input, e.g. classify's label to an enum of the labels offered) says what a valid answer is, so any
 job type is answered, built-in or not. The schema is walked: an object gets its required
@@ -17,7 +22,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -381,3 +386,38 @@ def faulty_content(kind: FaultKind, schema: Mapping[str, Any] | None, content: s
         # The right answer wrapped in a list: a model's plausible slip, and not any object model.
         return json.dumps([answer_for(schema, content)])
     return json.dumps(_rule_breaking_answer(schema, content, reference=kind is FaultKind.REFERENCE_INVALID))
+
+
+def example_answer(examples: Sequence[Mapping[str, Any]], prompt: str) -> Any:
+    """The output of the example whose input's every field value, as the JSON literal the engine renders
+    it as, appears in `prompt`; else (no example's does) the example a stable hash of the prompt picks.
+    Each example is `{"input": {...}, "output": ...}`; None when there are none."""
+    if not examples:
+        return None
+    for example in examples:
+        example_input = example.get("input")
+        if isinstance(example_input, Mapping) and all(
+            json.dumps(value, ensure_ascii=False) in prompt for value in example_input.values()
+        ):
+            return example.get("output")
+    return examples[_stable_int(prompt) % len(examples)].get("output")
+
+
+def check_answers(answers: Any, source: str) -> dict[str, list[dict[str, Any]]]:
+    """`{job_type: [{input, output}, ...]}` as read from `source` (`aijobs dev --answers FILE`), or
+    ValueError naming what is wrong with it in one line."""
+    if not isinstance(answers, Mapping):
+        raise ValueError(f"{source}: must map job types to lists of examples, not a {type(answers).__name__}")
+    checked: dict[str, list[dict[str, Any]]] = {}
+    for job_type, examples in answers.items():
+        if not isinstance(examples, list) or not examples:
+            raise ValueError(f"{source}: {job_type}: must be a list of one example or more ({{input, output}})")
+        for index, example in enumerate(examples):
+            if (
+                not isinstance(example, Mapping)
+                or not isinstance(example.get("input"), Mapping)
+                or "output" not in example
+            ):
+                raise ValueError(f"{source}: {job_type}[{index}]: an example is {{input: {{...}}, output: ...}}")
+        checked[str(job_type)] = [dict(example) for example in examples]
+    return checked

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -95,6 +95,8 @@ class DevStackOptions:
     provider_reasoning_tokens: int = 0
     # How long the local provider's batches take to be answered (aijobs.local.batches).
     provider_batch_delay_seconds: float = DEFAULT_BATCH_DELAY_SECONDS
+    # Job types the local provider answers from examples (`aijobs dev --answers FILE`): {name: [{input, output}]}.
+    provider_answers: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     # Pollers of the interactive and the background queues (each lane's MaximumConcurrency).
     concurrency: int = 2
     background_concurrency: int = 2
@@ -203,6 +205,7 @@ class DevStack:
                 tpm=options.provider_tpm,
                 reasoning_tokens=options.provider_reasoning_tokens,
                 batch_delay_seconds=options.provider_batch_delay_seconds,
+                answers=options.provider_answers,
             ).start()
             # The local provider answers any model id: the one asked for, else one priced like the real one.
             local = {"AI_PROVIDER": "openai", "AI_BASE_URL": self.provider.url, "AI_API_KEY": LOCAL_API_KEY}

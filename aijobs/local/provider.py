@@ -5,7 +5,11 @@ thread, for the tests and for `aijobs dev` / `aijobs demo`. Answers are computed
 structure alone (aijobs.local.answers): the output schema it carries (response_format's json_schema,
 or in json_object mode the one after SCHEMA_PREAMBLE in the system message), which the engine
 narrows to the job's input, so they pass the job types' own validation whatever their prompts say.
-The job type comes in the X-Aijobs-Job-Type header and is logged. Token counts are about a token
+The job type comes in the X-Aijobs-Job-Type header and is logged. With `answers` (job type ->
+`{input, output}` examples) a request of such a job type is answered with an example's output instead
+(aijobs.local.answers.example_answer); the job type is the header's, else (a batch line) the
+response_format's json_schema name, which is the job type's name (engine.gateway.openai.output_name
+changes none of the characters a job type name has). Token counts are about a token
 per four characters, like a real tokenizer on English text; images and PDFs (`image_url` and
 `file` parts with data URLs) are billed as OpenAI bills them for the model asked for
 (aijobs.local.attachments).
@@ -48,13 +52,13 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Self
 
-from aijobs.local.answers import answer_for, faulty_content
+from aijobs.local.answers import answer_for, example_answer, faulty_content
 from aijobs.local.batches import DEFAULT_BATCH_DELAY_SECONDS, FILES_PATH, MAX_FILE_BYTES, BatchApi, BatchFault
 from aijobs.local.faults import TRANSIENT_FAULTS, FaultKind, find_fault_marker, prompt_hash
 from aijobs.local.protocol import (
@@ -135,6 +139,7 @@ class LocalProvider:
         tpm: int | None = None,
         batch_delay_seconds: float = DEFAULT_BATCH_DELAY_SECONDS,
         batch_fault: BatchFault | str | None = None,
+        answers: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     ) -> None:
         if not 0.0 <= fault_rate <= 1.0:
             raise ValueError(f"fault_rate {fault_rate} is not within [0, 1]")
@@ -163,6 +168,8 @@ class LocalProvider:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._batches = BatchApi(self._answer_line, batch_delay_seconds, batch_fault)
+        # Per job type, the examples its answers are taken from (fault markers still come first).
+        self._answers = {job_type: tuple(examples) for job_type, examples in (answers or {}).items()}
 
     @property
     def batch_fault(self) -> BatchFault | None:
@@ -357,7 +364,10 @@ class LocalProvider:
         """The reply to a chat completion request, and its log entry (tokens are billed only for a 200)."""
         reply = self._fault_reply(fault)
         if reply is None:
-            if fault is None:
+            examples = self._answers.get(request.job_type or request.schema_name or "")
+            if fault is None and examples:
+                content = json.dumps(example_answer(examples, request.prompt), ensure_ascii=False)
+            elif fault is None:
                 content = json.dumps(answer_for(request.schema, request.content))
             else:
                 content = faulty_content(fault, request.schema, request.content)

@@ -1,0 +1,220 @@
+"""Job type files on the client's side (docs/jobtypes.md, "Job types as data"): reading one, written
+in YAML or JSON, into the plain JSON document `aijobs types push` checks and stores, and the
+documents back as YAML, for `aijobs types show` and `aijobs types diff`.
+
+What is refused here is what no check could read: text that is not YAML or JSON, a document that is
+not a mapping, values JSON has no word for. What the document says is checked by
+engine.definitions.data.check_job_type.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.core.errors import JobTypeFileError
+
+if TYPE_CHECKING:
+    from engine.definitions import JobDefinition
+
+# The most a job type file may be, read: far beyond any prompt and schemas, well within a table item.
+MAX_FILE_BYTES = 400_000
+# Deeper than this, a document is a hostile one (the stored form is one DynamoDB item).
+MAX_DEPTH = 32
+
+
+def read_job_type(path_or_text: str | Path) -> dict[str, Any]:
+    """The document a job type file holds: `path_or_text` is a file's path, or the file's text itself
+    (what starts with `{` or spans lines). JobTypeFileError, one line, for what cannot be read."""
+    if isinstance(path_or_text, Path) or not _is_text(path_or_text):
+        path = Path(path_or_text)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError as exc:
+            raise JobTypeFileError(f"cannot read {path}: no such file") from exc
+        except OSError as exc:
+            raise JobTypeFileError(f"cannot read {path}: {(exc.strerror or str(exc)).lower()}") from exc
+        if len(raw) > MAX_FILE_BYTES:
+            raise JobTypeFileError(f"{path} is {len(raw)} bytes; a job type file is at most {MAX_FILE_BYTES}")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise JobTypeFileError(f"{path} is not UTF-8 text (byte {exc.start})") from exc
+        return parse_document(text, str(path))
+    return parse_document(path_or_text, "the job type file")
+
+
+def _is_text(value: str) -> bool:
+    return "\n" in value or value.lstrip().startswith("{")
+
+
+def parse_document(text: str, source: str = "the job type file") -> dict[str, Any]:
+    """The mapping `text` holds, as YAML (JSON is read as JSON); JobTypeFileError naming the line."""
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_FILE_BYTES:
+        raise JobTypeFileError(f"{source} is more than {MAX_FILE_BYTES} bytes")
+    document = _json(text, source) if text.lstrip().startswith("{") else _yaml(text, source)
+    if not isinstance(document, dict):
+        kind = "empty" if document is None else f"a {_kind(document)}"
+        raise JobTypeFileError(f"{source} is {kind}, not a mapping of fields (name, prompt, input_schema, ...)")
+    _check_json(document, "", 0)
+    return document
+
+
+def _json(text: str, source: str) -> Any:
+    try:
+        return json.loads(text, parse_constant=_not_json)
+    except RecursionError as exc:
+        raise JobTypeFileError(f"{source} nests deeper than {MAX_DEPTH} levels") from exc
+    except json.JSONDecodeError as exc:
+        where = f"line {exc.lineno}, column {exc.colno}"
+        raise JobTypeFileError(f"{source} is not valid JSON: {exc.msg} ({where})") from exc
+    except ValueError as exc:
+        raise JobTypeFileError(f"{source} is not valid JSON: {exc}") from exc
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _yaml(text: str, source: str) -> Any:
+    import yaml  # the client's only: the worker reads stored JSON
+
+    try:
+        return yaml.load(text, Loader=_loader())  # a SafeLoader's subclass: no object is built
+    except RecursionError as exc:
+        raise JobTypeFileError(f"{source} nests deeper than {MAX_DEPTH} levels") from exc
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = " ".join(str(exc.problem or exc.context or "unreadable").split())
+        raise JobTypeFileError(f"{source} is not valid YAML: {problem}{where}") from exc
+    except yaml.YAMLError as exc:
+        raise JobTypeFileError(f"{source} is not valid YAML: {' '.join(str(exc).split())}") from exc
+
+
+_LOADER: Any = None
+
+
+def _loader() -> Any:
+    """yaml's SafeLoader, but a date stays the string written (JSON has no dates: `2026-01-31` in an
+    example's output is the text a schema's `format: date` checks)."""
+    global _LOADER
+    if _LOADER is None:
+        import yaml
+
+        class JsonLikeLoader(yaml.SafeLoader):
+            pass
+
+        JsonLikeLoader.yaml_implicit_resolvers = {
+            first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+            for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+        }
+        _LOADER = JsonLikeLoader
+    return _LOADER
+
+
+def _check_json(value: Any, path: str, depth: int) -> None:
+    """Refuse, naming where, a value JSON cannot hold (binary, a set, a key that is not a string, NaN)."""
+    where = path or "the document"
+    if depth > MAX_DEPTH:
+        raise JobTypeFileError(f"{where} nests deeper than {MAX_DEPTH} levels")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise JobTypeFileError(f"{where}: the key {key!r} is not a string (quote it)")
+            _check_json(item, f"{path}.{key}" if path else key, depth + 1)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_json(item, f"{path}[{index}]", depth + 1)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise JobTypeFileError(f"{where}: {value} is not a JSON number")
+    elif value is not None and not isinstance(value, str | int | float | bool):
+        raise JobTypeFileError(f"{where}: a {_kind(value)} is not a JSON value (quote it)")
+
+
+def _kind(value: Any) -> str:
+    return {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def document_yaml(document: Mapping[str, Any]) -> str:
+    """A stored document as YAML, its fields in their stored order (what `types show` and `diff` print)."""
+    import yaml
+
+    return str(yaml.safe_dump(dict(document), sort_keys=False, allow_unicode=True, width=100))
+
+
+def documents_diff(name: str, old: tuple[int, Mapping[str, Any]], new: tuple[int, Mapping[str, Any]]) -> str:
+    """A unified diff of two versions' documents as YAML, `(version, document)` each; "" when equal."""
+    (old_version, old_document), (new_version, new_document) = old, new
+    lines = difflib.unified_diff(
+        document_yaml(old_document).splitlines(keepends=True),
+        document_yaml(new_document).splitlines(keepends=True),
+        fromfile=f"{name} v{old_version}",
+        tofile=f"{name} v{new_version}",
+    )
+    return "".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class ExampleRun:
+    """One example of `aijobs types test`: whether its answer passed, and the answer or why not."""
+
+    number: int
+    passed: bool
+    detail: str
+
+
+# The model the in-process provider answers `types test` as (any id is served).
+TEST_MODEL = "local-model"
+
+
+def run_examples(document: Mapping[str, Any]) -> tuple[str, list[ExampleRun]]:
+    """Check a file as a push does (its examples through its schemas and rules), then send each
+    example's input through the gateway (prompt rendered, output schema made strict, the request as
+    OpenAI takes it) to a local provider that answers with the file's own example outputs, and
+    validate each answer as a worker would (the compiled definition's validate_output: schema, rules).
+    The file's name and one run per example; JobTypeFileError when the file is refused whole."""
+    from engine.definitions.data import check_job_type, compile_job_type
+
+    checked = check_job_type(document)
+    examples = list(checked.examples)
+    if not examples:
+        raise JobTypeFileError(f"{checked.name} has no examples to test: add some ({{input, output}}) to the file")
+    definition = compile_job_type(checked.document(), 1)
+    return checked.name, _run(definition, examples, checked.name)
+
+
+def _run(definition: JobDefinition, examples: list[dict[str, Any]], name: str) -> list[ExampleRun]:
+    """Each example's input through the gateway to a local provider that answers `name` from `examples`."""
+    from aijobs.local.provider import LocalProvider
+    from engine.core.errors import JobError
+    from engine.gateway import ModelGateway, ModelTiers
+    from engine.gateway.openai import OpenAICompatibleProvider, static_api_key
+
+    runs: list[ExampleRun] = []
+    with LocalProvider(latency_seconds=0, answers={name: examples}) as provider:
+        gateway = ModelGateway(
+            OpenAICompatibleProvider(provider.url, static_api_key(None)), ModelTiers(TEST_MODEL), repair_attempts=0
+        )
+        for number, example in enumerate(examples, 1):
+            try:
+                job_input = definition.parse_input(example["input"])
+                execution = gateway.execute(definition, job_input)
+            except JobError as exc:
+                runs.append(ExampleRun(number, False, f"{exc.code.value}: {exc}"))
+                continue
+            if execution.error is not None or execution.output is None:
+                error = execution.error
+                detail = f"{error.code.value}: {error.message}" if error is not None else "no answer"
+                runs.append(ExampleRun(number, False, detail))
+            else:
+                answer = json.dumps(definition.stored_output(execution.output), ensure_ascii=False)
+                runs.append(ExampleRun(number, True, answer))
+    return runs
