@@ -184,7 +184,7 @@ def run_examples(document: Mapping[str, Any]) -> tuple[str, list[ExampleRun]]:
     from engine.definitions.data import check_job_type, compile_job_type
 
     checked = check_job_type(document)
-    examples = list(checked.examples)
+    examples = [example.model_dump() for example in checked.examples]
     if not examples:
         raise JobTypeFileError(f"{checked.name} has no examples to test: add some ({{input, output}}) to the file")
     definition = compile_job_type(checked.document(), 1)

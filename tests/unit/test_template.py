@@ -554,7 +554,11 @@ def events_function_permissions(text: str) -> None:
         bus: {"events:PutEvents"},
         failures: {"sqs:SendMessage"},
         stream: {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"},
-        f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:JobsTable.Arn": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"},
+        f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:JobsTable.Arn": {
+            "dynamodb:GetItem",
+            "dynamodb:Query",
+            "dynamodb:UpdateItem",
+        },
         "*": {"dynamodb:ListStreams"} | TRACES["*"],
         **own_logs("EventsLogGroup"),
     }

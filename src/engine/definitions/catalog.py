@@ -36,7 +36,7 @@ class DataJobTypes:
     def __init__(
         self,
         catalog: JobTypeCatalog,
-        compile: Compile,  # noqa: A002 (the contract's name: engine.definitions.data.compile_job_type)
+        compile: Compile,
         clock: Callable[[], float] = time.time,
         refresh_seconds: float = DEFAULT_REFRESH_SECONDS,
     ) -> None:

@@ -27,7 +27,9 @@ JOB_TYPES_PACKAGE = "jobtypes"
 
 
 class JobRegistry:
-    def __init__(self, definitions: Iterable[JobDefinition] = BUILTIN_DEFINITIONS, data: DataJobTypes | None = None) -> None:
+    def __init__(
+        self, definitions: Iterable[JobDefinition] = BUILTIN_DEFINITIONS, data: DataJobTypes | None = None
+    ) -> None:
         self._definitions: dict[str, JobDefinition] = {}
         self._data = data
         for definition in definitions:
