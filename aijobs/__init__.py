@@ -29,6 +29,9 @@ if TYPE_CHECKING:  # each name as its own alias: what this module exports (PEP 4
     from engine.core.errors import JobNotFailedError as JobNotFailedError
     from engine.core.errors import JobNotFoundError as JobNotFoundError
     from engine.core.errors import JobStateError as JobStateError
+    from engine.core.errors import JobTypeError as JobTypeError
+    from engine.core.errors import JobTypeFileError as JobTypeFileError
+    from engine.core.errors import JobTypeLabelError as JobTypeLabelError
     from engine.core.errors import MissingSettingsError as MissingSettingsError
     from engine.core.errors import PayloadMissingError as PayloadMissingError
     from engine.core.errors import SchemaVersionMismatchError as SchemaVersionMismatchError
@@ -66,6 +69,10 @@ _EXPORTS = {
     # A read the table throttled on every try (it passes by itself), an input gone from the bucket.
     "UnreadKeysError": "engine.core.errors",
     "PayloadMissingError": "engine.core.errors",
+    # Data job types: a file `push_job_type` refuses; a label move, a name or a version there is not.
+    "JobTypeError": "engine.core.errors",
+    "JobTypeFileError": "engine.core.errors",
+    "JobTypeLabelError": "engine.core.errors",
 }
 
 __all__ = list(_EXPORTS)

@@ -995,11 +995,11 @@ def dev(
         ),
     ] = None,
     answers: Annotated[
-        Path | None,
+        list[Path] | None,
         typer.Option(
             "--answers",
-            help="YAML or JSON {job_type: [{input, output}, ...]}: the local provider answers those job types "
-            "with the example whose input the prompt holds.",
+            help="YAML or JSON {job_type: [{input, output}, ...]}, or a job type file (its own examples): the "
+            "local provider answers those job types with the example whose input the prompt holds. Repeatable.",
         ),
     ] = None,
     quiet: Annotated[
@@ -1050,8 +1050,11 @@ def dev(
     )
     if batch_delay is not None:
         options = replace(options, provider_batch_delay_seconds=batch_delay)
-    if answers is not None:
-        options = replace(options, provider_answers=read_answers(answers))
+    if answers:
+        given: dict[str, list[dict[str, Any]]] = {}
+        for path in answers:
+            given |= read_answers(path)
+        options = replace(options, provider_answers=given)
     with ExitStack() as serving:
         terminal, log_path = sys.stdout, None
         if quiet:
@@ -1074,12 +1077,16 @@ def dev(
 
 
 def read_answers(path: Path) -> dict[str, list[dict[str, Any]]]:
-    """`--answers FILE`: the examples the local provider answers each job type with, or one line."""
+    """`--answers FILE`: the examples the local provider answers each job type with, or one line. A job
+    type file (it has `name` and `input_schema`) gives its own examples."""
     from aijobs.job_types import read_job_type
     from aijobs.local.answers import check_answers
 
     try:
-        return check_answers(read_job_type(path), f"--answers {path}")
+        document = read_job_type(path)
+        if isinstance(document, Mapping) and "name" in document and "input_schema" in document:
+            document = {document["name"]: document.get("examples") or []}
+        return check_answers(document, f"--answers {path}")
     except JobTypeFileError as exc:
         raise ValueError(f"--answers: {exc}") from exc
 

@@ -294,8 +294,9 @@ class AiJobsClient:
         uploaded to the payload bucket (a PutObject each) before the job is created
         (docs/attachments.md, "Submitting").
 
-        `job_type_version` pins a data job type's version (docs/jobtypes.md, "Pinning"); without it the
-        job runs the version its first claim resolves (production, or the user's canary side).
+        `job_type_version` pins a data job type's version (docs/jobtypes.md, "Job types as data");
+        without it the job runs the version its labels serve the user now (production, or the user's
+        side of a canary), checked against it here and recorded with the job.
 
         Raises UnknownJobTypeError for a job type this client does not know, InvalidArgumentError
         (an InputValidationError) naming the argument of a job that could never run (and the

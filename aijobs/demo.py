@@ -11,7 +11,9 @@ with a day to spare go through the provider's batch API (docs/batches.md): the s
 they cost against the same calls in real time. Document jobs carry the package's sample files
 (aijobs.local.samples), uploaded to the payload bucket: a PDF and a scanned form read in real time,
 a PDF and a photo through a batch, and an image wider than the provider takes, refused before any
-call (docs/attachments.md); they run for the job types that take attachments.
+call (docs/attachments.md); they run for the job types that take attachments. Last, a data job type
+is pushed and run, and a worse version of its prompt, canaried to half the users, is taken back by
+its guard (aijobs.demo_canary, docs/jobtypes.md).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from rich.table import Table
 
 from aijobs.amounts import usd
 from aijobs.client import AiJobsClient
+from aijobs.demo_canary import canary_summary, run_canary
 from aijobs.events import EventsTap
 from aijobs.local.devstack import LOCAL_MODEL, DevStack, DevStackOptions
 from aijobs.local.provider import ServedRequest
@@ -51,6 +54,8 @@ from engine.wiring import Aws, build_store
 POLL_SECONDS = 1.0
 # How long the demo waits for the completion events of the jobs that ended.
 EVENTS_WAIT_SECONDS = 15.0
+# How long its data job type's canary has to be taken back by its guard (aijobs.demo_canary).
+CANARY_SECONDS = 60.0
 # The local provider's own limit, and the shared limit the workers keep to it.
 DEMO_RPM = 120
 BURST_JOBS = 8
@@ -406,7 +411,8 @@ def run_demo(console: Console, timeout_seconds: float = 120.0) -> bool:
     engine_logger.setLevel(logging.ERROR)
     with DevStack(demo_options()) as stack:
         client = AiJobsClient.from_settings(stack.settings, stack.session)
-        jobs = sample_jobs(f"demo{int(time.time())}")
+        prefix = f"demo{int(time.time())}"
+        jobs = sample_jobs(prefix)
         # The capped user's cap: exactly one of their jobs' worst case, so one runs and the rest wait.
         cap = client.set_budget(CAPPED_USER, stack.worst_case_usd("classify", CAPPED_INPUT)).cap_usd
         started = time.monotonic()
@@ -448,8 +454,10 @@ def run_demo(console: Console, timeout_seconds: float = 120.0) -> bool:
         if any(job.attachments for job in jobs):
             console.print(documents_summary(jobs, views, stack.provider.log))
         console.print(events_summary(jobs, events))
+        canary = run_canary(client, prefix, CANARY_SECONDS)
+        console.print(canary_summary(canary))
         as_meant = all(ended_as_meant(job, views.get(job.job_id)) for job in jobs)
-        return as_meant and routed_as_meant(jobs, attempts) and one_event_each(jobs, events)
+        return as_meant and routed_as_meant(jobs, attempts) and one_event_each(jobs, events) and canary.as_meant
 
 
 def completion_events(stack: DevStack, ended: set[str]) -> list[dict[str, Any]]:

@@ -153,9 +153,26 @@ def inspection_group(inspection: JobInspection) -> Group:
     if now := _now_text(view, inspection.lease):
         parts.append(Text(now))
     parts.append(attempts_table(inspection.attempts, view.attempt_count))
+    parts += refused_answers(inspection.attempts)
     if inspection.dead_letters:
         parts.append(dead_letters_table(inspection.dead_letters, title="dead letters naming this job"))
     return Group(*parts)
+
+
+def refused_answers(attempts: Sequence[AttemptView]) -> list[Text]:
+    """What the model answered on each attempt whose answer validation refused: plain Text, never
+    markup (it is the model's, and may hold anything)."""
+    shown: list[Text] = []
+    for attempt in attempts:
+        if attempt.refused_answer is None:
+            continue
+        code = attempt.error_code.value if attempt.error_code else "refused"
+        heading = (
+            f"attempt #{attempt.attempt}: the answer refused ({code}), prompt {attempt.prompt_key} "
+            f"v{attempt.prompt_version}, sha256 {(attempt.prompt_sha256 or '-')[:12]}"
+        )
+        shown += [Text(heading, style="bold"), Text(attempt.refused_answer)]
+    return shown
 
 
 def _now_text(view: JobView, lease: LeaseView | None) -> str | None:

@@ -29,13 +29,14 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response, Stream
 from starlette.routing import Route
 
 from aijobs.client import AiJobsClient, Health, RedriveOutcome
+from aijobs.job_types import document_yaml
 from aijobs.ui import present
 from aijobs.ui.bulk import BULK_LIMIT, RetryOutcome, retry_each, retry_ids
 from aijobs.ui.guard import LOOPBACK_NAMES, Guard
 from aijobs.ui.overview import STACKED, overview
 from aijobs.ui.queries import LANES, WINDOWS, BatchesQuery, JobsQuery, user, window
 from engine.core import DeadLetter, JobStatus
-from engine.core.errors import AiJobsError, AttachmentInvalidError, JobNotFoundError
+from engine.core.errors import AiJobsError, AttachmentInvalidError, JobNotFoundError, JobTypeLabelError
 from engine.store.batches import ENDED_RETENTION_DAYS
 from engine.views import iso_timestamp
 
@@ -92,6 +93,7 @@ class Dashboard:
             batches_url=present.batches_url,
             batch_name=present.batch_name,
             dead_letter_url=present.dead_letter_url,
+            job_type_url=present.job_type_url,
             lanes=LANES,
             windows=list(WINDOWS),
             statuses=list(JobStatus),
@@ -169,6 +171,32 @@ class Dashboard:
             batches=[batch for batch in listed if query.shows(batch)],
             now_ms=now_ms,
             kept_days=ENDED_RETENTION_DAYS,
+        )
+
+    def job_types(self, request: Request) -> Response:
+        """Every job type: code ones, and data ones with their labels (one Query)."""
+        return self.render(request, "job_types.html", listings=self.client.job_types_listed())
+
+    def job_type(self, request: Request) -> Response:
+        """A data job type: labels, canary, stats by version, history, and one version's file as text
+        (`?version=N`, production's by default): user content, escaped as any."""
+        name = request.path_params["name"]
+        try:
+            head, versions = self.client.job_type(name)
+        except JobTypeLabelError as exc:
+            raise NotFoundError(str(exc)) from exc
+        shown = version_param(request.query_params.get("version"), head.production)
+        chosen = next((stored for stored in versions if stored.version == shown), None)
+        if chosen is None:
+            raise NotFoundError(f"{name} has no version {shown} (v1-v{head.latest})")
+        return self.render(
+            request,
+            "job_type.html",
+            head=head,
+            versions=versions,
+            stats=self.client.job_type_stats(name),
+            shown=chosen,
+            document=document_yaml(chosen.document),
         )
 
     def dead_letters(self, request: Request) -> Response:
@@ -332,6 +360,15 @@ def attachment(content: bytes, name: str, media_type: str) -> Response:
     return Response(content, media_type=media_type, headers=download_headers(name))
 
 
+def version_param(raw: str | None, default: int) -> int:
+    """`?version=N` of the job type page: a version number, else ValueError (a page of 400)."""
+    if raw is None:
+        return default
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 9:
+        raise ValueError(f"version must be a version number, not {raw[:40]!r}")
+    return int(raw)
+
+
 def download_headers(name: str) -> dict[str, str]:
     """What makes an answer a file the browser saves (Content-Disposition: attachment), never a page it
     renders, under `name` in characters that cannot break the header or name a path (ASCII letters,
@@ -365,6 +402,8 @@ def create_app(
         ("/dead-letters/{message_id}/body", board.dead_letter_body, ["GET"]),
         ("/dead-letters/{message_id}/redrive", board.redrive, ["POST"]),
         ("/usage", board.usage, ["GET"]),
+        ("/types", board.job_types, ["GET"]),
+        ("/types/{name}", board.job_type, ["GET"]),
         ("/health", board.health, ["GET"]),
         ("/static/{name}", board.static, ["GET"]),
     ]

@@ -100,6 +100,11 @@ def batch_name(batch: BatchView) -> BatchName:
     return BatchName(batch.key, when(iso_timestamp(int(window))), batch.model, random_hex[:6])
 
 
+def job_type_url(name: str, version: int | None = None) -> str:
+    """A data job type's page, showing one version's file when given."""
+    return f"/types/{quote(name, safe='')}" + (f"?version={version}" if version is not None else "")
+
+
 def dead_letter_url(message_id: str, part: str = "") -> str:
     """A dead letter's page, or a part of it (`body`, `redrive`)."""
     return f"/dead-letters/{quote(message_id, safe='')}" + (f"/{part}" if part else "")

@@ -113,6 +113,9 @@ def attempt_record(job: Job, execution: Execution, started_ms: int, finished_ms:
         via=Via.BATCH if execution.batch_id else Via.REALTIME,
         batch_id=execution.batch_id,
         job_type_version=job.job_type_version,
+        reasks=execution.reasks,
+        refused_answer=execution.refused_answer,
+        prompt_sha256=execution.prompt.sha256 if execution.refused_answer is not None else None,
     )
 
 

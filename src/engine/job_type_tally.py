@@ -34,9 +34,6 @@ ROLLED_BACK_METRIC = "JobTypeRolledBack"
 VALIDATION_CODES = frozenset(
     {ErrorCode.SCHEMA_VALIDATION_FAILED, ErrorCode.BUSINESS_VALIDATION_FAILED, ErrorCode.REFERENCE_VALIDATION_FAILED}
 )
-# How long the heads read once (one Query) serve the batches after: a canary started meanwhile is
-# counted from the next read on (its first seconds' jobs are not, as with a worker's catalog).
-HEADS_SECONDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,14 +148,10 @@ class JobTypeTally:
         store: JobTypeStore,
         publisher: EventPublisher,
         clock: Callable[[], float] = time.time,
-        heads_seconds: float = HEADS_SECONDS,
     ) -> None:
         self._store = store
         self._publisher = publisher
         self._clock = clock
-        self._heads_seconds = heads_seconds
-        self._heads: dict[str, JobTypeHead] = {}
-        self._heads_at: float | None = None
 
     def record(self, records: Sequence[dict[str, Any]]) -> None:
         """Sum a batch's finished jobs of data job types into their versions' stats (one write per
@@ -168,7 +161,9 @@ class JobTypeTally:
             return
         for (name, _), delta in sorted(version_stats(jobs).items()):
             self._store.add_stats(name, delta)
-        heads = self._current_heads()
+        # Read fresh for every batch that holds such jobs (one Query): a canary's first jobs are
+        # counted on both sides from the moment it starts, never against a stale head.
+        heads = {head.name: head for head in self._store.heads()}
         for name in sorted({job.name for job in jobs}):
             head = heads.get(name)
             if head is not None and head.canary is not None:
@@ -182,18 +177,13 @@ class JobTypeTally:
         canary = (head.canary.version, head.canary.started_at)
         after = self._store.tally(head.name, canary, counts)
         if after is None or after.canary is None:
-            # Ended or replaced meanwhile: the next read of the heads shows what is there now.
-            self._heads_at = None
-            return
-        self._heads[head.name] = after
+            return  # ended or replaced meanwhile
         reason = guard_breach(after.canary)
         if reason is None:
             return
         now_ms = int(self._clock() * 1000)
         if not self._store.end_canary(head.name, canary, now_ms, reason):
             return
-        self._heads.pop(head.name, None)
-        self._heads_at = None
         logger.warning(
             "a guarded canary ended by itself",
             extra={"job_type": head.name, "version": canary[0], "reason": reason},
@@ -202,10 +192,3 @@ class JobTypeTally:
         job_metrics.add(head.name, None, ROLLED_BACK_METRIC, 1, MetricUnit.Count)
         if self._publisher.publish([rolled_back_event(after, reason, now_ms)]):
             logger.error("the event of a guarded canary's end was refused by the bus", extra={"job_type": head.name})
-
-    def _current_heads(self) -> dict[str, JobTypeHead]:
-        now = self._clock()
-        if self._heads_at is None or now - self._heads_at >= self._heads_seconds:
-            self._heads = {head.name: head for head in self._store.heads()}
-            self._heads_at = now
-        return self._heads

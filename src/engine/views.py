@@ -225,6 +225,11 @@ class AttemptView(BaseModel):
     batch_id: str | None
     # The data job type's version it ran; null for a code job type.
     job_type_version: int | None = None
+    # Re-asks after an answer failed validation; for an attempt whose answer was refused in the end,
+    # that answer as the model gave it (its first 16,384 characters) and the sha256 of the prompt.
+    reasks: int = 0
+    refused_answer: str | None = None
+    prompt_sha256: str | None = None
 
     @classmethod
     def from_record(cls, record: AttemptRecord) -> AttemptView:
@@ -253,6 +258,9 @@ class AttemptView(BaseModel):
             via=record.via,
             batch_id=record.batch_id,
             job_type_version=record.job_type_version,
+            reasks=record.reasks,
+            refused_answer=record.refused_answer,
+            prompt_sha256=record.prompt_sha256,
         )
 
 

@@ -741,6 +741,10 @@ ATTEMPT_FIELDS = [
     "priced",
     "via",
     "batch_id",
+    "job_type_version",
+    "reasks",
+    "refused_answer",
+    "prompt_sha256",
 ]
 DEAD_LETTER_FIELDS = ["message_id", "recorded_at", "job_id", "receive_count", "reason"]
 

@@ -22,6 +22,7 @@ VIEW_FIELDS = [
     "batch",
     "took_ms",
     "attachments",
+    "job_type_version",
 ]
 
 # An attachment of the job view (engine.views.AttachmentView): its reference and name, then what was

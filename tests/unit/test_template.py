@@ -554,11 +554,7 @@ def events_function_permissions(text: str) -> None:
         bus: {"events:PutEvents"},
         failures: {"sqs:SendMessage"},
         stream: {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"},
-        f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:JobsTable.Arn": {
-            "dynamodb:GetItem",
-            "dynamodb:Query",
-            "dynamodb:UpdateItem",
-        },
+        TABLE: {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"},
         "*": {"dynamodb:ListStreams"} | TRACES["*"],
         **own_logs("EventsLogGroup"),
     }

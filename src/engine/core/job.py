@@ -233,6 +233,12 @@ class AttemptRecord:
     batch_id: str | None = None
     # The data job type's version the attempt ran; None for a code job type.
     job_type_version: int | None = None
+    # Re-asks after an answer failed validation; for an attempt whose answer was refused in the end
+    # (schema, business or reference rule), that answer (bounded: engine.store.items) and the sha256
+    # of the prompt it answered.
+    reasks: int = 0
+    refused_answer: str | None = None
+    prompt_sha256: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
@@ -47,6 +48,12 @@ class RenderedPrompt:
     version: str
     system: str
     user: str
+
+    @property
+    def sha256(self) -> str:
+        """The digest of the text the model was sent (system, then user), as an attempt records it."""
+        text = f"{self.system}\x00{self.user}"
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,7 +50,9 @@ class JobRegistry:
         (or a pinned version) that does not exist; InputValidationError for a pin of a code job type."""
         code = self._definitions.get(name)
         if code is not None:
-            if pinned is not None:
+            # A registry may hold one version of a data job type as a definition (the client checks a
+            # submission with the version it resolved): a pin of that version is that definition.
+            if pinned is not None and pinned != code.job_type_version:
                 raise InputValidationError(f"{name} is a code job type: it has no versions to pin")
             return code
         if self._data is not None and self._data.knows(name):

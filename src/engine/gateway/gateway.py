@@ -82,6 +82,10 @@ class Execution:
     priced: bool = True
     # The provider's batch that made the attempt's first call, when one did.
     batch_id: str | None = None
+    # Re-asks after an answer failed validation, and, when the attempt ended so, the last answer
+    # refused (as it came, made valid Unicode; the store bounds what it keeps).
+    reasks: int = 0
+    refused_answer: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +113,8 @@ class _Tally:
     tier: str = "primary"
     model: str = ""
     conversation: list[ChatTurn] = field(default_factory=list)
+    reasks: int = 0
+    refused_answer: str | None = None
 
     def add(self, completion: Completion, cost: Cost) -> None:
         self.input_tokens += completion.input_tokens
@@ -321,7 +327,9 @@ class ModelGateway:
                 return definition.validate_output(job_input, strip_code_fence(completion.content)), None
             except _REPAIRABLE as exc:
                 if repair == repairs:
+                    tally.refused_answer = valid_text(completion.content) if completion.content else None
                     return None, exc
+                tally.reasks += 1
                 tally.conversation += [
                     # Sent back as it came, but as valid Unicode: a lone surrogate cannot be encoded.
                     ChatTurn("assistant", valid_text(completion.content)),
@@ -387,4 +395,6 @@ class ModelGateway:
             cache_savings_usd=tally.cache_savings_usd,
             priced=tally.priced,
             batch_id=answered.batch_id if answered else None,
+            reasks=tally.reasks,
+            refused_answer=tally.refused_answer if isinstance(error, _REPAIRABLE) else None,
         )

@@ -112,6 +112,9 @@ def _int(value: Any) -> int | None:
 
 # Names a provider or a job type gives (model ids, prompt keys) are kept to this many characters.
 MAX_NAME_CHARS = 256
+# What an attempt keeps of an answer validation refused (aijobs inspect, the job page): its first
+# characters, then how many more there were; the whole length is kept beside it.
+MAX_REFUSED_ANSWER_CHARS = 16_384
 
 
 def error_attribute(error: JobErrorInfo) -> dict[str, Any]:
@@ -245,6 +248,11 @@ def attempt_item(record: AttemptRecord, expires_at: int) -> Item:
             "via": record.via.value,
             "batch_id": _name(record.batch_id),
             "job_type_version": record.job_type_version,
+            "reasks": record.reasks or None,
+            "refused_answer": None
+            if record.refused_answer is None
+            else bounded(record.refused_answer, MAX_REFUSED_ANSWER_CHARS),
+            "prompt_sha256": _name(record.prompt_sha256),
             "expires_at": expires_at,
         }
     )
@@ -280,6 +288,9 @@ def attempt_from_item(item: Item) -> AttemptRecord:
         via=Via(data.get("via", Via.REALTIME)),
         batch_id=data.get("batch_id"),
         job_type_version=_int(data.get("job_type_version")),
+        reasks=int(data.get("reasks", 0)),
+        refused_answer=data.get("refused_answer"),
+        prompt_sha256=data.get("prompt_sha256"),
     )
 
 

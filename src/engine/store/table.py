@@ -190,7 +190,7 @@ class JobTable:
         expr.add("cost_usd", Decimal(attempt.cost_usd))
         expr.add("usage_attempts", 1)
         # Token kinds that an attempt rarely has are written only when it has them: a smaller item.
-        for name in ("cached_input_tokens", "cache_write_input_tokens", "reasoning_tokens"):
+        for name in ("cached_input_tokens", "cache_write_input_tokens", "reasoning_tokens", "reasks"):
             if count := getattr(attempt, name):
                 expr.add(name, count)
 
