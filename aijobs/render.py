@@ -172,6 +172,8 @@ def refused_answers(attempts: Sequence[AttemptView]) -> list[Text]:
             f"v{attempt.prompt_version}, sha256 {(attempt.prompt_sha256 or '-')[:12]}"
         )
         shown += [Text(heading, style="bold"), Text(attempt.refused_answer)]
+        if attempt.refused_answer_s3 is not None:
+            shown.append(Text(f"the whole answer: {attempt.refused_answer_s3}", style="dim"))
     return shown
 
 

@@ -27,11 +27,12 @@ import boto3
 from rich.console import Console
 
 from aijobs.client import AiJobsClient
+from aijobs.demo_canary import FILE as DEMO_JOB_TYPE
 from aijobs.local.devstack import LOCAL_CREDENTIALS
 from aijobs.local.lambda_events import InvocationContext, sqs_event, sqs_record
 from aijobs.local.provider import LocalProvider
 from aijobs.stack import StackResources, create_stack_resources
-from bench import attachments, batches, events, fleet, lanes, limited, ui
+from bench import attachments, batches, events, fleet, job_types, lanes, limited, ui
 from bench.capacity import Index, WriteMeter, item_size, units
 from bench.report import Figure, quiet_engine, render
 from bench.shapes import message
@@ -40,6 +41,7 @@ from engine.core import Delivery
 from engine.core.errors import ProviderRejectedError, ProviderUnavailableError
 from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
+from engine.definitions.catalog import DEFAULT_REFRESH_SECONDS
 from engine.gateway import (
     Completion,
     CompletionRequest,
@@ -78,6 +80,8 @@ class Sizes:
     event_jobs: int = events.JOBS
     dashboard_jobs: int = ui.JOBS
     dashboard_rounds: int = ui.ROUNDS
+    job_type_refresh_seconds: float = DEFAULT_REFRESH_SECONDS
+    job_type_jobs: int = job_types.JOBS
 
 
 # Every figure at small sizes, to show that the bench runs (a few minutes on 2 cores; `make test` runs
@@ -99,6 +103,8 @@ QUICK = Sizes(
     event_jobs=5,
     dashboard_jobs=200,
     dashboard_rounds=2,
+    job_type_refresh_seconds=3,
+    job_type_jobs=5,
 )
 
 
@@ -310,6 +316,24 @@ INIT_ENVIRONMENT = {
 }
 
 
+# What a worker's first job of a data job type adds to its cold start, after the import and the setup:
+# the JSON Schema and CEL libraries (imported only where a data job type is served), the file's
+# compile, and the first answer checked against its schema and rules.
+DATA_TYPE_SCRIPT = """
+import json, sys, time
+import handlers.worker
+handlers.worker.lambda_handler.prepare()
+started = time.perf_counter()
+from engine.definitions.data import compile_job_type
+imported = time.perf_counter()
+definition = compile_job_type(json.loads(sys.argv[1]), 1)
+compiled = time.perf_counter()
+job_input = definition.parse_input({"text": "The invoice is overdue."})
+definition.validate_output(job_input, json.dumps({"topic": "billing"}))
+print(imported - started, compiled - imported, time.perf_counter() - compiled)
+"""
+
+
 def runtime_python() -> Path:
     if not RUNTIME_PYTHON.exists():
         raise RuntimeError(f"{RUNTIME_PYTHON} is missing: run `make runtime-venv` (make bench does)")
@@ -353,6 +377,20 @@ def init_seconds(runs: int = 7) -> tuple[float, float]:
         imported, built = (float(value) for value in done.stdout.split())
         samples.append((imported, built))
     return statistics.median(s[0] for s in samples), statistics.median(s[1] for s in samples)
+
+
+def data_type_seconds(runs: int = 7) -> tuple[float, float, float]:
+    """Median seconds of a worker's first data job type, after its setup: importing engine.definitions.data
+    (jsonschema), compiling the demo's file (cel on its first rule), checking a first input and answer."""
+    samples: list[tuple[float, float, float]] = []
+    for _ in range(runs):
+        done = run_runtime(
+            ["-c", DATA_TYPE_SCRIPT, json.dumps(DEMO_JOB_TYPE)], {"PYTHONPATH": "src", **INIT_ENVIRONMENT}
+        )
+        library, compiled, checked = (float(value) for value in done.stdout.split())
+        samples.append((library, compiled, checked))
+    library, compiled, checked = (statistics.median(sample[n] for sample in samples) for n in range(3))
+    return library, compiled, checked
 
 
 # --- 5 and 6. a worker process: peak memory, Lambda time at 2 s provider latency -------------------
@@ -567,6 +605,20 @@ def measure(console: Console, sizes: Sizes) -> list[Figure]:
         )
     )
 
+    library, compiled, checked = data_type_seconds(runs)
+    data_type = library + compiled + checked
+    figures.append(
+        ratio_figure(
+            "cold start: a first data job type / import handlers.worker",
+            data_type,
+            worker_import,
+            0.5,
+            f"after prepare(), in fresh runtime processes, median of {runs}: import engine.definitions.data "
+            f"(jsonschema) {library:.3f}s, compile the demo's file (cel, on its rule) {compiled:.3f}s, a first "
+            f"input and answer checked {checked:.3f}s; paid once per execution environment that serves one",
+        )
+    )
+
     console.print("worker processes ...")
     with served_stack(0.0) as environment:
         peak = worker_process(10, environment)["peak_rss_mb"]
@@ -617,6 +669,7 @@ def measure(console: Console, sizes: Sizes) -> list[Figure]:
     figures += events.events_figures(console, sizes.event_jobs)
     figures += ui.ui_figures(console, sizes.dashboard_jobs, sizes.dashboard_rounds)
     figures += attachments.attachments_figures(console)
+    figures += job_types.job_types_figures(console, sizes.job_type_refresh_seconds, sizes.job_type_jobs)
     return figures
 
 

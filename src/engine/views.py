@@ -226,10 +226,12 @@ class AttemptView(BaseModel):
     # The data job type's version it ran; null for a code job type.
     job_type_version: int | None = None
     # Re-asks after an answer failed validation; for an attempt whose answer was refused in the end,
-    # that answer as the model gave it (its first 16,384 characters) and the sha256 of the prompt.
+    # that answer as the model gave it (its first 16,384 characters) and the sha256 of the prompt;
+    # past those characters, where the whole answer is (an s3:// URI in the payload bucket).
     reasks: int = 0
     refused_answer: str | None = None
     prompt_sha256: str | None = None
+    refused_answer_s3: str | None = None
 
     @classmethod
     def from_record(cls, record: AttemptRecord) -> AttemptView:
@@ -261,6 +263,7 @@ class AttemptView(BaseModel):
             reasks=record.reasks,
             refused_answer=record.refused_answer,
             prompt_sha256=record.prompt_sha256,
+            refused_answer_s3=record.refused_answer_s3,
         )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import boto3
@@ -26,7 +26,7 @@ from engine.config import Settings, load_settings
 from engine.core import Lane
 from engine.core.errors import ConfigurationError
 from engine.dead_letters import DeadLetterRecorder
-from engine.definitions import JobRegistry
+from engine.definitions import JobDefinition, JobRegistry
 from engine.definitions.catalog import DataJobTypes
 from engine.fleet.admission import Admission
 from engine.fleet.budgets import Budgets
@@ -84,15 +84,22 @@ def build_store(settings: Settings, aws: Aws) -> DynamoJobStore:
 
 def data_job_types(settings: Settings, aws: Aws) -> DataJobTypes:
     """The data job types as the table keeps them (docs/jobtypes.md): their labels read once a refresh
-    period, each version compiled once. Their store and compiler are imported here, where they are built."""
-    from engine.definitions.data import compile_job_type
+    period, each version compiled once. Their store is imported here, where it is built."""
     from engine.store.job_types import JobTypeTable
 
     return DataJobTypes(
         JobTypeTable(settings.jobs_table_name, aws.client("dynamodb")),
-        compile=compile_job_type,
+        compile=compile_data_job_type,
         refresh_seconds=settings.aijobs_job_types_refresh_seconds,
     )
+
+
+def compile_data_job_type(document: Mapping[str, Any], version: int) -> JobDefinition:
+    """engine.definitions.data.compile_job_type, imported on a first data job: its JSON Schema and CEL
+    libraries are a cold start's cost only where a data job type is served (docs/performance.md)."""
+    from engine.definitions.data import compile_job_type
+
+    return compile_job_type(document, version)
 
 
 def build_registry(settings: Settings, aws: Aws) -> JobRegistry:

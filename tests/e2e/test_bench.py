@@ -121,3 +121,23 @@ def test_the_worker_imports_nothing_only_other_functions_use() -> None:
     loaded = set(done.stdout.split())
     unneeded = {"engine.batching.batcher", "engine.events", "engine.reconciler", "engine.store.batches", "pypdf", "PIL"}
     assert loaded & unneeded == set()
+
+
+def test_the_worker_s_setup_leaves_the_data_job_types_libraries_to_a_first_data_job() -> None:
+    # jsonschema and cel are a cold start's cost only where a data job type is served: building the
+    # worker's parts (what the cold-start figure's setup does) imports neither.
+    script = (
+        "import sys, handlers.worker; handlers.worker.lambda_handler.prepare(); print(' '.join(sorted(sys.modules)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={"PYTHONPATH": "src", **INIT_ENVIRONMENT},
+        capture_output=True,
+        text=True,
+    )
+
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = set(done.stdout.split())
+    assert loaded & {"engine.definitions.data", "jsonschema", "cel"} == set()
+    assert "engine.definitions.catalog" in loaded

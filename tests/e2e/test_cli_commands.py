@@ -745,6 +745,7 @@ ATTEMPT_FIELDS = [
     "reasks",
     "refused_answer",
     "prompt_sha256",
+    "refused_answer_s3",
 ]
 DEAD_LETTER_FIELDS = ["message_id", "recorded_at", "job_id", "receive_count", "reason"]
 

@@ -235,10 +235,11 @@ class AttemptRecord:
     job_type_version: int | None = None
     # Re-asks after an answer failed validation; for an attempt whose answer was refused in the end
     # (schema, business or reference rule), that answer (bounded: engine.store.items) and the sha256
-    # of the prompt it answered.
+    # of the prompt it answered; past the bound, the whole answer's s3:// URI in the payload bucket.
     reasks: int = 0
     refused_answer: str | None = None
     prompt_sha256: str | None = None
+    refused_answer_s3: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

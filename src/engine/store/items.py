@@ -253,6 +253,7 @@ def attempt_item(record: AttemptRecord, expires_at: int) -> Item:
             if record.refused_answer is None
             else bounded(record.refused_answer, MAX_REFUSED_ANSWER_CHARS),
             "prompt_sha256": _name(record.prompt_sha256),
+            "refused_answer_s3": record.refused_answer_s3,
             "expires_at": expires_at,
         }
     )
@@ -291,6 +292,7 @@ def attempt_from_item(item: Item) -> AttemptRecord:
         reasks=int(data.get("reasks", 0)),
         refused_answer=data.get("refused_answer"),
         prompt_sha256=data.get("prompt_sha256"),
+        refused_answer_s3=data.get("refused_answer_s3"),
     )
 
 

@@ -41,6 +41,11 @@ def input_key(job_id: str) -> str:
     return f"inputs/{job_id}.json"
 
 
+def refused_answer_key(job_id: str, attempt: int) -> str:
+    """Where an attempt's refused answer is kept whole when it is too long for its record."""
+    return f"refused-answers/{job_id}/{attempt}.txt"
+
+
 def dead_letter_body_key(message_id: str) -> str:
     return f"dead-letters/{_message_part(message_id)}"
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from engine.aws_errors import CONDITION_FAILED, cancellation_codes
 from engine.core import (
@@ -34,8 +35,10 @@ from engine.core.errors import (
     JobNotFoundError,
     LeaseLostError,
 )
+from engine.observability import log_unexpected
 from engine.store.expressions import Expression
-from engine.store.items import attempt_item, job_key
+from engine.store.items import MAX_REFUSED_ANSWER_CHARS, attempt_item, job_key
+from engine.store.payloads import refused_answer_key
 from engine.store.table import JobTable, creation_attributes
 
 
@@ -134,7 +137,7 @@ class WorkerWrites(JobTable):
         if not isinstance(outcome, Cancelled):
             # A cancel requested meanwhile wins over any other outcome (docs/architecture.md).
             expr.condition += f" AND {expr.name('cancel_requested')} = {expr.value('false', False)}"
-        puts = [attempt_item(attempt, self._expiry(now_ms))] if attempt else []
+        puts = [attempt_item(self._kept_whole(attempt), self._expiry(now_ms))] if attempt else []
         try:
             self._write(expr, job, puts, store_input, now_ms, settlement)
         except ConditionRefusedError as exc:
@@ -142,6 +145,22 @@ class WorkerWrites(JobTable):
             if current and current.lease_owner == job.lease_owner and current.cancel_requested:
                 raise CancelRequestedError(job.job_id) from exc
             raise LeaseLostError(f"job {job.job_id}: the lease of {job.lease_owner} was lost", current) from exc
+
+    def _kept_whole(self, attempt: AttemptRecord) -> AttemptRecord:
+        """The attempt with its refused answer, when too long for the record (which keeps its first
+        MAX_REFUSED_ANSWER_CHARS), put whole in the payload bucket, where it expires with the table's
+        retention. The answer is the attempt's detail, not its outcome: a put that fails leaves the
+        record with the cut answer only, and the outcome is written all the same."""
+        answer = attempt.refused_answer
+        if answer is None or len(answer) <= MAX_REFUSED_ANSWER_CHARS or self._payloads is None:
+            return attempt
+        key = refused_answer_key(attempt.job_id, attempt.attempt)
+        try:
+            self._payloads.put(key, answer.encode("utf-8", "replace"), "text/plain; charset=utf-8")
+        except (BotoCoreError, ClientError) as exc:
+            log_unexpected("a refused answer could not be kept whole; its record keeps its start", exc)
+            return attempt
+        return replace(attempt, refused_answer_s3=f"s3://{self._payloads.bucket}/{key}")
 
     def end_job(
         self,
@@ -177,7 +196,7 @@ class WorkerWrites(JobTable):
         record = {
             "Put": {
                 "TableName": self.table_name,
-                "Item": attempt_item(attempt, self._expiry(now_ms)),
+                "Item": attempt_item(self._kept_whole(attempt), self._expiry(now_ms)),
                 "ConditionExpression": "attribute_not_exists(pk)",
             }
         }
