@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # each name as its own alias: what this module exports (PEP 4
     from engine.core.errors import JobTypeLabelError as JobTypeLabelError
     from engine.core.errors import MissingSettingsError as MissingSettingsError
     from engine.core.errors import PayloadMissingError as PayloadMissingError
+    from engine.core.errors import PipelineStateError as PipelineStateError
     from engine.core.errors import SchemaVersionMismatchError as SchemaVersionMismatchError
     from engine.core.errors import UnknownJobTypeError as UnknownJobTypeError
     from engine.core.errors import UnreadKeysError as UnreadKeysError
@@ -73,6 +74,7 @@ _EXPORTS = {
     "JobTypeError": "engine.core.errors",
     "JobTypeFileError": "engine.core.errors",
     "JobTypeLabelError": "engine.core.errors",
+    "PipelineStateError": "engine.core.errors",
 }
 
 __all__ = list(_EXPORTS)

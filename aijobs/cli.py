@@ -206,25 +206,25 @@ def aws_problem(exc: BotoCoreError | ClientError) -> str:
     return line
 
 
-def read_input(value: str) -> dict[str, Any]:
-    """--input is JSON text, or @FILE holding it."""
+def read_input(value: str, flag: str = "--input") -> dict[str, Any]:
+    """--input (or `flag`) is JSON text, or @FILE holding it."""
     if value.startswith("@"):
         path = value[1:]
         try:
             text = Path(path).read_text(encoding="utf-8")
         except FileNotFoundError as exc:
-            raise ValueError(f"--input: cannot read @{path}: no such file") from exc
+            raise ValueError(f"{flag}: cannot read @{path}: no such file") from exc
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise ValueError(f"--input: cannot read @{path}: {reason.lower()}") from exc
+            raise ValueError(f"{flag}: cannot read @{path}: {reason.lower()}") from exc
     else:
         text = value
     try:
         parsed = json.loads(text, parse_constant=_not_json)
     except ValueError as exc:
-        raise ValueError(f"--input: not valid JSON: {exc}") from exc
+        raise ValueError(f"{flag}: not valid JSON: {exc}") from exc
     if not isinstance(parsed, dict):
-        raise ValueError(f"--input: must be a JSON object, not {type(parsed).__name__}")
+        raise ValueError(f"{flag}: must be a JSON object, not {type(parsed).__name__}")
     return parsed
 
 
@@ -470,6 +470,36 @@ def cancel(
         out.print(f"job {view.job_id} had already ended {view.status.value}", markup=False, highlight=False)
     else:
         out.print(f"job {view.job_id} is running; it ends cancelled at its next fence", markup=False, highlight=False)
+
+
+@app.command()
+@one_line_errors
+def review(
+    job_id: Annotated[str, typer.Argument(help="The pipeline's job id.")],
+    approve: Annotated[bool, typer.Option("--approve", help="Approve the proposed output.")] = False,
+    reject: Annotated[bool, typer.Option("--reject", help="Reject it (the job ends review_rejected).")] = False,
+    output: Annotated[
+        str | None, typer.Option("--output", help="With --approve: the output to keep instead, as JSON or @FILE.")
+    ] = None,
+    reason: Annotated[str | None, typer.Option("--reason", help="With --reject: why (required).")] = None,
+    as_json: JsonFlag = False,
+    stack: StackOption = None,
+) -> None:
+    """Decide a pipeline's review: approve its output (or an edited one), or reject it with a reason."""
+    if approve == reject:
+        raise typer.BadParameter("give one of --approve and --reject")
+    if output is not None and not approve:
+        raise typer.BadParameter("--output goes with --approve")
+    if reason is not None and not reject:
+        raise typer.BadParameter("--reason goes with --reject")
+    edited = read_input(output, "--output") if output is not None else None
+    view = client(stack).review(job_id, approve=approve, output=edited, reason=reason, by=pusher())
+    if as_json:
+        print_json(view.model_dump(mode="json"))
+    elif view.status is JobStatus.SUCCEEDED:
+        out.print(f"job {view.job_id} approved: succeeded", markup=False, highlight=False)
+    else:
+        out.print(f"job {view.job_id} rejected: {view.status.value}", markup=False, highlight=False)
 
 
 @app.command()

@@ -26,7 +26,7 @@ from aijobs.deployed import load_stack_settings
 from aijobs.job_types import documents_diff, read_job_type
 from aijobs.target import StackTarget
 from engine.config import Settings, load_settings
-from engine.core import DeadLetter, JobStatus, Lane
+from engine.core import DeadLetter, Job, JobStatus, Lane
 from engine.core.attachments import AttachmentRef
 from engine.core.batches import BatchRecords
 from engine.core.errors import (
@@ -36,14 +36,17 @@ from engine.core.errors import (
     JobNotFailedError,
     JobNotFoundError,
     JobTypeLabelError,
+    PipelineStateError,
 )
 from engine.core.job_types import Canary, Guard, JobTypeHead, StoredVersion, VersionStats
-from engine.core.ports import AdminStore, JobTypeStore
+from engine.core.ports import AdminStore, JobTypeStore, PipelineStore
+from engine.decisions import output_hash
 from engine.definitions import JobDefinition, JobRegistry
 from engine.definitions.base import one_line_error
 from engine.fleet.budgets import BudgetDay
 from engine.intake import BadMessageError, parse_message
 from engine.messages import JobMessage, UserId
+from engine.pipelines import children_ids, decided_review
 from engine.queue import JobQueue, JobQueues, QueueDepth
 from engine.store import JobListing, UsageLedger, UsageReport, UsageRow
 from engine.store.attachments import ObjectStream
@@ -222,8 +225,11 @@ class AiJobsClient:
         batches: BatchRecords | None = None,
         attachments: AttachmentBucket | None = None,
         job_types: JobTypeStore | None = None,
+        pipelines: PipelineStore | None = None,
     ) -> None:
         self._store = store
+        # The pipelines' writes (a review decided: docs/pipelines.md); the same table as `store`.
+        self._pipelines = pipelines
         # Each lane's queue: jobs are sent to their own lane's, and the health strip shows each.
         self._queues = JobQueues.of(queue)
         self._dead_letter_queue = dead_letter_queue
@@ -250,7 +256,7 @@ class AiJobsClient:
         aws = Aws(settings, session)
         dynamodb, sqs = aws.client("dynamodb"), aws.client("sqs")
         return cls(
-            build_store(settings, aws),
+            store := build_store(settings, aws),
             build_queues(settings, aws),
             JobRegistry.from_settings(settings),
             listing=JobListing(settings.jobs_table_name, dynamodb),
@@ -260,6 +266,7 @@ class AiJobsClient:
             dead_letter_queue=JobQueue(settings.jobs_dlq_url, sqs) if settings.jobs_dlq_url else None,
             target=StackTarget.from_settings(settings, region=sqs.meta.region_name),
             batches=BatchTable(settings.jobs_table_name, dynamodb),
+            pipelines=store,
             attachments=AttachmentBucket.connected(
                 settings.jobs_payload_bucket,
                 lambda: aws.client("s3"),
@@ -475,6 +482,32 @@ class AiJobsClient:
         """Cancel: a queued job ends at once, a running one at its finishing fence; a finished one stays."""
         return JobView.from_job(self._store.request_cancel(job_id, self._now_ms()))
 
+    def review(
+        self,
+        job_id: str,
+        *,
+        approve: bool,
+        output: dict[str, Any] | None = None,
+        reason: str | None = None,
+        by: str | None = None,
+    ) -> JobView:
+        """Decide a pipeline's review (docs/pipelines.md): approve its proposed output (or an edited one,
+        checked by its output schema), or reject it with a reason (`review_rejected`). The decision is
+        kept on the job: who (`by`), when, and whether the output was changed."""
+        if self._pipelines is None:
+            raise PipelineStateError("this client has no pipelines store")
+        job = self._pipelines.get_job(job_id)
+        if job is None:
+            raise JobNotFoundError(job_id)
+        definition = self._registry.get(job.job_type or "")
+        job_input = definition.parse_input(self._pipelines.get_input(job_id) or {})
+        now = self._now_ms()
+        review, kept, error = decided_review(job, definition, job_input, approve, output, reason, by, now)
+        written = self._pipelines.decide_review(
+            job, review, kept, output_hash(kept) if kept is not None else None, error, now
+        )
+        return JobView.from_job(written)
+
     def retry(self, job_id: str) -> JobView:
         """Put a failed job back in the queue with a fresh attempt budget and deadline."""
         job = self._store.requeue_failed_job(job_id, self._now_ms())
@@ -486,14 +519,22 @@ class AiJobsClient:
         job = self._store.get_job(job_id)
         if job is None:
             raise JobNotFoundError(job_id)
-        return JobInspection.of(job, self._store.job_history(job_id), self._now_ms())
+        return JobInspection.of(job, self._store.job_history(job_id), self._now_ms(), self._children(job))
 
     def details(self, job_id: str) -> JobDetailsView:
         """The job, its attempts, the dead letters that name it, its lease and its input: one read."""
         details = self._store.job_details(job_id)
         if details is None:
             raise JobNotFoundError(job_id)
-        return JobDetailsView.of_details(details, self._now_ms())
+        return JobDetailsView.of_details(details, self._now_ms(), self._children(details.job))
+
+    def _children(self, job: Job) -> list[Job]:
+        """A pipeline's children, step by step (none for another job): read by their ids, 100 a request."""
+        ids = [job_id for step in children_ids(job) for job_id in step]
+        if not ids or self._pipelines is None:
+            return []
+        found = self._pipelines.get_jobs(ids)
+        return [found[job_id] for job_id in ids if job_id in found]
 
     def dead_letters(self, since_seconds: int, limit: int | None = 50) -> list[DeadLetterView]:
         """Dead letters of the last `since_seconds`, newest first."""

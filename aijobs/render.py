@@ -36,6 +36,7 @@ STATUS_STYLES = {
     JobStatus.SUCCEEDED: "green",
     JobStatus.FAILED: "red",
     JobStatus.CANCELLED: "magenta",
+    JobStatus.WAITING: "blue",
 }
 
 

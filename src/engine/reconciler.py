@@ -109,6 +109,8 @@ class Reconciler:
             return (
                 Reconciled.BUDGET_EXCEEDED if error.code is ErrorCode.BUDGET_EXCEEDED else Reconciled.DEADLINE_EXCEEDED
             )
+        if job.status is JobStatus.WAITING:
+            return None  # a pipeline: moved on by its children's ends, or its review's own message
         stale = now_ms - job.updated_at >= self._stale_ms
         if stale and job.input_stored and self._store.touch_job(job, now_ms):
             self._queues[job.lane].send({"job_id": job.job_id}, group_id=job.user_id)

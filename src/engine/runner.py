@@ -75,10 +75,12 @@ from engine.decisions import (
     decide_retry,
 )
 from engine.definitions import JobDefinition, JobRegistry
+from engine.definitions.pipelines import PipelineDefinition
 from engine.fleet.admission import Hold, Pass, Verdict
 from engine.gateway import Answered, Execution, ModelGateway
 from engine.intake import BadMessageError, JobRequest, parse_message, sha256_hex
 from engine.observability import genai_usage, log_unexpected, logger
+from engine.pipelines import Pipelines
 from engine.retry import DEFAULT_MAX_RECEIVES, MAX_DELAY_SECONDS, backoff_seconds
 from engine.telemetry import count_ended, count_latency, count_outcome, count_retry
 
@@ -143,6 +145,7 @@ class JobRunner:
         sleep: Callable[[float], None] = time.sleep,
         max_receives: int = DEFAULT_MAX_RECEIVES,
         attachments: AttachmentLoader | None = None,
+        pipelines: Pipelines | None = None,
     ) -> None:
         self._store = store
         self._gateway = gateway
@@ -155,6 +158,7 @@ class JobRunner:
         self._sleep = sleep
         self._max_receives = max_receives
         self._attachments = attachments
+        self._pipelines = pipelines
 
     # --- the spine ----------------------------------------------------------------------------
 
@@ -288,7 +292,7 @@ class JobRunner:
     def _batch_terms(self, request: JobRequest, delivery: Delivery, batch: BatchTerms | None) -> BatchTerms | None:
         """The batch's terms, for a job that may join it: none for a message a batch handed back, nor for a
         new job of the interactive lane or whose deadline is too near (an existing job's, the claim checks)."""
-        if batch is None or delivery.realtime:
+        if batch is None or delivery.realtime or isinstance(request.definition, PipelineDefinition):
             return None
         new_job = request.new_job
         if new_job is not None and (
@@ -323,6 +327,8 @@ class JobRunner:
         match refused.reason:
             case ClaimRefusal.FINISHED:
                 return Ack(Fate.DUPLICATE)
+            case ClaimRefusal.WAITING:
+                return self._pipelines.on_waiting(job) if self._pipelines is not None else Ack(Fate.DUPLICATE)
             case ClaimRefusal.HELD:
                 count_retry(job.job_type, "held")
                 return Retry(Fate.HELD, self._until_lease_ends(job, 1), f"job {job.job_id} is held by another worker")
@@ -380,6 +386,8 @@ class JobRunner:
 
     def _run(self, claimed: Claimed, remaining_ms: RemainingMs | None, verdict: Verdict | None) -> Disposition:
         job, request = claimed.job, claimed.request
+        if isinstance(claimed.definition, PipelineDefinition):
+            return self._pipeline(claimed)
         receive_count = claimed.delivery.receive_count
         started = self._now_ms()
         execution: Execution | None = None
@@ -401,6 +409,15 @@ class JobRunner:
             internal = InternalError(f"internal error: {type(exc).__name__}")
             retry = decide_retry(job, internal, attempt, self._moment(receive_count))
             return self.finish(job, request, retry, read=claimed.attachments_read)
+
+    def _pipeline(self, claimed: Claimed) -> Disposition:
+        """A pipeline calls no model: its next step starts (engine.pipelines)."""
+        assert isinstance(claimed.definition, PipelineDefinition)
+        if self._pipelines is None:
+            unserved = InternalError("this worker runs no pipelines")
+            return self.finish(claimed.job, claimed.request, Decision(Failed(unserved.info()), Ack(Fate.FAILED)))
+        raw = claimed.raw_input if claimed.raw_input is not None else claimed.job_input.model_dump(mode="json")
+        return self._pipelines.advance(claimed.job, claimed.definition, claimed.job_input, raw)
 
     def _admit(self, claimed: Claimed, remaining_ms: RemainingMs | None, verdict: Verdict | None) -> Decision | None:
         """A decision without a call (held, or too little time left), or None once the job may call: it

@@ -22,6 +22,7 @@ from engine.core import (
     JobHistory,
     JobStatus,
     Lane,
+    PipelineState,
     Via,
 )
 from engine.core.attachments import AttachmentInfo, AttachmentRef, MediaType
@@ -54,6 +55,55 @@ class UsageView(BaseModel):
     cached_input_tokens: int = 0
     cache_write_input_tokens: int = 0
     reasoning_tokens: int = 0
+
+
+class ReviewView(BaseModel):
+    """A pipeline's review (docs/pipelines.md): the output proposed, until when a person may decide,
+    and the decision once given (who, when, why, whether the output was edited)."""
+
+    output: dict[str, Any]
+    started_at: str | None
+    expires_at: str | None
+    decision: str | None
+    by: str | None
+    at: str | None
+    reason: str | None
+    changed: bool
+
+
+class PipelineView(BaseModel):
+    """Where a pipeline is: the step it is on (0 first), that step's children and how many ended and
+    failed, the children each step made, and its review."""
+
+    step: int
+    children: int
+    ended: int
+    failed: int
+    counts: list[int]
+    review: ReviewView | None
+
+    @classmethod
+    def of(cls, state: PipelineState) -> PipelineView:
+        review = state.review
+        return cls(
+            step=state.step,
+            children=state.children,
+            ended=len(state.ended),
+            failed=len(state.failed),
+            counts=list(state.counts),
+            review=None
+            if review is None
+            else ReviewView(
+                output=review.output,
+                started_at=iso_timestamp(review.started_at),
+                expires_at=iso_timestamp(review.expires_at),
+                decision=review.decision,
+                by=review.by,
+                at=iso_timestamp(review.at),
+                reason=review.reason,
+                changed=review.changed,
+            ),
+        )
 
 
 class AttachmentView(BaseModel):
@@ -135,6 +185,11 @@ class JobView(BaseModel):
     # The data job type's version it runs (docs/jobtypes.md); null for a code job type, and for a
     # submitted data job until its first claim has finished.
     job_type_version: int | None = None
+    # A pipeline's child: its parent's id and the step it runs for; a pipeline: where it is
+    # (docs/pipelines.md). Null otherwise.
+    parent_id: str | None = None
+    step: str | None = None
+    pipeline: PipelineView | None = None
 
     @classmethod
     def from_job(cls, job: Job, latest: AttemptRecord | None = None) -> JobView:
@@ -171,6 +226,9 @@ class JobView(BaseModel):
             took_ms=None if job.finished_at is None else job.finished_at - job.created_at,
             attachments=attachment_views(job),
             job_type_version=job.job_type_version,
+            parent_id=job.parent.parent_id if job.parent else None,
+            step=job.parent.step if job.parent else None,
+            pipeline=PipelineView.of(job.pipeline) if job.pipeline else None,
         )
 
     @property
@@ -302,9 +360,11 @@ class JobInspection(BaseModel):
     attempts: list[AttemptView]
     dead_letters: list[DeadLetterView]
     lease: LeaseView | None
+    # A pipeline's children, step by step in the order each made them (docs/pipelines.md).
+    children: list[JobView] = []
 
     @classmethod
-    def of(cls, job: Job, history: JobHistory, now_ms: int) -> JobInspection:
+    def of(cls, job: Job, history: JobHistory, now_ms: int, children: list[Job] | None = None) -> JobInspection:
         lease = None
         if job.status is JobStatus.RUNNING:
             lease = LeaseView(
@@ -317,6 +377,7 @@ class JobInspection(BaseModel):
             attempts=[AttemptView.from_record(record) for record in history.attempts],
             dead_letters=[DeadLetterView.from_entry(entry) for entry in history.dead_letters],
             lease=lease,
+            children=[JobView.from_job(child) for child in children or ()],
         )
 
 
@@ -326,8 +387,8 @@ class JobDetailsView(JobInspection):
     input_json: str | None
 
     @classmethod
-    def of_details(cls, details: JobDetails, now_ms: int) -> JobDetailsView:
-        inspection = JobInspection.of(details.job, details.history, now_ms)
+    def of_details(cls, details: JobDetails, now_ms: int, children: list[Job] | None = None) -> JobDetailsView:
+        inspection = JobInspection.of(details.job, details.history, now_ms, children)
         return cls(**dict(inspection), input_json=details.input_json)
 
 

@@ -34,6 +34,7 @@ from engine.fleet.limiter import RateLimiter
 from engine.fleet.limits import ModelLimit
 from engine.gateway import ModelGateway, api_key_source, build_gateway
 from engine.observability import Event, Handle, lambda_function
+from engine.pipelines import ChildEnds, Pipelines
 from engine.queue import JobQueue, JobQueues
 from engine.runner import JobRunner
 from engine.store import DynamoJobStore, PayloadStore
@@ -126,7 +127,8 @@ def build_worker(
     aws = Aws(settings, session)
     store = build_store(settings, aws)
     gateway = build_gateway(settings)
-    runner = build_runner(settings, store, gateway, registry or build_registry(settings, aws), aws)
+    queues = JobQueues.of(queue or build_queues(settings, aws))
+    runner = build_runner(settings, store, gateway, registry or build_registry(settings, aws), aws, queues)
     if settings.budgets_enabled and (unpriced := gateway.unpriced_models()):
         raise ConfigurationError(
             f"AIJOBS_PRICES: model {unpriced[0]!r} has no price, so no budget can hold what it costs; "
@@ -143,7 +145,7 @@ def build_worker(
         batching=batching,
         rng=random.SystemRandom(),
     )
-    return WorkerParts(worker, JobQueues.of(queue or build_queues(settings, aws)))
+    return WorkerParts(worker, queues)
 
 
 def build_attachments(settings: Settings, aws: Aws) -> AttachmentLoader:
@@ -155,8 +157,14 @@ def build_attachments(settings: Settings, aws: Aws) -> AttachmentLoader:
 
 
 def build_runner(
-    settings: Settings, store: DynamoJobStore, gateway: ModelGateway, registry: JobRegistry, aws: Aws
+    settings: Settings,
+    store: DynamoJobStore,
+    gateway: ModelGateway,
+    registry: JobRegistry,
+    aws: Aws,
+    queues: JobQueues | None = None,
 ) -> JobRunner:
+    """The runner; with `queues`, it runs pipelines too (their children's messages go there)."""
     return JobRunner(
         store,
         gateway,
@@ -169,6 +177,7 @@ def build_runner(
         is_transient=is_transient,
         max_receives=settings.aijobs_max_receive_count,
         attachments=build_attachments(settings, aws),
+        pipelines=Pipelines(store, queues, registry) if queues is not None else None,
     )
 
 
@@ -256,10 +265,11 @@ def build_recorder(settings: Settings, session: boto3.Session | None = None) -> 
 
 class EventsParts(NamedTuple):
     """The events function's parts: completion events, then the data job types' stats and guards,
-    both on one bus client."""
+    both on one bus client, and the pipelines moved on by their children's ends."""
 
     events: CompletionEvents
     tally: JobTypeTally
+    pipelines: ChildEnds
 
 
 def build_events(settings: Settings, session: boto3.Session | None = None) -> EventsParts:
@@ -270,7 +280,8 @@ def build_events(settings: Settings, session: boto3.Session | None = None) -> Ev
     aws = Aws(settings, session)
     publisher = EventPublisher(aws.client("events"), settings.aijobs_event_bus)
     tally = JobTypeTally(JobTypeTable(settings.jobs_table_name, aws.client("dynamodb")), publisher)
-    return EventsParts(CompletionEvents(publisher), tally)
+    pipelines = ChildEnds(build_store(settings, aws), build_queues(settings, aws), build_registry(settings, aws))
+    return EventsParts(CompletionEvents(publisher), tally, pipelines)
 
 
 def build_reconciler(settings: Settings, session: boto3.Session | None = None) -> Reconciler:

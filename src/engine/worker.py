@@ -22,6 +22,7 @@ from functools import partial
 from engine.batching.intake import Batched, BatchIntake, Keeping, NotKept, Planner, RunNow
 from engine.core import Ack, Delivery, Disposition, Fate, Lane, Retry
 from engine.core.errors import InternalError
+from engine.definitions.pipelines import PipelineDefinition
 from engine.fleet.admission import Admission, Ask, Verdict
 from engine.observability import log_unexpected
 from engine.retry import backoff_seconds
@@ -68,6 +69,10 @@ class Worker:
             index: _decided(step) for index, step in enumerate(steps) if not isinstance(step, Claimed)
         }
         claimed = {index: step for index, step in enumerate(steps) if isinstance(step, Claimed)}
+        # A pipeline calls no model (engine.pipelines): no batch, no budget, no shared limit.
+        for index, step in list(claimed.items()):
+            if isinstance(step.definition, PipelineDefinition):
+                dispositions[index] = self._executor.submit(self._runner.run, claimed.pop(index), remaining_ms)
         batched = {index: step for index, step in claimed.items() if step.job.batch}
         if batching is not None and batched:
             dispositions |= self._keep(batching, batched, admission, remaining_ms)

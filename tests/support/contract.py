@@ -23,6 +23,9 @@ VIEW_FIELDS = [
     "took_ms",
     "attachments",
     "job_type_version",
+    "parent_id",
+    "step",
+    "pipeline",
 ]
 
 # An attachment of the job view (engine.views.AttachmentView): its reference and name, then what was

@@ -332,7 +332,9 @@ def test_the_registry_serves_code_and_data_job_types_by_name(
     assert registry.definition(NAME, 2).job_type_version == 2  # a job that recorded v2
     assert registry.definition("classify", None) is CLASSIFY
     assert (registry.is_data(NAME), registry.is_data("classify"), registry.is_data("nothing")) == (True, False, False)
-    assert registry.names == sorted(["answer_with_citations", "classify", "extract", "summarize", NAME])
+    assert registry.names == sorted(
+        ["answer_with_citations", "classify", "extract", "extract_reviewed", "summarize", "summarize_long", NAME]
+    )
 
 
 def test_a_name_both_kinds_hold_is_served_by_its_code_job_type(

@@ -72,7 +72,7 @@ def test_an_event_is_made_for_a_job_entering_each_terminal_status_only() -> None
         if enters_terminal_status(record("MODIFY", "JOB", old, new))
     }
 
-    assert entering == set(itertools.product(["queued", "running"], ["succeeded", "failed", "cancelled"]))
+    assert entering == set(itertools.product(["queued", "running", "waiting"], ["succeeded", "failed", "cancelled"]))
 
 
 def job(output: dict[str, Any] | None) -> Job:

@@ -96,6 +96,9 @@ def test_the_view_of_a_succeeded_job_matches_the_spec_example() -> None:
         "took_ms": 2_999,
         "attachments": [],
         "job_type_version": None,
+        "parent_id": None,
+        "step": None,
+        "pipeline": None,
     }
 
 

@@ -54,10 +54,12 @@ def known_types(registry: JobRegistry) -> str:
     return caught.value.message.split("(known: ", 1)[1].rstrip(")")
 
 
-def test_the_default_registry_holds_the_four_built_ins() -> None:
+def test_the_default_registry_holds_the_built_ins_and_the_built_in_pipelines() -> None:
     registry = JobRegistry()
 
-    assert known_types(registry) == "answer_with_citations, classify, extract, summarize"
+    assert (
+        known_types(registry) == "answer_with_citations, classify, extract, extract_reviewed, summarize, summarize_long"
+    )
     assert [registry.get(definition.name) for definition in BUILTIN_DEFINITIONS] == list(BUILTIN_DEFINITIONS)
 
 
@@ -68,7 +70,8 @@ def test_an_unknown_job_type_is_a_permanent_unknown_job_type_error() -> None:
     assert caught.value.code is ErrorCode.UNKNOWN_JOB_TYPE
     assert caught.value.retryable is False
     assert caught.value.message == (
-        "no job type 'translate' is registered (known: answer_with_citations, classify, extract, summarize)"
+        "no job type 'translate' is registered (known: answer_with_citations, classify, extract, extract_reviewed, "
+        "summarize, summarize_long)"
     )
 
 
@@ -115,7 +118,10 @@ def test_load_modules_registers_each_modules_job_definitions(module_dir: Path, m
     registry.load_modules(["aijobs_user_jobs"])
 
     # Then its types join the built-ins
-    assert known_types(registry) == "answer_with_citations, classify, echo, extract, shout, summarize"
+    assert (
+        known_types(registry)
+        == "answer_with_citations, classify, echo, extract, extract_reviewed, shout, summarize, summarize_long"
+    )
     assert registry.get("shout").input_model.__name__ == "In"
 
 
@@ -124,7 +130,9 @@ def test_load_modules_with_no_modules_changes_nothing() -> None:
 
     registry.load_modules([])
 
-    assert known_types(registry) == "answer_with_citations, classify, extract, summarize"
+    assert (
+        known_types(registry) == "answer_with_citations, classify, extract, extract_reviewed, summarize, summarize_long"
+    )
 
 
 def test_a_missing_module_is_a_configuration_error_naming_the_variable(module_dir: Path) -> None:
@@ -174,7 +182,10 @@ def settings(**values: object) -> Settings:
 def test_the_jobtypes_package_is_registered_with_no_setting() -> None:
     registry = JobRegistry.from_settings(settings())
 
-    assert known_types(registry) == "answer_with_citations, classify, extract, extract_contact, summarize"
+    assert (
+        known_types(registry)
+        == "answer_with_citations, classify, extract, extract_contact, extract_reviewed, summarize, summarize_long"
+    )
     assert registry.get("extract_contact") is EXTRACT_CONTACT
 
 
@@ -186,7 +197,11 @@ def test_naming_the_jobtypes_package_as_well_registers_it_once(
 
     registry = JobRegistry.from_settings(settings(aijobs_job_modules="jobtypes, aijobs_more_jobs"))
 
-    assert known_types(registry) == "answer_with_citations, classify, echo, extract, extract_contact, summarize"
+    assert (
+        known_types(registry)
+        == "answer_with_citations, classify, echo, extract, extract_contact, extract_reviewed, summarize, "
+        "summarize_long"
+    )
 
 
 def test_without_a_jobtypes_package_the_built_ins_and_the_named_modules_are_registered(
@@ -194,7 +209,10 @@ def test_without_a_jobtypes_package_the_built_ins_and_the_named_modules_are_regi
 ) -> None:
     monkeypatch.setattr(registry_module, "JOB_TYPES_PACKAGE", "aijobs_no_job_types_here")
 
-    assert known_types(JobRegistry.from_settings(settings())) == "answer_with_citations, classify, extract, summarize"
+    assert (
+        known_types(JobRegistry.from_settings(settings()))
+        == "answer_with_citations, classify, extract, extract_reviewed, summarize, summarize_long"
+    )
 
 
 def test_a_jobtypes_package_without_job_definitions_is_a_configuration_error_naming_it(

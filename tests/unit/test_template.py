@@ -259,8 +259,9 @@ def worker_permissions(text: str) -> None:
     # With no secret, no Bedrock and no key, the worker touches its table, queue, bucket, log and traces only.
     assert grants("WorkerFunction") == {
         TABLE: {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
-        QUEUE: CONSUME | {"sqs:ChangeMessageVisibility"},
-        BACKGROUND_QUEUE: CONSUME | {"sqs:ChangeMessageVisibility"},
+        # (SendMessage: a pipeline's children, docs/pipelines.md)
+        QUEUE: CONSUME | {"sqs:ChangeMessageVisibility", "sqs:SendMessage"},
+        BACKGROUND_QUEUE: CONSUME | {"sqs:ChangeMessageVisibility", "sqs:SendMessage"},
         OBJECTS: {"s3:GetObject", "s3:PutObject"},
         **own_logs("WorkerLogGroup"),
         **TRACES,
@@ -303,6 +304,7 @@ def worker_permissions(text: str) -> None:
         "Its own role",
         "`ReceiveMessage`, `DeleteMessage`, `GetQueueAttributes`",
         "`ChangeMessageVisibility`, on the two jobs queues only",
+        "`SendMessage` there (a pipeline's children)",
         "configured model ids only",
         "`GetSecretValue`",
         "`KmsKeyArn`",
@@ -555,12 +557,20 @@ def events_function_permissions(text: str) -> None:
         failures: {"sqs:SendMessage"},
         stream: {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"},
         TABLE: {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"},
+        QUEUE: {"sqs:SendMessage"},
+        BACKGROUND_QUEUE: {"sqs:SendMessage"},
         "*": {"dynamodb:ListStreams"} | TRACES["*"],
         **own_logs("EventsLogGroup"),
     }
     # The data job types' items only (engine.job_type_tally)
     leading = statement("EventsFunction", "TallyJobTypes")["Condition"]["ForAllValues:StringLike"]
     assert leading == {"dynamodb:LeadingKeys": ["JOBTYPES", "JOBTYPE#*"]}
+    # The pipelines moved on (engine.pipelines): UpdateItem of job items only, and their messages
+    moving = statement("EventsFunction", "MovePipelines")
+    assert (moving["Action"], moving["Condition"]) == (
+        "dynamodb:UpdateItem",
+        {"ForAllValues:StringLike": {"dynamodb:LeadingKeys": ["JOB#*"]}},
+    )
     default_bus = f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/default"
     assert grants("EventsFunction", EventBusName="default")[default_bus] == {"events:PutEvents"}
     assert grants("EventsFunction", KmsKeyArn=KEY_ARN)[KEY_ARN] == {"kms:Decrypt"}
@@ -571,6 +581,8 @@ def events_function_permissions(text: str) -> None:
         "`DescribeStream`, `GetRecords`, `GetShardIterator` on the table's stream only",
         "`ListStreams`",
         "on the table's data job type items only",
+        "`UpdateItem` on the table's job items only",
+        "`SendMessage` on the two jobs queues",
         "its own log group",
     ):
         assert claim in text

@@ -231,6 +231,7 @@ def test_the_overview_counts_every_state_and_each_failure_code_and_stacks_them_b
         (JobStatus.SUCCEEDED, 2),
         (JobStatus.FAILED, 3),
         (JobStatus.CANCELLED, 0),
+        (JobStatus.WAITING, 0),
     ]
     assert figures.by_error == [(ErrorCode.PROVIDER_REJECTED, 2), (ErrorCode.DEADLINE_EXCEEDED, 1)]
     # and the chart has a bar an hour from 10:00 the day before to 10:00, the 10:00 one the highest

@@ -25,6 +25,9 @@ class ErrorCode(StrEnum):
     BUDGET_EXCEEDED = "budget_exceeded"
     INTERNAL_ERROR = "internal_error"
     ATTACHMENT_INVALID = "attachment_invalid"
+    STEP_FAILED = "step_failed"
+    REVIEW_REJECTED = "review_rejected"
+    REVIEW_TIMEOUT = "review_timeout"
 
 
 class ClaimRefusal(StrEnum):
@@ -37,5 +40,7 @@ class ClaimRefusal(StrEnum):
     ATTEMPTS_SPENT = "attempts_spent"
     DEADLINE_PASSED = "deadline_passed"
     RACED = "raced"
+    # A pipeline waiting for its children or a review (docs/pipelines.md).
+    WAITING = "waiting"
     # Claimable, but not into a provider's batch: its deadline is too near (docs/batches.md).
     NOT_BATCHABLE = "not_batchable"

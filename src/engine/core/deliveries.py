@@ -33,6 +33,7 @@ class Fate(StrEnum):
     DUPLICATE = "duplicate"  # its job had ended already
     DEAD_LETTERED = "dead_lettered"  # kept as a dead letter (it named no usable job, or was given up on)
     BATCHED = "batched"  # its job waits in a provider's batch, which answers it (docs/batches.md)
+    WAITING = "waiting"  # a pipeline's step started, or its review is pending (docs/pipelines.md)
     # The message comes back later (returned as a batch item failure).
     RETRIED = "retried"  # a retryable failure: the job is queued again
     HELD = "held"  # another worker holds the job

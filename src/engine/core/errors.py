@@ -137,6 +137,29 @@ class AttachmentInvalidError(PermanentError):
     code = ErrorCode.ATTACHMENT_INVALID
 
 
+class StepFailedError(PermanentError):
+    """A pipeline's child failed, and its step tolerates no more failures (docs/pipelines.md)."""
+
+    code = ErrorCode.STEP_FAILED
+
+
+class ReviewRejectedError(PermanentError):
+    """A person rejected a pipeline's output at its review step, with a reason."""
+
+    code = ErrorCode.REVIEW_REJECTED
+
+
+class ReviewTimeoutError(PermanentError):
+    """A pipeline's review was not given within its step's `timeout_seconds`."""
+
+    code = ErrorCode.REVIEW_TIMEOUT
+
+
+class PipelineStateError(AiJobsError):
+    """A review decision or a pipeline action that the job's state does not allow (not waiting for a
+    review, an edited output its schema refuses); the message is one line naming why."""
+
+
 def deadline_error(job: Job, why: str) -> PermanentError:
     """How a job whose deadline passed (`why`) ends: `budget_exceeded` when it was waiting for its
     user's budget (its error says so), else `deadline_exceeded`."""

@@ -25,6 +25,8 @@ class JobStatus(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # A pipeline between its steps, or waiting for a person's review: no lease, no Lambda (docs/pipelines.md).
+    WAITING = "waiting"
 
     @property
     def is_terminal(self) -> bool:
@@ -33,15 +35,24 @@ class JobStatus(StrEnum):
 
 TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
 
-# The state machine (docs/architecture.md). `failed -> queued` is the explicit retry.
+# The state machine (docs/architecture.md). `failed -> queued` is the explicit retry; `running ->
+# waiting` a pipeline's step started, `waiting -> queued` its children ended (docs/pipelines.md).
 ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.FAILED}),
     JobStatus.RUNNING: frozenset(
-        {JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED}
+        {
+            JobStatus.QUEUED,
+            JobStatus.RUNNING,
+            JobStatus.SUCCEEDED,
+            JobStatus.FAILED,
+            JobStatus.CANCELLED,
+            JobStatus.WAITING,
+        }
     ),
     JobStatus.SUCCEEDED: frozenset(),
     JobStatus.FAILED: frozenset({JobStatus.QUEUED}),
     JobStatus.CANCELLED: frozenset(),
+    JobStatus.WAITING: frozenset({JobStatus.QUEUED, JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED}),
 }
 
 
@@ -107,6 +118,60 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class ChildOf:
+    """A pipeline's child job: its parent, the step it runs for (by name and index) and its part."""
+
+    parent_id: str
+    step: str
+    step_index: int
+    part: int
+
+
+@dataclass(frozen=True, slots=True)
+class Review:
+    """A pipeline waiting for a person: the output proposed, since when, for how long; then the decision."""
+
+    output: dict[str, Any]
+    started_at: int
+    timeout_ms: int
+    decision: str | None = None  # "approved", "rejected" or "timed_out"
+    by: str | None = None
+    at: int | None = None
+    reason: str | None = None
+    changed: bool = False  # the approved output is not the proposed one
+
+    @property
+    def expires_at(self) -> int:
+        return self.started_at + self.timeout_ms
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineState:
+    """Where a pipeline is: the step it waits on, its children (how many, which ended, which failed),
+    the children each step so far made, and a review."""
+
+    step: int
+    children: int
+    ended: frozenset[int] = frozenset()
+    failed: frozenset[int] = frozenset()
+    counts: tuple[int, ...] = ()
+    review: Review | None = None
+
+    @property
+    def step_ended(self) -> bool:
+        return len(self.ended) >= self.children
+
+
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """What counting a pipeline child's end found: the parent after it (None when it does not exist),
+    and whether this call counted it (False: counted before, or the parent is no longer on that step)."""
+
+    parent: Job | None
+    counted: bool
+
+
+@dataclass(frozen=True, slots=True)
 class NewJob:
     """What a full message (or a submission) creates when its job does not exist yet."""
 
@@ -121,6 +186,8 @@ class NewJob:
     # The version of a data job type it runs (pinned, or its label's when the request was read);
     # None for a code job type, or for a submission that left it to the first claim.
     job_type_version: int | None = None
+    # A pipeline's child (docs/pipelines.md).
+    parent: ChildOf | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +254,9 @@ class Job:
     # The data job type's version it runs, fixed by its creation or its first finished claim (every
     # retry runs the same); None for a code job type (docs/jobtypes.md).
     job_type_version: int | None = None
+    # A pipeline's child: its parent and step; a pipeline: where it is (docs/pipelines.md).
+    parent: ChildOf | None = None
+    pipeline: PipelineState | None = None
 
     @property
     def attempts_left(self) -> int:
@@ -304,6 +374,8 @@ def explain_claim_refusal(
         return ClaimRefusal.CONFLICT
     if job.status.is_terminal:
         return ClaimRefusal.FINISHED
+    if job.status is JobStatus.WAITING:
+        return ClaimRefusal.WAITING
     if job.status is JobStatus.RUNNING and (job.lease_expires_at is None or job.lease_expires_at >= now_ms):
         return ClaimRefusal.HELD
     if job.cancel_requested:

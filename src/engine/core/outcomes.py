@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine.core.job import JobErrorInfo, JobStatus
+from engine.core.job import JobErrorInfo, JobStatus, Review
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,19 @@ class Cancelled:
     """A cancel was requested while this worker ran the job: its output is discarded."""
 
 
-Outcome = Succeeded | Failed | Released | Cancelled
+@dataclass(frozen=True, slots=True)
+class Waits:
+    """A pipeline's step started: `children` children of step `step` run (or, with `review`, a person
+    decides). The claim is refunded: moving a pipeline on is not an attempt at a model."""
+
+    step: int
+    children: int
+    # The children each step so far made, this one's last (what lists a pipeline's children).
+    counts: tuple[int, ...] = ()
+    review: Review | None = None
+
+
+Outcome = Succeeded | Failed | Released | Cancelled | Waits
 
 
 def target_status(outcome: Outcome) -> JobStatus:
@@ -45,6 +57,8 @@ def target_status(outcome: Outcome) -> JobStatus:
             return JobStatus.QUEUED
         case Cancelled():
             return JobStatus.CANCELLED
+        case Waits():
+            return JobStatus.WAITING
 
 
 def outcome_error(outcome: Outcome) -> JobErrorInfo | None:

@@ -19,6 +19,7 @@ from engine.core.errors import JobError
 from engine.core.job import (
     AttemptRecord,
     BatchTerms,
+    Counted,
     DeadLetter,
     DeadLetterEntry,
     Job,
@@ -28,6 +29,7 @@ from engine.core.job import (
     JobStatus,
     Lane,
     NewJob,
+    Review,
     Settlement,
 )
 from engine.core.job_types import Guard, JobTypeHead, StoredVersion, VersionStats
@@ -246,6 +248,63 @@ class AdminStore(Protocol):
     def dead_letter(self, message_id: str) -> DeadLetter | None: ...
 
     def dead_letters(self, since_ms: int, until_ms: int, limit: int | None = None) -> list[DeadLetterEntry]: ...
+
+
+class PipelineStore(Protocol):
+    """What moving pipelines on needs (engine.pipelines, docs/pipelines.md): children made and read,
+    a child's end counted on its parent once, the parent moved on once, a review decided once."""
+
+    def create_job(self, job_id: str, new_job: NewJob, job_input: dict[str, Any], now_ms: int) -> tuple[Job, bool]:
+        """Create a queued job and its input, idempotent on the id (a child made again is the same child)."""
+        ...
+
+    def get_job(self, job_id: str) -> Job | None: ...
+
+    def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]: ...
+
+    def get_input(self, job_id: str) -> dict[str, Any] | None: ...
+
+    def finish_job(
+        self,
+        job: Job,
+        outcome: Outcome,
+        now_ms: int,
+        attempt: AttemptRecord | None = None,
+        store_input: dict[str, Any] | None = None,
+        settlement: Settlement | None = None,
+        attachments_read: tuple[AttachmentInfo, ...] = (),
+    ) -> None: ...
+
+    def end_job(
+        self,
+        job: Job,
+        status: JobStatus,
+        error: JobErrorInfo | None,
+        now_ms: int,
+        store_input: dict[str, Any] | None = None,
+    ) -> bool: ...
+
+    def request_cancel(self, job_id: str, now_ms: int) -> Job: ...
+
+    def count_child(self, child: Job, now_ms: int) -> Counted:
+        """Count an ended child on its parent (its part, whether it failed, its usage), once."""
+        ...
+
+    def make_ready(self, parent: Job, now_ms: int) -> bool:
+        """`waiting -> queued` for a parent whose step ended, once; False when moved already or changed."""
+        ...
+
+    def decide_review(
+        self,
+        job: Job,
+        review: Review,
+        output: dict[str, Any] | None,
+        output_hash: str | None,
+        error: JobErrorInfo | None,
+        now_ms: int,
+    ) -> Job:
+        """End a pipeline waiting for its review, fenced on the job as read (PipelineStateError if it changed)."""
+        ...
 
 
 class BadMessage(Protocol):

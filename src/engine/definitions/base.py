@@ -149,6 +149,9 @@ class JobDefinition:
     # A data job type's version (docs/jobtypes.md): the immutable version of its file this definition
     # was compiled from. None for a code job type, whose version is its deploy.
     job_type_version: int | None = None
+    # The largest input it takes, as compact UTF-8 JSON: what one message carries, unless the job
+    # type reads more (summarize_long: a submission stores it, in the payload bucket past 256 KiB).
+    max_input_bytes: int = MAX_INPUT_BYTES
     output_json_schema: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -167,8 +170,8 @@ class JobDefinition:
 
     def parse_input(self, raw: Mapping[str, Any]) -> BaseModel:
         size = len(json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode())
-        if size > MAX_INPUT_BYTES:
-            raise InputValidationError(f"input is {size} bytes; the limit is {MAX_INPUT_BYTES}")
+        if size > self.max_input_bytes:
+            raise InputValidationError(f"input is {size} bytes; the limit is {self.max_input_bytes}")
         try:
             return self.input_model.model_validate(raw)
         except ValidationError as exc:

@@ -18,9 +18,10 @@ from engine.definitions.base import JobDefinition
 from engine.definitions.catalog import DataJobTypes
 from engine.definitions.classify import CLASSIFY
 from engine.definitions.extract import EXTRACT
+from engine.definitions.pipelines import PIPELINES
 from engine.definitions.summarize import SUMMARIZE
 
-BUILTIN_DEFINITIONS: tuple[JobDefinition, ...] = (SUMMARIZE, CLASSIFY, ANSWER_WITH_CITATIONS, EXTRACT)
+BUILTIN_DEFINITIONS: tuple[JobDefinition, ...] = (SUMMARIZE, CLASSIFY, ANSWER_WITH_CITATIONS, EXTRACT, *PIPELINES)
 # Your own job types: a top-level package beside `engine` (src/jobtypes/, which `sam build` ships with
 # every function), registered whenever it can be imported, with no setting.
 JOB_TYPES_PACKAGE = "jobtypes"

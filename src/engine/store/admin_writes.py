@@ -60,8 +60,8 @@ class AdminWrites(JobTable):
         return existing, False
 
     def request_cancel(self, job_id: str, now_ms: int) -> Job:
-        """Cancel a job: a queued one, or one waiting in a provider's batch, ends at once; a running one
-        at its finishing fence.
+        """Cancel a job: a queued one, a waiting pipeline (whose children the events function then
+        cancels) or one waiting in a provider's batch ends at once; a running one at its finishing fence.
 
         Returns the job after the request; a finished job is returned unchanged.
         """
@@ -71,6 +71,7 @@ class AdminWrites(JobTable):
             status = queued.name("status")
             queued.condition = (
                 f"{status} = {queued.value('queued', JobStatus.QUEUED.value)}"
+                f" OR {status} = {queued.value('waiting', JobStatus.WAITING.value)}"
                 f" OR ({status} = {queued.value('running', JobStatus.RUNNING.value)}"
                 f" AND attribute_exists({queued.name('batch')}))"
             )

@@ -17,6 +17,7 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from engine.core import (
     AttemptOutcome,
     AttemptRecord,
+    ChildOf,
     DeadLetter,
     DeadLetterEntry,
     ErrorCode,
@@ -24,6 +25,8 @@ from engine.core import (
     JobErrorInfo,
     JobStatus,
     Lane,
+    PipelineState,
+    Review,
     Usage,
     Via,
 )
@@ -172,6 +175,57 @@ def job_from_item(item: Item) -> Job:
         attachments=tuple(AttachmentRef.parse(ref["s3"], ref.get("name")) for ref in data.get("attachments") or ()),
         attachments_read=tuple(AttachmentInfo.of(info) for info in data.get("attachments_read") or ()),
         job_type_version=_int(data.get("job_type_version")),
+        parent=_child_of(data),
+        pipeline=_pipeline(data),
+    )
+
+
+def _child_of(data: dict[str, Any]) -> ChildOf | None:
+    if not data.get("parent_id"):
+        return None
+    return ChildOf(
+        data["parent_id"], str(data.get("step", "")), int(data.get("step_index", 0)), int(data.get("part", 0))
+    )
+
+
+def _pipeline(data: dict[str, Any]) -> PipelineState | None:
+    if data.get("pipeline_step") is None:
+        return None
+    review = data.get("review")
+    return PipelineState(
+        step=int(data["pipeline_step"]),
+        children=int(data.get("pipeline_children", 0)),
+        ended=frozenset(int(part) for part in data.get("pipeline_ended", ())),
+        failed=frozenset(int(part) for part in data.get("pipeline_failed", ())),
+        counts=tuple(int(count) for count in data.get("pipeline_counts", ())),
+        review=review_from_document(review) if review else None,
+    )
+
+
+def review_document(review: Review) -> dict[str, Any]:
+    """A review as the job item keeps it (a map; its output as JSON text, as a job's output is)."""
+    document: dict[str, Any] = {
+        "output": json.dumps(review.output, separators=(",", ":"), ensure_ascii=False),
+        "started_at": review.started_at,
+        "timeout_ms": review.timeout_ms,
+        "changed": review.changed,
+    }
+    for name in ("decision", "by", "at", "reason"):
+        if (value := getattr(review, name)) is not None:
+            document[name] = value
+    return document
+
+
+def review_from_document(data: dict[str, Any]) -> Review:
+    return Review(
+        output=json.loads(data["output"]),
+        started_at=int(data["started_at"]),
+        timeout_ms=int(data["timeout_ms"]),
+        decision=data.get("decision"),
+        by=data.get("by"),
+        at=_int(data.get("at")),
+        reason=data.get("reason"),
+        changed=bool(data.get("changed", False)),
     )
 
 

@@ -224,6 +224,13 @@ def creation_attributes(job_id: str, new_job: NewJob, now_ms: int) -> dict[str, 
         attributes["attachments"] = ref_documents(new_job.attachments)
     if new_job.job_type_version is not None:  # a data job type's (docs/jobtypes.md)
         attributes["job_type_version"] = new_job.job_type_version
+    if new_job.parent is not None:  # a pipeline's child (docs/pipelines.md)
+        attributes |= {
+            "parent_id": new_job.parent.parent_id,
+            "step": new_job.parent.step,
+            "step_index": new_job.parent.step_index,
+            "part": new_job.parent.part,
+        }
     return attributes
 
 

@@ -22,6 +22,7 @@ from engine.core import (
     Released,
     Settlement,
     Succeeded,
+    Waits,
     can_transition,
     explain_claim_refusal,
     outcome_error,
@@ -37,7 +38,7 @@ from engine.core.errors import (
 )
 from engine.observability import log_unexpected
 from engine.store.expressions import Expression
-from engine.store.items import MAX_REFUSED_ANSWER_CHARS, attempt_item, job_key
+from engine.store.items import MAX_REFUSED_ANSWER_CHARS, attempt_item, job_key, review_document
 from engine.store.payloads import refused_answer_key
 from engine.store.table import JobTable, creation_attributes
 
@@ -122,6 +123,15 @@ class WorkerWrites(JobTable):
                 expr.remove("error")
             case Released(refund_attempt=True):
                 expr.add("attempt_count", -1)
+            case Waits(step=step, children=children, counts=counts, review=review):
+                # Moving a pipeline on is not an attempt at a model: the claim is refunded.
+                expr.add("attempt_count", -1)
+                expr.set("pipeline_step", step)
+                expr.set("pipeline_children", children)
+                expr.set("pipeline_counts", list(counts))
+                expr.remove("pipeline_ended", "pipeline_failed")
+                if review is not None:
+                    expr.set("review", review_document(review))
         if attempt:
             self._add_usage(expr, attempt)
         if attachments_read:

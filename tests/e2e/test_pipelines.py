@@ -1,0 +1,218 @@
+"""Pipelines through the embedded stack (docs/pipelines.md): `summarize_long` as child jobs moved on from the
+table's stream, its usage their sum; `extract_reviewed` waiting for a person, approved (as proposed or
+edited), rejected, or timed out; a cancelled parent cancelling its children; a failing child failing its
+parent with `step_failed`."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from aijobs.cli import app
+from aijobs.client import AiJobsClient
+from aijobs.local.devstack import DevStack, DevStackOptions
+from engine.config import load_settings
+from engine.core import ErrorCode, JobStatus
+from engine.definitions.pipelines import split_text
+from engine.views import JobInspection, JobView
+
+BOUND = 90.0
+INVOICE = {
+    "text": "Invoice 4711: EUR 120.50, due 2026-01-31.",
+    "fields": [{"name": "total", "description": "the invoice's total", "type": "number"}],
+}
+
+
+@pytest.fixture(scope="module")
+def dev_stack() -> Iterator[DevStack]:
+    stack = DevStack(DevStackOptions(aws_port=0, provider_port=0, provider_latency_seconds=0.05, quiet=True))
+    stack.start()
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.fixture
+def client(dev_env: DevStack) -> AiJobsClient:
+    return AiJobsClient.from_settings(load_settings())
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def until(client: AiJobsClient, job_id: str, done: Callable[[JobView], bool]) -> JobView:
+    deadline = time.monotonic() + BOUND
+    while True:
+        view = client.get(job_id)
+        if done(view) or time.monotonic() > deadline:
+            return view
+        time.sleep(0.2)
+
+
+def ended(client: AiJobsClient, job_id: str) -> JobView:
+    return until(client, job_id, lambda view: view.status.is_terminal)
+
+
+def in_review(client: AiJobsClient, job_id: str) -> JobView:
+    return until(client, job_id, lambda view: bool(view.pipeline and view.pipeline.review) or view.status.is_terminal)
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(app, list(args))
+
+
+def long_text(sentences: int) -> str:
+    return " ".join(f"Sentence {n} is about invoices, payments and their due dates." for n in range(sentences))
+
+
+def test_summarize_long_runs_its_parts_as_children_then_summarizes_their_summaries(client: AiJobsClient) -> None:
+    text = long_text(3000)
+    job_id = new_id("long")
+
+    # When a text of several parts is submitted as summarize_long
+    client.submit("summarize_long", "u-long", {"text": text, "max_words": 60}, job_id=job_id)
+    view = ended(client, job_id)
+
+    # Then it succeeds with the summary of the summaries, through one child a part and one more
+    assert view.status is JobStatus.SUCCEEDED, view.error
+    assert view.output is not None
+    assert set(view.output) == {"summary"}
+    parts = len(split_text(text))
+    assert parts > 1
+    inspection: JobInspection = client.inspect(job_id)
+    children = inspection.children
+    assert [child.step for child in children] == ["parts"] * parts + ["summary"]
+    assert {child.parent_id for child in children} == {job_id}
+    assert {child.status for child in children} == {JobStatus.SUCCEEDED}
+    assert {child.job_type for child in children} == {"summarize"}
+    assert view.pipeline is not None
+    assert view.pipeline.counts == [parts, 1]
+    # and its usage is exactly its children's, summed
+    assert view.usage.attempts == sum(child.usage.attempts for child in children)
+    assert view.usage.input_tokens == sum(child.usage.input_tokens for child in children)
+    assert view.usage.output_tokens == sum(child.usage.output_tokens for child in children)
+    summed = sum((Decimal(str(child.usage.cost_usd)) for child in children), Decimal(0))
+    assert abs(Decimal(str(view.usage.cost_usd)) - summed) < Decimal("1e-9")
+    # and `aijobs inspect --json` lists the children
+    shown = run("inspect", job_id, "--json")
+    assert shown.exit_code == 0, shown.output
+    assert [child["job_id"] for child in json.loads(shown.output)["children"]] == [c.job_id for c in children]
+
+
+def test_a_child_that_fails_fails_its_parent_with_step_failed_naming_the_step_and_the_child(
+    client: AiJobsClient,
+) -> None:
+    # Given a long text whose last part makes the provider answer in the wrong shape
+    text = long_text(2000) + " fault:wrong_shape"
+    job_id = new_id("failing")
+
+    client.submit("summarize_long", "u-fail", {"text": text}, job_id=job_id)
+    view = ended(client, job_id)
+
+    last = len(split_text(text)) - 1
+    assert view.status is JobStatus.FAILED
+    assert view.error is not None
+    assert view.error.code is ErrorCode.STEP_FAILED
+    assert "step 'parts'" in view.error.message
+    assert f"{job_id}:s0:{last}" in view.error.message
+    assert "schema_validation_failed" in view.error.message
+    children = client.inspect(job_id).children
+    assert len(children) == last + 1  # no summary step was started
+
+
+def test_an_extraction_waits_for_its_review_and_an_approval_with_an_edit_is_kept(client: AiJobsClient) -> None:
+    job_id = new_id("review")
+    client.submit("extract_reviewed", "u-rev", INVOICE, job_id=job_id)
+
+    # When its extraction has run, it waits for a person with the fields proposed
+    view = in_review(client, job_id)
+    assert view.status is JobStatus.WAITING
+    assert view.pipeline is not None
+    assert view.pipeline.review is not None
+    assert set(view.pipeline.review.output) == {"total"}
+    # and an edited output its schema refuses is refused, with nothing changed
+    refused = run("review", job_id, "--approve", "--output", '{"total": "a lot"}')
+    assert refused.exit_code == 1
+    assert "the edited output is refused" in refused.output
+    assert len(refused.output.strip().splitlines()) == 1
+    assert client.get(job_id).status is JobStatus.WAITING
+
+    # When a person approves it with the total corrected
+    approved = run("review", job_id, "--approve", "--output", '{"total": 120.5}', "--json")
+
+    # Then it succeeds with that output, and the decision is recorded as an edit
+    assert approved.exit_code == 0, approved.output
+    decided = json.loads(approved.output)
+    assert decided["status"] == "succeeded"
+    assert decided["output"] == {"total": 120.5}
+    review = decided["pipeline"]["review"]
+    assert (review["decision"], review["changed"]) == ("approved", True)
+    assert review["at"] is not None
+    # and a second decision is refused in one line
+    again = run("review", job_id, "--reject", "--reason", "too late")
+    assert again.exit_code == 1
+    assert "not waiting for a review" in again.output
+
+
+def test_a_rejected_review_ends_the_job_review_rejected_with_its_reason(client: AiJobsClient) -> None:
+    job_id = new_id("reject")
+    client.submit("extract_reviewed", "u-rev", INVOICE, job_id=job_id)
+    in_review(client, job_id)
+
+    missing = run("review", job_id, "--reject")
+    assert missing.exit_code == 1
+    assert "needs a reason" in missing.output
+
+    rejected = run("review", job_id, "--reject", "--reason", "the total is wrong", "--json")
+
+    assert rejected.exit_code == 0, rejected.output
+    view = json.loads(rejected.output)
+    assert view["status"] == "failed"
+    assert view["error"]["code"] == "review_rejected"
+    assert "the total is wrong" in view["error"]["message"]
+    assert view["pipeline"]["review"]["decision"] == "rejected"
+    assert view["pipeline"]["review"]["reason"] == "the total is wrong"
+
+
+def test_a_review_not_given_in_time_ends_review_timeout(client: AiJobsClient) -> None:
+    job_id = new_id("timeout")
+    client.submit("extract_reviewed", "u-rev", INVOICE | {"review_timeout_seconds": 2}, job_id=job_id)
+
+    view = ended(client, job_id)
+
+    assert view.status is JobStatus.FAILED
+    assert view.error is not None
+    assert view.error.code is ErrorCode.REVIEW_TIMEOUT
+    assert view.pipeline is not None
+    assert view.pipeline.review is not None
+    assert view.pipeline.review.decision == "timed_out"
+
+
+def test_cancelling_a_waiting_parent_ends_it_and_its_open_children(dev_env: DevStack, client: AiJobsClient) -> None:
+    # Given a long text with many parts, cancelled as soon as it waits on them
+    job_id = new_id("cancel")
+    client.submit("summarize_long", "u-cancel", {"text": long_text(20_000)}, job_id=job_id)
+    until(client, job_id, lambda view: view.status is not JobStatus.QUEUED and view.status is not JobStatus.RUNNING)
+
+    cancelled = run("cancel", job_id, "--json")
+
+    assert cancelled.exit_code == 0, cancelled.output
+    assert json.loads(cancelled.output)["status"] == "cancelled"
+    # Then every child ends, none of them still open, the ones not run yet cancelled
+    deadline = time.monotonic() + BOUND
+    children = client.inspect(job_id).children
+    while any(not child.status.is_terminal for child in children) and time.monotonic() < deadline:
+        time.sleep(0.3)
+        children = client.inspect(job_id).children
+    assert children
+    assert all(child.status.is_terminal for child in children)
+    assert any(child.status is JobStatus.CANCELLED for child in children)
+    assert client.get(job_id).status is JobStatus.CANCELLED
