@@ -18,14 +18,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.core.errors import JobTypeFileError
+from engine.text import MAX_JSON_DEPTH
 
 if TYPE_CHECKING:
     from engine.definitions import JobDefinition
 
 # The most a job type file may be, read: far beyond any prompt and schemas, well within a table item.
 MAX_FILE_BYTES = 400_000
-# Deeper than this, a document is a hostile one (the stored form is one DynamoDB item).
-MAX_DEPTH = 32
+# Deeper than this, a document is a hostile one (the stored form is one DynamoDB item): the check's
+# own bound on a JSON value (engine.text), so that whatever the check takes can be read from a file.
+MAX_DEPTH = MAX_JSON_DEPTH
 
 
 def read_job_type(path_or_text: str | Path) -> dict[str, Any]:
@@ -94,6 +96,8 @@ def _yaml(text: str, source: str) -> Any:
         problem = " ".join(str(exc.problem or exc.context or "unreadable").split())
         raise JobTypeFileError(f"{source} is not valid YAML: {problem}{where}") from exc
     except yaml.YAMLError as exc:
+        raise JobTypeFileError(f"{source} is not valid YAML: {' '.join(str(exc).split())}") from exc
+    except ValueError as exc:  # an integer past Python's digit limit for text
         raise JobTypeFileError(f"{source} is not valid YAML: {' '.join(str(exc).split())}") from exc
 
 

@@ -154,6 +154,8 @@ def check_job_type(document: Mapping[str, Any], code_names: Collection[str] = ()
     for key, value in document.items():
         if not isinstance(key, str):
             raise JobTypeFileError(f"the file has a field named by a {type(key).__name__}, not a string")
+        if json_value_problem(key, "a field's name"):
+            raise JobTypeFileError(f"the field {key_label(key)} has a name holding a lone surrogate: not valid text")
         if problem := _not_json(value, key_label(key)) or json_value_problem(value, key_label(key)):
             raise JobTypeFileError(problem)
         if key in UNSERVED_FIELDS:

@@ -63,7 +63,7 @@ _NAMES_A_TYPE = ("type", "enum", "const", "anyOf", "$ref")
 _MOVES_RESOLUTION = ("$id", "$anchor", "$dynamicRef", "$dynamicAnchor")
 # Where a schema sits in its file: keys and indexes from the root.
 Path = tuple[str | int, ...]
-_LOCAL_REF = re.compile(r"^#(?:/\$defs/([A-Za-z0-9_.-]{1,64}))?$")
+_LOCAL_REF = re.compile(r"#(?:/\$defs/([A-Za-z0-9_.-]{1,64}))?")
 
 
 def check_schema(schema: dict[str, Any], where: str, *, strict: bool) -> None:
@@ -144,7 +144,7 @@ def _check_references(node: dict[str, Any], defs: Any, where: str, path: Path) -
     if "$ref" not in node:
         return
     reference = node["$ref"]
-    match = _LOCAL_REF.match(reference)
+    match = _LOCAL_REF.fullmatch(reference)
     if match is None:
         raise JobTypeFileError(one_line(f"{where}: $ref {reference} is not #/$defs/NAME at {_at(path)}"))
     if match.group(1) is not None and (not isinstance(defs, dict) or match.group(1) not in defs):

@@ -64,10 +64,36 @@ def compile_rule(check: str, message: str, where: str) -> CompiledRule:
         program = cel.compile(check)
     except Exception as exc:  # a parse error is a ValueError; anything else fails too
         raise JobTypeFileError(one_line(f"{where}: does not compile: {_first_line(exc)}")) from exc
-    unknown = sorted(set(program.variables()) - VARIABLES - {name for name in macros if name})
+    bound = {name for name in macros if name}
+    unknown = sorted(set(program.variables()) - VARIABLES - bound)
+    unknown += sorted(bound & _names_outside_macros(check))
     if unknown:
         raise JobTypeFileError(one_line(f"{where}: names {', '.join(unknown)}; a rule reads only input and output"))
     return CompiledRule(program, message)
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
+_VARIABLE = re.compile(r"(?<![.\w])([A-Za-z_]\w*)")
+
+
+def _names_outside_macros(check: str) -> set[str]:
+    """The names the rule reads outside every comprehension macro's parentheses (string literals and
+    fields left out): a name a macro binds means nothing there."""
+    text = _STRING.sub('""', check)
+    outside, position = [], 0
+    for found in _MACRO.finditer(text):
+        if found.start() < position:
+            continue  # within a macro already left out
+        outside.append(text[position : found.start()])
+        depth, index = 0, text.index("(", found.start())
+        while index < len(text):
+            depth += {"(": 1, ")": -1}.get(text[index], 0)
+            if depth == 0:
+                break
+            index += 1
+        position = index + 1
+    outside.append(text[position:])
+    return set(_VARIABLE.findall("".join(outside)))
 
 
 def _first_line(exc: Exception) -> str:
