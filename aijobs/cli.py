@@ -460,7 +460,7 @@ class _Quiet:
 def cancel(
     job_id: Annotated[str, typer.Argument(help="The job id.")], as_json: JsonFlag = False, stack: StackOption = None
 ) -> None:
-    """Cancel a job: a queued one ends at once, a running one at its next fence."""
+    """Cancel a job: a queued one (or a waiting pipeline) ends at once, a running one at its next fence."""
     view = client(stack).cancel(job_id)
     if as_json:
         print_json(view.model_dump(mode="json"))

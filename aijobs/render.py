@@ -155,6 +155,7 @@ def inspection_group(inspection: JobInspection) -> Group:
         parts.append(Text(now))
     parts.append(attempts_table(inspection.attempts, view.attempt_count))
     parts += refused_answers(inspection.attempts)
+    parts += pipeline_parts(view, inspection.children)
     if inspection.dead_letters:
         parts.append(dead_letters_table(inspection.dead_letters, title="dead letters naming this job"))
     return Group(*parts)
@@ -175,6 +176,34 @@ def refused_answers(attempts: Sequence[AttemptView]) -> list[Text]:
         shown += [Text(heading, style="bold"), Text(attempt.refused_answer)]
         if attempt.refused_answer_s3 is not None:
             shown.append(Text(f"the whole answer: {attempt.refused_answer_s3}", style="dim"))
+    return shown
+
+
+def pipeline_parts(view: JobView, children: Sequence[JobView]) -> list[Table | Text]:
+    """A pipeline's step, its review and its children (docs/pipelines.md); a child's parent. The
+    proposed output and a reason are plain Text: they are the model's and a person's words."""
+    if view.parent_id is not None:
+        return [Text(f"a child of pipeline {view.parent_id}, for its step {view.step}")]
+    pipeline = view.pipeline
+    if pipeline is None:
+        return []
+    shown: list[Table | Text] = [
+        Text(
+            f"pipeline: step {pipeline.step + 1}, {pipeline.ended} of {pipeline.children} children ended"
+            + (f", {pipeline.failed} failed" if pipeline.failed else "")
+        )
+    ]
+    review = pipeline.review
+    if review is not None:
+        if review.decision is None:
+            shown += [Text(f"review: waiting for a person until {review.expires_at}; proposed:", style="bold")]
+            shown.append(Text(json.dumps(review.output, indent=2, ensure_ascii=False)))
+        else:
+            edited = ", output edited" if review.changed else ""
+            reason = f": {review.reason}" if review.reason else ""
+            shown.append(Text(f"review: {review.decision} by {review.by or '-'} at {review.at}{edited}{reason}"))
+    if children:
+        shown.append(jobs_table(children, title="children"))
     return shown
 
 

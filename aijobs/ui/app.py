@@ -38,7 +38,7 @@ from aijobs.ui.queries import LANES, WINDOWS, BatchesQuery, JobsQuery, user, win
 from engine.core import DeadLetter, JobStatus
 from engine.core.errors import AiJobsError, AttachmentInvalidError, JobNotFoundError, JobTypeLabelError
 from engine.store.batches import ENDED_RETENTION_DAYS
-from engine.views import iso_timestamp
+from engine.views import JobView, ReviewView, iso_timestamp
 
 # Seconds between refreshes of a visible page.
 REFRESH_SECONDS = 5
@@ -50,6 +50,8 @@ NOTICES = {
     "cancel-asked": "Cancel asked: the running job ends cancelled at its next fence.",
     "retried": "Queued again, with a fresh attempt budget and deadline.",
     "redriven": "The dead letter's job is queued again.",
+    "approved": "Approved: the pipeline succeeded with that output.",
+    "rejected": "Rejected: the pipeline ended review_rejected.",
 }
 _STATIC = {"app.css": "text/css; charset=utf-8", "refresh.js": "text/javascript; charset=utf-8"}
 Page = Callable[[Request], Response]
@@ -134,6 +136,7 @@ class Dashboard:
             view=details.job,
             output=output,
             job_input=job_input,
+            proposed=present.pretty_json(review.output) if (review := _review(details.job)) else None,
             notice=request.query_params.get("done"),
         )
 
@@ -255,6 +258,29 @@ class Dashboard:
         view = self.client.retry(self._acting(request))
         return RedirectResponse(present.job_url(view.job_id, "?done=retried"), 303)
 
+    def review(self, request: Request, form: Form) -> Response:
+        """A pipeline's review decided (docs/pipelines.md): `decision` approve or reject; with approve, an
+        `output` (JSON) edited from the one proposed; with reject, its `reason`. Who decided is not known
+        to the dashboard: the decision records `dashboard`."""
+        job_id = self._acting(request)
+        fields = {name: values[-1] for name, values in form.items() if values}
+        decision = fields.get("decision")
+        if decision not in ("approve", "reject"):
+            raise ValueError("a review is decided with approve or reject")
+        output = None
+        if decision == "approve" and fields.get("output", "").strip():
+            try:
+                output = json.loads(fields["output"])
+            except ValueError as exc:
+                raise ValueError(f"output: not valid JSON: {exc}") from exc
+            if not isinstance(output, dict):
+                raise ValueError("output: must be a JSON object")
+        view = self.client.review(
+            job_id, approve=decision == "approve", output=output, reason=fields.get("reason"), by="dashboard"
+        )
+        done = "approved" if view.status is JobStatus.SUCCEEDED else "rejected"
+        return RedirectResponse(present.job_url(view.job_id, f"?done={done}"), 303)
+
     def redrive(self, request: Request) -> Response:
         (result,) = self.client.redrive([self._acting(request, "message_id")])
         if result.outcome is RedriveOutcome.REQUEUED and result.job_id:
@@ -350,6 +376,11 @@ class Dashboard:
         return answer
 
 
+def _review(view: JobView) -> ReviewView | None:
+    """The review a pipeline waits for, if any."""
+    return view.pipeline.review if view.pipeline is not None else None
+
+
 def _fields(form: Form) -> dict[str, str]:
     """The jobs page's filters a form carries (each its last value), without the job ids it names."""
     return {name: values[-1] for name, values in form.items() if values and name != "job_id"}
@@ -412,5 +443,6 @@ def create_app(
     routes += [
         Route("/jobs/retry-failed", board.with_form(board.ask_retry_failed), methods=["POST"]),
         Route("/jobs/retry-failed/confirm", board.with_form(board.retry_failed), methods=["POST"]),
+        Route("/jobs/{job_id}/review", board.with_form(board.review), methods=["POST"]),
     ]
     return Starlette(routes=routes, middleware=[Middleware(Guard, hosts=hosts)])

@@ -35,6 +35,7 @@ from engine.core import (
     Fate,
     Job,
     JobStatus,
+    Lane,
     NewJob,
     Retry,
     Review,
@@ -294,7 +295,9 @@ class ChildEnds:
         elif not (parent.status is JobStatus.QUEUED and not counted.counted):
             return
         # Sent again when a count is seen again with the parent queued: its claim makes a duplicate harmless.
-        self._queues[parent.lane].send({"job_id": parent.job_id}, group_id=parent.user_id)
+        # Moving a pipeline on calls no model: its message takes the interactive queue whatever its lane
+        # (no batching window to wait out); its children keep its lane.
+        self._queues[Lane.INTERACTIVE].send({"job_id": parent.job_id}, group_id=parent.user_id)
 
     def _step_over(self, parent: Job) -> bool:
         """Whether the parent's step has ended, or failed past what it tolerates."""
