@@ -317,7 +317,9 @@ def batches_table(batches: Sequence[BatchView], now_ms: int, title: str) -> Tabl
 
 
 def span(ms: int) -> str:
-    """A stretch of time, to the unit that matters: 45s, 23m, 2h 5m, 3d 4h."""
+    """A stretch of time, to the unit that matters: 250ms, 45s, 23m, 2h 5m, 3d 4h."""
+    if 0 < ms < 1000:
+        return f"{ms}ms"
     seconds = ms // 1000
     if seconds < 60:
         return f"{seconds}s"

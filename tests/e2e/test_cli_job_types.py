@@ -421,11 +421,6 @@ def test_stats_count_each_versions_jobs(dev_env: DevStack, tmp_path: Path) -> No
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="aijobs/render.py job_type_stats_table prints p50/p95 with span(), which floors to whole "
-    "seconds: the 250 ms and 500 ms buckets show as '≤0s'",
-)
 def test_the_stats_table_shows_durations_under_a_second(dev_env: DevStack, tmp_path: Path) -> None:
     name = new_name()
     pushed(good_file(tmp_path, name))

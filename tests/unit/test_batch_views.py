@@ -215,7 +215,15 @@ def test_a_batch_not_created_yet_or_past_its_rescue_time_says_so_and_the_provide
 
 @pytest.mark.parametrize(
     ("ms", "shown"),
-    [(0, "0s"), (59_999, "59s"), (60_000, "1m"), (3_599_000, "59m"), (3_600_000, "1h 0m"), (90_061_000, "1d 1h")],
+    [
+        (0, "0s"),
+        (250, "250ms"),
+        (59_999, "59s"),
+        (60_000, "1m"),
+        (3_599_000, "59m"),
+        (3_600_000, "1h 0m"),
+        (90_061_000, "1d 1h"),
+    ],
 )
 def test_a_stretch_of_time_is_written_to_the_unit_that_matters(ms: int, shown: str) -> None:
     assert span(ms) == shown
