@@ -1,0 +1,150 @@
+"""A pipeline moved on exactly once on moto (docs/pipelines.md): every child's end counted on its parent
+once however often and from however many threads its stream record comes, the usage summed exactly,
+the parent queued once; a record of a parent that moved on counts nothing."""
+
+from __future__ import annotations
+
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from aijobs.stack import StackResources
+from engine.core import AttemptOutcome, AttemptRecord, ChildOf, Job, JobStatus, NewJob, Succeeded, Waits
+from engine.definitions import JobRegistry
+from engine.intake import request_hash
+from engine.pipelines import ChildEnds, child_id
+from engine.queue import JobQueue, JobQueues
+from engine.store import DynamoJobStore
+
+CHILDREN = 12
+
+
+class SentQueue(JobQueue):
+    """A queue that keeps what is sent to it."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def send(self, body: dict[str, Any], group_id: str | None = None) -> str:
+        self.sent.append(body)
+        return str(len(self.sent))
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def new_job(job_type: str, job_input: dict[str, Any], parent: ChildOf | None = None) -> NewJob:
+    return NewJob(job_type, "u-1", 1, 3, 3600, request_hash(job_type, "u-1", job_input), parent=parent)
+
+
+def waiting_parent(store: DynamoJobStore) -> Job:
+    """A summarize_long parent waiting on its first step of CHILDREN children, each of them ended."""
+    text = {"text": "a long text", "max_words": 50}
+    store.create_job("p-1", new_job("summarize_long", text), text, now_ms())
+    parent = store.claim_job("p-1", "w-1", 60_000, now_ms(), None)
+    for part in range(CHILDREN):
+        child_input = {"text": f"part {part}", "max_words": 50}
+        job_id = child_id("p-1", 0, part)
+        store.create_job(
+            job_id, new_job("summarize", child_input, ChildOf("p-1", "parts", 0, part)), child_input, now_ms()
+        )
+    store.finish_job(parent, Waits(0, CHILDREN, (CHILDREN,)), now_ms())
+    return parent
+
+
+def end_child(store: DynamoJobStore, part: int) -> Job:
+    job_id = child_id("p-1", 0, part)
+    claimed = store.claim_job(job_id, f"w-{part}", 60_000, now_ms(), None)
+    attempt = AttemptRecord(
+        job_id=job_id,
+        attempt=1,
+        user_id="u-1",
+        job_type="summarize",
+        started_at=now_ms(),
+        finished_at=now_ms(),
+        outcome=AttemptOutcome.SUCCEEDED,
+        input_tokens=100 + part,
+        output_tokens=10 + part,
+        cost_usd=Decimal("0.000123") * (part + 1),
+    )
+    store.finish_job(claimed, Succeeded({"summary": f"summary {part}"}, "h"), now_ms(), attempt)
+    ended = store.get_job(job_id)
+    assert ended is not None
+    return ended
+
+
+@pytest.fixture
+def sent() -> SentQueue:
+    return SentQueue()
+
+
+@pytest.fixture
+def ends(store: DynamoJobStore, sent: SentQueue) -> ChildEnds:
+    return ChildEnds(store, JobQueues.of(sent), JobRegistry())
+
+
+def test_every_child_is_counted_once_from_duplicated_records_on_several_threads(
+    store: DynamoJobStore, stack: StackResources, ends: ChildEnds, sent: SentQueue
+) -> None:
+    waiting_parent(store)
+    children = [end_child(store, part) for part in range(CHILDREN)]
+    # Each child's record three times, in no order, from eight threads at once
+    records = [child for child in children for _ in range(3)]
+    random.Random(5).shuffle(records)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda child: ends.ended([child]), records))
+
+    parent = store.get_job("p-1")
+    assert parent is not None
+    assert parent.status is JobStatus.QUEUED
+    assert parent.pipeline is not None
+    assert parent.pipeline.ended == frozenset(range(CHILDREN))
+    assert parent.pipeline.failed == frozenset()
+    assert parent.usage.input_tokens == sum(child.usage.input_tokens for child in children)
+    assert parent.usage.output_tokens == sum(child.usage.output_tokens for child in children)
+    assert parent.usage.cost_usd == sum((child.usage.cost_usd for child in children), Decimal(0))
+    assert parent.usage.attempts == CHILDREN
+    # The parent's message went out at least once, and only the parent's
+    assert sent.sent
+    assert {body["job_id"] for body in sent.sent} == {"p-1"}
+
+
+def test_no_message_is_sent_before_the_last_child_is_counted(
+    store: DynamoJobStore, ends: ChildEnds, sent: SentQueue
+) -> None:
+    waiting_parent(store)
+    children = [end_child(store, part) for part in range(CHILDREN)]
+
+    for child in children[:-1]:
+        ends.ended([child, child])
+    assert sent.sent == []
+    assert store.get_job("p-1").status is JobStatus.WAITING  # type: ignore[union-attr]
+
+    ends.ended([children[-1]])
+    assert sent.sent == [{"job_id": "p-1"}]
+
+
+def test_a_record_of_a_parent_that_moved_on_counts_nothing(
+    store: DynamoJobStore, ends: ChildEnds, sent: SentQueue
+) -> None:
+    waiting_parent(store)
+    children = [end_child(store, part) for part in range(CHILDREN)]
+    for child in children:
+        ends.ended([child])
+    moved = store.get_job("p-1")
+    assert moved is not None
+    # The parent claimed and waiting on its next step: a late copy of a first step's record
+    claimed = store.claim_job("p-1", "w-2", 60_000, now_ms(), None)
+    store.finish_job(claimed, Waits(1, 1, (CHILDREN, 1)), now_ms())
+    before = store.get_job("p-1")
+
+    ends.ended([children[0]])
+
+    after = store.get_job("p-1")
+    assert after == before
