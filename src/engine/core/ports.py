@@ -250,41 +250,12 @@ class AdminStore(Protocol):
     def dead_letters(self, since_ms: int, until_ms: int, limit: int | None = None) -> list[DeadLetterEntry]: ...
 
 
-class PipelineStore(Protocol):
-    """What moving pipelines on needs (engine.pipelines, docs/pipelines.md): children made and read,
-    a child's end counted on its parent once, the parent moved on once, a review decided once."""
-
-    def create_job(self, job_id: str, new_job: NewJob, job_input: dict[str, Any], now_ms: int) -> tuple[Job, bool]:
-        """Create a queued job and its input, idempotent on the id (a child made again is the same child)."""
-        ...
-
-    def get_job(self, job_id: str) -> Job | None: ...
+class PipelineStore(WorkerStore, AdminStore, Protocol):
+    """What moving pipelines on needs (engine.pipelines, docs/pipelines.md): a worker's claims and
+    finishes and a client's creates and cancels (children made and cancelled), the children read, a
+    child's end counted on its parent once, the parent moved on once, a review decided once."""
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]: ...
-
-    def get_input(self, job_id: str) -> dict[str, Any] | None: ...
-
-    def finish_job(
-        self,
-        job: Job,
-        outcome: Outcome,
-        now_ms: int,
-        attempt: AttemptRecord | None = None,
-        store_input: dict[str, Any] | None = None,
-        settlement: Settlement | None = None,
-        attachments_read: tuple[AttachmentInfo, ...] = (),
-    ) -> None: ...
-
-    def end_job(
-        self,
-        job: Job,
-        status: JobStatus,
-        error: JobErrorInfo | None,
-        now_ms: int,
-        store_input: dict[str, Any] | None = None,
-    ) -> bool: ...
-
-    def request_cancel(self, job_id: str, now_ms: int) -> Job: ...
 
     def count_child(self, child: Job, now_ms: int) -> Counted:
         """Count an ended child on its parent (its part, whether it failed, its usage), once."""
