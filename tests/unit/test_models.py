@@ -166,6 +166,12 @@ DOCUMENTED_EDGES = {
     (JobStatus.RUNNING, JobStatus.CANCELLED),
     (JobStatus.RUNNING, JobStatus.QUEUED),
     (JobStatus.FAILED, JobStatus.QUEUED),
+    # A pipeline (docs/pipelines.md): a step started, then moved on, decided or cancelled.
+    (JobStatus.RUNNING, JobStatus.WAITING),
+    (JobStatus.WAITING, JobStatus.QUEUED),
+    (JobStatus.WAITING, JobStatus.SUCCEEDED),
+    (JobStatus.WAITING, JobStatus.FAILED),
+    (JobStatus.WAITING, JobStatus.CANCELLED),
 }
 
 
