@@ -716,7 +716,7 @@ def test_budget_show_of_a_user_without_a_cap_says_so_in_one_line(dev_env: DevSta
 
 # --- inspect -------------------------------------------------------------------------------------
 
-INSPECTION_FIELDS = ["job", "attempts", "dead_letters", "lease"]
+INSPECTION_FIELDS = ["job", "attempts", "dead_letters", "lease", "children"]
 ATTEMPT_FIELDS = [
     "attempt",
     "started_at",

@@ -61,6 +61,7 @@ def test_the_overview_counts_the_window_s_jobs_by_state_and_error_code(
     assert [row.locator("td").all_inner_texts() for row in by_status.all()] == [
         ["queued", "1"],
         ["running", "0"],
+        ["waiting", "0"],
         ["succeeded", "4"],
         ["failed", "2"],
         ["cancelled", "0"],

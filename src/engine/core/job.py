@@ -22,11 +22,11 @@ DEFAULT_DEADLINE_SECONDS = 86_400
 class JobStatus(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
+    # A pipeline between its steps, or waiting for a person's review: no lease, no Lambda (docs/pipelines.md).
+    WAITING = "waiting"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
-    # A pipeline between its steps, or waiting for a person's review: no lease, no Lambda (docs/pipelines.md).
-    WAITING = "waiting"
 
     @property
     def is_terminal(self) -> bool:
