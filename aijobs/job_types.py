@@ -199,13 +199,18 @@ def _run(definition: JobDefinition, examples: list[dict[str, Any]], name: str) -
     """Each example's input through the gateway to a local provider that answers `name` from `examples`."""
     from aijobs.local.provider import LocalProvider
     from engine.core.errors import JobError
-    from engine.gateway import ModelGateway, ModelTiers
+    from engine.gateway import ModelGateway, ModelPrice, ModelTiers, PriceTable
     from engine.gateway.openai import OpenAICompatibleProvider, static_api_key
 
     runs: list[ExampleRun] = []
+    # The test model is free, and priced so: no "unpriced model" warning in the command's output.
+    prices = PriceTable.with_overrides({TEST_MODEL: ModelPrice.of(0, 0)})
     with LocalProvider(latency_seconds=0, answers={name: examples}) as provider:
         gateway = ModelGateway(
-            OpenAICompatibleProvider(provider.url, static_api_key(None)), ModelTiers(TEST_MODEL), repair_attempts=0
+            OpenAICompatibleProvider(provider.url, static_api_key(None)),
+            ModelTiers(TEST_MODEL),
+            prices,
+            repair_attempts=0,
         )
         for number, example in enumerate(examples, 1):
             try:
