@@ -48,6 +48,13 @@ class ChatRequest:
     cache_key: str | None = None
     # Its images and PDFs: their part of prompt_tokens, and their text.
     attachments: ReadAttachments = NONE_READ
+    # An Anthropic request's (aijobs.local.messages): the tool its tool_choice forces, whose input is
+    # the answer; and what comes before its last cache_control breakpoint, read from or written to
+    # the prompt cache.
+    tool: str | None = None
+    cache_prefix: str | None = None
+    # The API it came through: "openai" (Chat Completions) or "anthropic" (Messages).
+    api: str = "openai"
 
     @property
     def content(self) -> str:
