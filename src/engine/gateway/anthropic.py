@@ -18,6 +18,7 @@ and, for a 200 whose body is an error, by the error's `type`; never by their tex
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -61,11 +62,12 @@ ERROR_STATUS = {
     "timeout_error": 504,
     "overloaded_error": 529,
 }
-# What the JSON-schema output format takes of a schema (Anthropic's "Structured outputs" page: no
-# numeric or length bounds, objects closed); what it drops, the engine still checks on the answer.
-_SCHEMA_KEYWORDS = frozenset(
-    {"type", "properties", "required", "items", "enum", "const", "anyOf", "allOf", "$defs", "$ref", "description"}
-)
+# What the JSON-schema output format takes of a schema (Anthropic's "Structured outputs" page: simple
+# regular expressions, but no numeric or length bounds; objects closed). The keywords it does not take
+# go into the description, as the SDK's own transform puts them, and the engine checks them on the answer.
+_SCHEMA_KEYWORDS = frozenset({"type", "properties", "required", "items", "anyOf", "allOf", "$defs", "$ref"})
+# What a dated version of a model adds to its name: claude-sonnet-4-5-20250929.
+_DATED = re.compile(r"-\d{8}")
 _STRING_FORMATS = frozenset(
     {"date-time", "time", "date", "duration", "email", "hostname", "uri", "ipv4", "ipv6", "uuid"}
 )
@@ -84,7 +86,7 @@ def anthropic_credentials(key: str | None) -> dict[str, str]:
 
 def takes_json_output(model: str, json_output_models: Sequence[str]) -> bool:
     """Whether `model` is one of (or a dated version of one of) the models given the JSON output format."""
-    return any(model == name or model.startswith(f"{name}-") for name in json_output_models)
+    return any(model == name or _DATED.fullmatch(model.removeprefix(name)) for name in json_output_models)
 
 
 class AnthropicProvider:
@@ -187,6 +189,7 @@ def _json_output(node: Any) -> Any:
     if not isinstance(node, dict):
         return node
     result: dict[str, Any] = {}
+    left: dict[str, Any] = {}
     for key, value in node.items():
         if _kept_as_is(key, value):
             result[key] = value
@@ -194,6 +197,11 @@ def _json_output(node: Any) -> Any:
             result[key] = {name: _json_output(child) for name, child in value.items()}
         elif key in _SCHEMA_KEYWORDS:
             result[key] = _json_output(value)
+        elif key not in ("additionalProperties", "title", "default"):
+            left[key] = value
+    if left:
+        noted = json.dumps(left, ensure_ascii=False, separators=(", ", ": "))
+        result["description"] = f"{result['description']}\n\n{noted}" if "description" in result else noted
     if node.get("type") == "object":
         result["additionalProperties"] = False
     return result
@@ -205,6 +213,8 @@ def _kept_as_is(key: str, value: object) -> bool:
         return True
     if key == "format":
         return isinstance(value, str) and value in _STRING_FORMATS
+    if key == "pattern":
+        return isinstance(value, str)
     return key == "minItems" and type(value) is int and value in (0, 1)
 
 
