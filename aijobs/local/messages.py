@@ -3,7 +3,7 @@
 `parse_message_body` refuses what Anthropic's validation refuses (a 400 `invalid_request_error`
 naming the field, as `messages.0.content.1.source.media_type: ...`): a body that is not an object, a
 field the API does not know, no model, `max_tokens` below 1, no or empty `messages`, a role other
-than `user` or `assistant`, an empty text, a content block of a type its role does not take or
+than `user`, `assistant` or `system`, an empty text, a content block of a type its role does not take or
 without its own fields, an image or a document whose base64 is not what its `media_type` says, a
 tool without a valid name or an `input_schema` of type object, a `tool_choice` naming no tool of
 the request, an `output_config.format` that is not a JSON schema, a `cache_control` that is not
@@ -59,7 +59,11 @@ KNOWN_FIELDS = frozenset(
         "speed",
     }
 )
-BLOCK_TYPES = {"user": ("text", "image", "document", "tool_result"), "assistant": ("text", "tool_use")}
+BLOCK_TYPES = {
+    "user": ("text", "image", "document", "tool_result"),
+    "assistant": ("text", "tool_use"),
+    "system": ("text",),
+}
 IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,128}$")
 TOOL_CHOICES = ("auto", "any", "tool", "none")
@@ -320,7 +324,7 @@ def _message(message: object, at: str, model: str) -> tuple[str, str, ReadAttach
     message = _object(message, at)
     role = message.get("role")
     if role not in BLOCK_TYPES:
-        raise InvalidRequestError(f"{at}.role: Input should be 'user' or 'assistant'")
+        raise InvalidRequestError(f"{at}.role: Input should be 'user', 'assistant' or 'system'")
     content = message.get("content")
     if isinstance(content, str):
         return role, _text(content, f"{at}.content"), ReadAttachments(), 0
