@@ -26,6 +26,11 @@ A request gets a fault in one of two ways:
 The kinds are `FaultKind`'s. `repairable` answers a first ask wrongly and a re-ask (a request with an
 assistant turn or a second user turn: the engine's repair) rightly.
 
+On the same port it serves Anthropic's Messages API (`POST /v1/messages`, aijobs.local.messages: the
+key in `x-api-key`, the answer a tool call or text, usage with cache reads and writes of a prefix
+marked `cache_control`, faults and refusals in Anthropic's shapes) and its Message Batches API
+(aijobs.local.message_batches); `anthropic_url` is their base URL.
+
 It also serves OpenAI's Files and Batches APIs (aijobs.local.batches): a batch's lines are answered
 as chat completion requests are, after `batch_delay_seconds`, with the faults a test picks per batch
 (`batch_fault`, settable while it runs: stall, expire half, failed lines).
