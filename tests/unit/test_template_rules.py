@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from aijobs.stack import load_template
+from engine.config import load_settings
 from engine.core.errors import ConfigurationError
 from engine.gateway import BEDROCK_MODEL_ID
-from engine.config import load_settings
 from engine.gateway.pricing import ANTHROPIC_PRICES, DEFAULT_PRICES
 from engine.settings_check import check_environment
 from tests.unit.test_template import resolver
