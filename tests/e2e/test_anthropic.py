@@ -16,17 +16,15 @@ from collections import Counter
 from collections.abc import Iterator
 from decimal import Decimal
 
-import boto3
 import pytest
 
 from aijobs.client import AiJobsClient
 from aijobs.local.devstack import LOCAL_ANTHROPIC_MODEL, DevStack, DevStackOptions
 from aijobs.local.provider import LocalProvider
-from engine.config import load_settings
-from engine.core import AttemptRecord, Job, JobStatus, Lane, Via
+from engine.core import AttemptRecord, JobStatus, Lane, Via
 from engine.gateway import PriceTable
 from engine.store import DynamoJobStore
-from engine.wiring import Aws, build_store
+from tests.support.dev_jobs import attempts, ended
 from tests.support.dev_process import DevProcess, clean_environment
 from tests.support.waiting import eventually
 
@@ -58,26 +56,6 @@ def dev(provider: LocalProvider, tmp_path_factory: pytest.TempPathFactory) -> It
         yield started
 
 
-@pytest.fixture(scope="module")
-def session(dev: DevProcess) -> boto3.Session:
-    return boto3.Session(
-        aws_access_key_id=dev.exported["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=dev.exported["AWS_SECRET_ACCESS_KEY"],
-        region_name=dev.exported["AWS_DEFAULT_REGION"],
-    )
-
-
-@pytest.fixture(scope="module")
-def store(dev: DevProcess, session: boto3.Session) -> DynamoJobStore:
-    settings = load_settings(dev.exported)
-    return build_store(settings, Aws(settings, session))
-
-
-@pytest.fixture(scope="module")
-def client(dev: DevProcess, session: boto3.Session) -> AiJobsClient:
-    return AiJobsClient.from_settings(load_settings(dev.exported), session)
-
-
 def submit(client: AiJobsClient, count: int, text: str, lane: Lane = Lane.BACKGROUND) -> list[str]:
     run = uuid.uuid4().hex[:6]
     ids = [f"anthropic-{run}-{n}" for n in range(count)]
@@ -92,22 +70,6 @@ def submit(client: AiJobsClient, count: int, text: str, lane: Lane = Lane.BACKGR
     return ids
 
 
-def ended(store: DynamoJobStore, ids: list[str], dev: DevProcess) -> dict[str, Job]:
-    def all_ended() -> dict[str, Job]:
-        jobs = store.get_jobs(ids)
-        return jobs if len(jobs) == len(ids) and all(job.status.is_terminal for job in jobs.values()) else {}
-
-    try:
-        return eventually(all_ended, timeout=WAIT_SECONDS, what="every job ended")
-    except BaseException:
-        print(dev.log[-4000:])
-        raise
-
-
-def attempts(store: DynamoJobStore, ids: list[str]) -> list[AttemptRecord]:
-    return [attempt for job_id in ids for attempt in store.attempts(job_id)]
-
-
 def realtime_usd(attempt: AttemptRecord) -> Decimal:
     return PriceTable().cost(MODEL, attempt).usd
 
@@ -117,10 +79,10 @@ def test_an_interactive_job_is_answered_through_the_messages_api_with_its_cache_
 ) -> None:
     # Given two interactive jobs of one job type (the second reads the prefix the first wrote)
     ids = submit(client, 1, "Win a free cruise now!", Lane.INTERACTIVE)
-    ended(store, ids, dev)
+    ended(store, ids, dev, WAIT_SECONDS)
     ids += submit(client, 1, "Meeting moved to noon.", Lane.INTERACTIVE)
 
-    jobs = ended(store, ids, dev)
+    jobs = ended(store, ids, dev, WAIT_SECONDS)
 
     # Then both succeeded in real time through Anthropic's API, each call billed as the provider logged it
     assert {job.status for job in jobs.values()} == {JobStatus.SUCCEEDED}
@@ -144,7 +106,7 @@ def test_an_overloaded_provider_is_asked_again_and_the_job_succeeds(
     overloaded_before = sum(entry.status == 529 for entry in provider.log)
     ids = submit(client, 1, "fault:unavailable*1 Win a free cruise now!", Lane.INTERACTIVE)
 
-    jobs = ended(store, ids, dev)
+    jobs = ended(store, ids, dev, WAIT_SECONDS)
 
     # Then its first attempt was unavailable, and its second succeeded
     assert jobs[ids[0]].status is JobStatus.SUCCEEDED
@@ -157,7 +119,7 @@ def test_background_jobs_go_through_a_message_batch_at_half_price(
 ) -> None:
     ids = submit(client, 3, "Win a free cruise now!")
 
-    jobs = ended(store, ids, dev)
+    jobs = ended(store, ids, dev, WAIT_SECONDS)
 
     assert {job.status for job in jobs.values()} == {JobStatus.SUCCEEDED}
     records = attempts(store, ids)
@@ -174,7 +136,7 @@ def test_an_expired_batch_s_unanswered_requests_are_answered_in_real_time(
 ) -> None:
     ids = submit(client, 4, "batch-fault:expire_half Win a free cruise now!")
 
-    jobs = ended(store, ids, dev)
+    jobs = ended(store, ids, dev, WAIT_SECONDS)
 
     assert {job.status for job in jobs.values()} == {JobStatus.SUCCEEDED}
     counts = Counter(attempt.via for attempt in attempts(store, ids))

@@ -35,17 +35,10 @@ def anthropic_stack(stack: StackResources, provider: LocalProvider, requests: Re
 
 
 @pytest.fixture
-def quick_provider() -> Iterator[LocalProvider]:
-    provider = LocalProvider(api_key="k", latency_seconds=0.0, batch_delay_seconds=0.2).start()
-    yield provider
-    provider.stop()
-
-
-@pytest.fixture
 def fleet(
-    stack: StackResources, quick_provider: LocalProvider, dynamodb_requests: RequestCounter, dynamodb: Any
+    stack: StackResources, local_provider: LocalProvider, dynamodb_requests: RequestCounter, dynamodb: Any
 ) -> Stack:
-    return anthropic_stack(stack, quick_provider, dynamodb_requests, dynamodb)
+    return anthropic_stack(stack, local_provider, dynamodb_requests, dynamodb)
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
@@ -57,13 +56,6 @@ class Clock:
 
     def now_ms(self) -> int:
         return int(self() * 1000)
-
-
-@pytest.fixture
-def local_provider() -> Iterator[LocalProvider]:
-    provider = LocalProvider(api_key="k", latency_seconds=0.0, batch_delay_seconds=0.2).start()
-    yield provider
-    provider.stop()
 
 
 class Stack:

@@ -358,6 +358,20 @@ def test_an_ended_batch_is_found_by_the_tag_of_its_first_result_and_read_once() 
     assert api.paths().count("GET /v1/messages/batches/msgbatch_1/results") == 1
 
 
+def test_an_ended_batch_is_told_apart_whatever_the_order_of_its_first_result_s_fields() -> None:
+    # Given results whose first line holds a long message before its custom_id
+    long_answer = message([{"type": "text", "text": "x" * 20_000}], stop_reason="end_turn")
+    line = json.dumps({"result": {"type": "succeeded", "message": long_answer}, "custom_id": f"{TAG}-j0"})
+    api = Api(
+        {
+            ("GET", "/v1/messages/batches"): listing(batch("msgbatch_1", succeeded=2)),
+            ("GET", "/v1/messages/batches/msgbatch_1/results"): line.encode() + b"\n" + result("j1", "canceled"),
+        }
+    )
+
+    assert adapter(api).find(METADATA) == ["msgbatch_1"]
+
+
 def test_a_batch_this_process_submitted_is_found_while_it_runs() -> None:
     api = Api(
         {

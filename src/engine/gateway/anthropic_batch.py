@@ -25,9 +25,9 @@ import json
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 from urllib.parse import quote, urlsplit
 
 import httpx
@@ -45,6 +45,8 @@ from engine.gateway.batch_files import (
     UnreadableLine,
     jsonl_line,
     jsonl_values,
+    names_a_request,
+    request_count,
     spooled,
     unreadable_answer,
     write_chunks,
@@ -73,7 +75,7 @@ CUSTOM_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 TAG_CHARS = 16
 # A results line: a message (bounded as a real-time body is) in its envelope.
 MAX_LINE_BYTES = MAX_RESPONSE_BYTES + 64 * 1024
-# The bytes of a results file read to tell its batch's tag: its first line's custom_id comes first.
+# What is kept of a results line too long to parse, to find its custom_id.
 HEAD_BYTES = 4096
 REQUEST_TIMEOUT_SECONDS = 60.0
 UPLOAD_TIMEOUT_SECONDS = 300.0
@@ -137,10 +139,10 @@ class AnthropicBatchProvider:
             raise ProviderUnavailableError(f"batch {batch_id} has not ended ({status.detail})")
         expected = _total(batch.get("request_counts"))
         read = 0
-        with self._results(batch, batch_id) as file:
+        with self._results(batch, batch_id, _spooled) as file:
             for value in jsonl_values(file, MAX_LINE_BYTES):
                 answer = _answer(value)
-                read += answer is not None or _names_a_request(value)
+                read += answer is not None or names_a_request(value)
                 if answer is not None:
                     yield answer
         if read < expected:
@@ -178,7 +180,7 @@ class AnthropicBatchProvider:
         return found
 
     def _tag_of(self, batch: Mapping[str, Any]) -> str | None:
-        """The tag of a batch's custom_ids: remembered, or read from its results once it has ended;
+        """The tag of a batch's custom_ids: remembered, or read from its results' first line once it has ended;
         "" for a batch of no tag (not the engine's); None while it cannot be known."""
         batch_id = _id(batch)
         with self._lock:
@@ -187,9 +189,7 @@ class AnthropicBatchProvider:
             return known
         if batch.get("processing_status") != "ended":
             return None
-        with self._results(batch, batch_id) as file:
-            head = file.read(HEAD_BYTES)
-        custom_id = UnreadableLine(head, oversized=False).field("custom_id") or ""
+        custom_id = _custom_id(self._results(batch, batch_id, _first_line))
         tag, separator, _ = custom_id.partition("-")
         found = tag if separator and len(tag) == TAG_CHARS else ""
         self._remember(batch_id, found)
@@ -240,27 +240,44 @@ class AnthropicBatchProvider:
             raise ProviderUnavailableError(f"Anthropic answered {method} {path} with something other than an object")
         return value
 
-    def _results(self, batch: Mapping[str, Any], batch_id: str) -> IO[bytes]:
-        """An ended batch's results, spooled (engine.gateway.batch_files): from its `results_url` when it is
-        on the API's own host (the key goes nowhere else), else from the documented path."""
+    def _results(self, batch: Mapping[str, Any], batch_id: str, read: Callable[[httpx.Response], Read]) -> Read:
+        """What `read` makes of an ended batch's results: from its `results_url` when it is on the API's
+        own host (the key goes nowhere else), else from the documented path."""
         url = batch.get("results_url")
-        own = f"{self._root}{BATCHES_PATH}/{quote(batch_id, safe='')}/results"
         if not isinstance(url, str) or _origin(url) != _origin(self._root):
-            url = own
+            url = f"{self._root}{BATCHES_PATH}/{quote(batch_id, safe='')}/results"
 
-        def send(auth: dict[str, str]) -> tuple[int, IO[bytes] | None]:
+        def send(auth: dict[str, str]) -> tuple[int, Read | None]:
             with (
                 provider_errors(REQUEST_TIMEOUT_SECONDS),
                 self._client.stream("GET", url, headers=auth, timeout=REQUEST_TIMEOUT_SECONDS) as response,
             ):
                 if response.status_code >= 400:
                     return response.status_code, None
-                return response.status_code, spooled(write_chunks(response.iter_bytes()))
+                return response.status_code, read(response)
 
-        status, file = send_authorized(self._api_key, send, anthropic_credentials)
-        if file is None:
+        status, results = send_authorized(self._api_key, send, anthropic_credentials)
+        if results is None:
             raise error_for_status(status, "Anthropic", f"HTTP {status} reading batch {batch_id}'s results")
-        return file
+        return results
+
+
+# What is read of a batch's results: all of them, spooled (engine.gateway.batch_files), or their first line.
+Read = TypeVar("Read")
+
+
+def _spooled(response: httpx.Response) -> IO[bytes]:
+    return spooled(write_chunks(response.iter_bytes()))
+
+
+def _first_line(response: httpx.Response) -> bytes:
+    """The results' first line, at most MAX_LINE_BYTES of it (the rest is left unread)."""
+    line = b""
+    for chunk in response.iter_bytes():
+        line += chunk
+        if b"\n" in line or len(line) > MAX_LINE_BYTES:
+            break
+    return line.split(b"\n", 1)[0][:MAX_LINE_BYTES]
 
 
 def batch_tag(metadata: Mapping[str, str]) -> str:
@@ -293,14 +310,9 @@ def _created_at(batch: Mapping[str, Any]) -> datetime:
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
-def _count(counts: object, name: str) -> int:
-    value = counts.get(name) if isinstance(counts, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
 def _total(counts: object) -> int:
     """The requests an ended batch has a result for: every one it holds."""
-    return sum(_count(counts, name) for name in ("succeeded", "errored", "canceled", "expired"))
+    return sum(request_count(counts, name) for name in ("succeeded", "errored", "canceled", "expired"))
 
 
 def _status(batch: Mapping[str, Any]) -> BatchStatus:
@@ -314,11 +326,21 @@ def _status(batch: Mapping[str, Any]) -> BatchStatus:
         state = BatchState.PENDING
     elif batch.get("cancel_initiated_at"):
         state = BatchState.CANCELLED
-    elif _count(counts, "expired"):
+    elif request_count(counts, "expired"):
         state = BatchState.EXPIRED
     else:
         state = BatchState.COMPLETED
-    return BatchStatus(_id(batch), state, detail, _count(counts, "succeeded"), _count(counts, "errored"))
+    return BatchStatus(_id(batch), state, detail, request_count(counts, "succeeded"), request_count(counts, "errored"))
+
+
+def _custom_id(line: bytes) -> str:
+    """The custom_id a results line names ("" for none), wherever it stands in the line."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        value = UnreadableLine(line[:HEAD_BYTES], oversized=True).field("custom_id")
+    custom_id = value.get("custom_id") if isinstance(value, dict) else value
+    return custom_id if isinstance(custom_id, str) else ""
 
 
 def _line_id(custom_id: str) -> str:
@@ -348,8 +370,3 @@ def _answer(value: object) -> BatchAnswer | None:
         return BatchAnswer(custom_id, completion=message_completion(200, result.get("message"), "", latency_ms=0))
     except JobError as exc:
         return BatchAnswer(custom_id, error=exc)
-
-
-def _names_a_request(value: object) -> bool:
-    """Whether a results line names its request (a request never run included)."""
-    return isinstance(value, dict) and isinstance(value.get("custom_id"), str)
