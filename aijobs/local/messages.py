@@ -1,14 +1,15 @@
 """Anthropic's Messages wire format for the local provider: a request checked and read, its replies.
 
 `parse_message_body` refuses what Anthropic's validation refuses (a 400 `invalid_request_error`
-naming the field, as `messages.0.content.1.source.media_type: ...`): a body that is not an object, a
-field the API does not know, no model, `max_tokens` below 1, no or empty `messages`, a role other
-than `user`, `assistant` or `system`, an empty text, a content block of a type its role does not take or
-without its own fields, an image or a document whose base64 is not what its `media_type` says, a
-tool without a valid name or an `input_schema` of type object, a `tool_choice` naming no tool of
-the request, an `output_config.format` that is not a JSON schema, a `cache_control` that is not
-`ephemeral` (or more than four of them). The SDK's request types
-(`anthropic.types.MessageCreateParamsNonStreaming`) are the reference (tests/unit/test_local_messages.py).
+naming the field, as `messages.0.content.1.source.media_type: ...`): a body that is not an object or
+holds a lone UTF-16 surrogate, a field the API does not know, no model, `max_tokens` below 1, no or
+empty `messages`, a role other than `user`, `assistant` or `system`, an empty text, a content block
+of a type its role does not take or without its own fields, an image or a document whose base64 is
+not what its `media_type` says, a tool without a valid name or an `input_schema` of type object, a
+`tool_choice` naming no tool of the request, an `output_config.format` that is not a JSON schema, a
+`cache_control` that is not `ephemeral` (or more than four of them). The SDK's request types
+(`anthropic.types.message_create_params.MessageCreateParamsNonStreaming`) are the reference
+(tests/unit/test_local_messages.py).
 
 A checked request is read as the provider reads a chat completion request (aijobs.local.protocol's
 ChatRequest): its output schema is its forced tool's `input_schema` or its JSON output format's
@@ -36,6 +37,7 @@ from engine.attachments.inspection import inspect, media_type_of
 from engine.core.attachments import AttachmentRef, MediaType
 from engine.core.errors import AttachmentInvalidError
 from engine.gateway.attachment_tokens import image_tokens
+from engine.text import json_value_problem
 
 MESSAGES_PATH = "/v1/messages"
 # What MessageCreateParamsNonStreaming holds: any other field is refused, as Anthropic refuses it.
@@ -115,6 +117,10 @@ def parse_message_body(body: object, job_type: str | None = None) -> ChatRequest
     """The request whose JSON body is `body` (a batch request's `params` carries it parsed);
     InvalidRequestError for a request Anthropic would refuse."""
     body = _object(body, "body")
+    problem = json_value_problem(body, "body")
+    if problem is not None:
+        # A lone surrogate is no Unicode: Anthropic's JSON parser refuses it.
+        raise InvalidRequestError(f"The request body is not valid JSON: {problem}")
     unknown = sorted(set(body) - KNOWN_FIELDS)
     if unknown:
         raise InvalidRequestError(f"{unknown[0]}: Extra inputs are not permitted")

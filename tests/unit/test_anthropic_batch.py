@@ -10,6 +10,8 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from aijobs.local.provider import LocalProvider
 from engine.core.batches import BatchState
@@ -32,7 +34,7 @@ from engine.gateway.batches import BatchLine
 from engine.gateway.openai import static_api_key
 from tests.support.anthropic_sdk import sdk_batch
 from tests.support.providers import completion_request
-from tests.unit.test_anthropic_provider import MODEL, error, message
+from tests.unit.test_anthropic_provider import JSON, MODEL, error, message
 
 Handler = Callable[[httpx.Request], httpx.Response]
 METADATA = {"aijobs_batch": "0001764979200000.1a2b3c4d.part-1"}
@@ -467,3 +469,20 @@ def test_a_local_batch_cancelled_while_running_ends_with_its_requests_canceled(s
     assert status.state is BatchState.CANCELLED
     assert list(provider.answers(batch_id)) == []
     assert slow_batches.log == []
+
+
+@given(st.lists(JSON, max_size=6))
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+def test_any_results_lines_are_answers_or_skipped_never_a_crash(values: list[Any]) -> None:
+    # Given results of any JSON lines, some shaped like results
+    lines = b"".join(json.dumps(value).encode() + b"\n" for value in values)
+    api = Api(
+        {
+            ("GET", "/v1/messages/batches/msgbatch_1"): batch(),
+            ("GET", "/v1/messages/batches/msgbatch_1/results"): lines,
+        }
+    )
+
+    # Then each line is an answer with exactly one of a completion or an error, or no answer
+    for answer in adapter(api).answers("msgbatch_1"):
+        assert (answer.completion is None) != (answer.error is None)

@@ -11,6 +11,8 @@ from typing import Any
 import httpx
 import pytest
 from anthropic.types import Message
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from engine.core.errors import (
     JobError,
@@ -22,7 +24,13 @@ from engine.core.errors import (
 )
 from engine.definitions import JobRegistry
 from engine.gateway import ChatTurn, ModelGateway, ModelTiers
-from engine.gateway.anthropic import ANTHROPIC_VERSION, AnthropicProvider, api_root, json_output_schema
+from engine.gateway.anthropic import (
+    ANTHROPIC_VERSION,
+    AnthropicProvider,
+    api_root,
+    json_output_schema,
+    message_completion,
+)
 from engine.gateway.openai import MAX_RESPONSE_BYTES, static_api_key
 from engine.gateway.pricing import PriceTable
 from tests.support.anthropic_sdk import sdk_request
@@ -405,3 +413,33 @@ def test_a_broken_connection_is_unavailable() -> None:
         raise httpx.ConnectError("refused")
 
     assert isinstance(failure_of(broken), ProviderUnavailableError)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),
+    max_leaves=20,
+)
+MESSAGE_KEYS = st.sampled_from(["type", "content", "usage", "model", "stop_reason", "error"])
+
+
+@given(
+    st.dictionaries(MESSAGE_KEYS, JSON, max_size=6)
+    | st.dictionaries(MESSAGE_KEYS, JSON, max_size=6).map(lambda body: {**message(), **body})
+    | JSON
+)
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+def test_any_200_body_is_a_completion_or_a_typed_error_never_a_crash(body: Any) -> None:
+    try:
+        completion = message_completion(200, json.dumps(body).encode(), MODEL, latency_ms=0)
+    except JobError:
+        return
+    assert completion.input_tokens >= completion.cached_input_tokens + completion.cache_write_input_tokens
+    assert isinstance(completion.content, str)
+
+
+@given(JSON)
+@settings(max_examples=200)
+def test_any_schema_becomes_an_output_format_schema_without_a_crash(schema: Any) -> None:
+    shaped = json_output_schema(schema) if isinstance(schema, dict) else None
+    assert shaped is None or isinstance(shaped, dict)

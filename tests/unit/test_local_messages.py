@@ -250,3 +250,24 @@ def test_a_model_it_does_not_serve_is_not_found(http: httpx.Client) -> None:
     with LocalProvider(latency_seconds=0, models=["claude-haiku-4-5"]) as server:
         missing = post(server, http, body(model="claude-opus-4-6"))
     assert (missing.status_code, missing.json()["error"]["type"]) == (404, "not_found_error")
+
+
+def test_a_lone_surrogate_is_refused_in_a_request_and_in_a_batch_s_request(
+    keyed: LocalProvider, http: httpx.Client
+) -> None:
+    # Given the engine's body with a lone surrogate in its prompt (json.dumps writes it as its escape)
+    sent = body(user="Text: \ud800")
+
+    # Then a request is refused with a 400, and a batch's request errs with the same error
+    refused = post(keyed, http, sent)
+    assert (refused.status_code, refused.json()["error"]["type"]) == (400, "invalid_request_error")
+    requests = {"requests": [{"custom_id": "a-1", "params": sent}]}
+    created = http.post(f"{keyed.anthropic_url}/v1/messages/batches", content=json.dumps(requests), headers=HEADERS)
+    results = http.get(f"{keyed.anthropic_url}/v1/messages/batches/{created.json()['id']}/results", headers=HEADERS)
+    assert json.loads(results.text)["result"]["error"]["error"]["type"] == "invalid_request_error"
+
+
+def test_a_body_of_a_mebibyte_is_answered(keyed: LocalProvider, http: httpx.Client) -> None:
+    answered = post(keyed, http, body(user="Text: " + "word " * 210_000))
+    assert answered.status_code == 200
+    assert keyed.log[-1].prompt_tokens > 250_000
