@@ -19,7 +19,7 @@ from aijobs.local.provider import LocalProvider
 from engine.core.attachments import MediaType
 from engine.core.errors import JobError, ProviderRateLimitedError, ProviderRejectedError, ProviderUnavailableError
 from engine.gateway.anthropic import AnthropicProvider, message_body
-from engine.gateway.attachment_tokens import image_tokens
+from engine.gateway.attachment_tokens import attachment_tokens, image_tokens
 from engine.gateway.openai import static_api_key
 from tests.support.anthropic_sdk import sdk_request, sdk_takes
 from tests.support.attachment_files import image, pdf
@@ -85,6 +85,11 @@ def test_an_image_and_a_pdf_are_billed_as_anthropic_bills_them(keyed: LocalProvi
     photo = attached("photo.png", image(MediaType.PNG, 1000, 750))
     with_image = adapter(keyed).complete(completion_request(MODEL, attachments=(photo,)))
     assert with_image.input_tokens - plain.input_tokens == image_tokens("anthropic", MODEL, 1000, 750) == 1000
+    # And the engine's estimate, which budgets reserve, is never below what was billed
+    invoice = attached("invoice.pdf", pdf(3, "Invoice 4711 " * 40))
+    with_pdf = adapter(keyed).complete(completion_request(MODEL, attachments=(invoice,)))
+    assert with_pdf.input_tokens - plain.input_tokens <= attachment_tokens("anthropic", MODEL, [invoice])
+    assert with_image.input_tokens - plain.input_tokens <= attachment_tokens("anthropic", MODEL, [photo])
     invoice = attached("invoice.pdf", pdf(2, "fault:unavailable"))
     with pytest.raises(ProviderUnavailableError):
         adapter(keyed).complete(completion_request(MODEL, attachments=(invoice,)))
