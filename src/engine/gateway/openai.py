@@ -127,7 +127,7 @@ def send_authorized(
     """`send(headers)` with the key's headers (`credentials`; by default an Authorization bearer header);
     when its status is 401, the key is read again from its source (a rotated secret) and, if it
     changed, the request is sent once more."""
-    headers = credentials or bearer_authorization
+    headers = credentials or _authorization
     key = api_key()
     sent = send(headers(key))
     if sent[0] == 401:
@@ -137,7 +137,7 @@ def send_authorized(
     return sent
 
 
-def bearer_authorization(key: str | None) -> dict[str, str]:
+def _authorization(key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
