@@ -64,7 +64,7 @@ class BatchFault(StrEnum):
     FAILED_LINES = "failed_lines"
 
 
-_FAULT_MARKER = re.compile(r"batch-fault:(" + "|".join(fault.value for fault in BatchFault) + r")(?![a-z_])")
+FAULT_MARKER = re.compile(r"batch-fault:(" + "|".join(fault.value for fault in BatchFault) + r")(?![a-z_])")
 
 # Answers one line: (its body, its batch's id, a fault it must get, or None) -> (HTTP status, or None
 # when no response would have been sent; the response's body).
@@ -406,7 +406,7 @@ def _marked_fault(lines: list[dict[str, Any]]) -> BatchFault | None:
             content = parse_chat_body(line["body"]).content
         except InvalidRequestError:
             continue
-        match = _FAULT_MARKER.search(content)
+        match = FAULT_MARKER.search(content)
         if match is not None:
             return BatchFault(match.group(1))
     return None

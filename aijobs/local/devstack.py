@@ -3,7 +3,8 @@
 - a local AWS endpoint (moto) with the queues, table (and its stream), bucket and event bus
   created from template.yaml's own properties, and a queue that every completion event is copied
   to (`aijobs events` reads it);
-- a local OpenAI-compatible provider over real HTTP (or the one `AI_BASE_URL` names);
+- a local provider over real HTTP, OpenAI-compatible or, with `AI_PROVIDER=anthropic`, through its
+  Anthropic Messages API (or the provider `AI_BASE_URL` names);
 - the worker and dead-letter functions, built with the engine's own wiring from Settings that
   point at the local endpoint, and run by local event source mappings with Lambda's batch shape,
   partial batch responses and the template's timeouts; the events function, fed by the table's
@@ -58,6 +59,7 @@ from handlers.worker import WorkerHandler
 
 # The model id the local provider answers as; priced like the real one, so the demo shows costs.
 LOCAL_MODEL = "gpt-4o-mini"
+LOCAL_ANTHROPIC_MODEL = "claude-haiku-4-5"
 LOCAL_API_KEY = "local-key"
 LOCAL_WAIT_SECONDS = 1
 # How often the batcher runs locally (every minute in AWS): its polls of the provider still come
@@ -208,9 +210,16 @@ class DevStack:
                 answers=options.provider_answers,
             ).start()
             # The local provider answers any model id: the one asked for, else one priced like the real one.
-            local = {"AI_PROVIDER": "openai", "AI_BASE_URL": self.provider.url, "AI_API_KEY": LOCAL_API_KEY}
+            # With AI_PROVIDER=anthropic, through its Anthropic Messages API; else its OpenAI-compatible one.
+            if functions.get("AI_PROVIDER") == "anthropic":
+                local = {"AI_PROVIDER": "anthropic", "AI_BASE_URL": self.provider.anthropic_url}
+                model = LOCAL_ANTHROPIC_MODEL
+            else:
+                local = {"AI_PROVIDER": "openai", "AI_BASE_URL": self.provider.url}
+                model = LOCAL_MODEL
+            local["AI_API_KEY"] = LOCAL_API_KEY
             functions = (
-                {"AI_MODEL_PRIMARY": LOCAL_MODEL}
+                {"AI_MODEL_PRIMARY": model}
                 | {name: value for name, value in functions.items() if name not in LOCAL_PROVIDER_VARIABLES}
                 | local
             )

@@ -19,6 +19,7 @@ from typing import Any
 from aijobs.local.attachments import NONE_READ, ReadAttachments, read_attachments
 from aijobs.local.refusals import InvalidRequestError, check_chat_body
 from engine.gateway.schema import SCHEMA_PREAMBLE
+from engine.text import json_value_problem
 
 NOT_JSON = "We could not parse the JSON body of your request: the API expects a JSON payload."
 
@@ -48,6 +49,13 @@ class ChatRequest:
     cache_key: str | None = None
     # Its images and PDFs: their part of prompt_tokens, and their text.
     attachments: ReadAttachments = NONE_READ
+    # An Anthropic request's (aijobs.local.messages): the tool its tool_choice forces, whose input is
+    # the answer; and what comes before its last cache_control breakpoint, read from or written to
+    # the prompt cache.
+    tool: str | None = None
+    cache_prefix: str | None = None
+    # The API it came through: "openai" (Chat Completions) or "anthropic" (Messages).
+    api: str = "openai"
 
     @property
     def content(self) -> str:
@@ -99,6 +107,8 @@ def parse_chat_body(body: object, job_type: str | None = None) -> ChatRequest:
     """The request whose JSON body is `body` (a batch line carries it parsed); `job_type` as above.
     InvalidRequestError for a request OpenAI would refuse."""
     body = check_chat_body(body)
+    if json_value_problem(body, "body") is not None:
+        raise InvalidRequestError(NOT_JSON)  # a lone surrogate is no Unicode: OpenAI's parser refuses it
     model, messages = body["model"], body["messages"]
     turns = [(str(message.get("role")), _content_text(message.get("content"))) for message in messages]
     system = next((text for role, text in turns if role == "system"), "")

@@ -26,6 +26,11 @@ A request gets a fault in one of two ways:
 The kinds are `FaultKind`'s. `repairable` answers a first ask wrongly and a re-ask (a request with an
 assistant turn or a second user turn: the engine's repair) rightly.
 
+On the same port it serves Anthropic's Messages API (`POST /v1/messages`, aijobs.local.messages: the
+key in `x-api-key`, the answer a tool call or text, usage with cache reads and writes of a prefix
+marked `cache_control`, faults and refusals in Anthropic's shapes) and its Message Batches API
+(aijobs.local.message_batches); `anthropic_url` is their base URL.
+
 It also serves OpenAI's Files and Batches APIs (aijobs.local.batches): a batch's lines are answered
 as chat completion requests are, after `batch_delay_seconds`, with the faults a test picks per batch
 (`batch_fault`, settable while it runs: stall, expire half, failed lines).
@@ -61,6 +66,10 @@ from typing import Any, Self
 from aijobs.local.answers import answer_for, example_answer, faulty_content
 from aijobs.local.batches import DEFAULT_BATCH_DELAY_SECONDS, FILES_PATH, MAX_FILE_BYTES, BatchApi, BatchFault
 from aijobs.local.faults import TRANSIENT_FAULTS, FaultKind, find_fault_marker, prompt_hash
+from aijobs.local.message_batches import MessageBatchApi
+from aijobs.local.messages import MESSAGES_PATH, fault_reply, message_body, parse_message_body, parse_message_request
+from aijobs.local.messages import error_reply as anthropic_error
+from aijobs.local.messages import refused as anthropic_refused
 from aijobs.local.protocol import (
     ChatRequest,
     Reply,
@@ -116,6 +125,10 @@ class ServedRequest:
     batch_id: str | None = None
     # The part of prompt_tokens its images and PDFs cost (aijobs.local.attachments).
     attachment_tokens: int = 0
+    # The part of prompt_tokens written to the prompt cache (an Anthropic request's cache_control).
+    cache_write_tokens: int = 0
+    # Which API it came through: "openai" (Chat Completions) or "anthropic" (Messages).
+    api: str = "openai"
 
 
 class LocalProvider:
@@ -168,6 +181,9 @@ class LocalProvider:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._batches = BatchApi(self._answer_line, batch_delay_seconds, batch_fault)
+        self._message_batches = MessageBatchApi(
+            self._answer_message, lambda: self.anthropic_url, batch_delay_seconds, lambda: self._batches.fault
+        )
         # Per job type, the examples its answers are taken from (fault markers still come first).
         self._answers = {job_type: tuple(examples) for job_type, examples in (answers or {}).items()}
 
@@ -217,9 +233,14 @@ class LocalProvider:
     @property
     def url(self) -> str:
         """The base URL for AI_BASE_URL, e.g. http://127.0.0.1:8123/v1."""
+        return f"{self.anthropic_url}/v1"
+
+    @property
+    def anthropic_url(self) -> str:
+        """The base URL of its Anthropic Messages API (the SDK's base_url, without /v1)."""
         if self._server is None:
             raise RuntimeError("the local provider is not running")
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     # --- the request log ---
 
@@ -256,11 +277,15 @@ class LocalProvider:
         raw: bytes,
         job_type: str | None = None,
         content_type: str | None = None,
+        api_key: str | None = None,
+        anthropic_version: str | None = None,
     ) -> Reply:
-        """The reply to one HTTP request (`job_type`: its X-Aijobs-Job-Type header); every chat completion
-        request is logged."""
+        """The reply to one HTTP request (`job_type`: its X-Aijobs-Job-Type header; `api_key` and
+        `anthropic_version`: the headers of Anthropic's API); every model request is logged."""
         path, _, query = path.partition("?")
         path = path.rstrip("/")
+        if path == MESSAGES_PATH or self._message_batches.handles(path):
+            return self._anthropic(method, path, query, api_key, anthropic_version, raw, job_type or None)
         if self._batches.handles(path):
             if not self._authorized(authorization):
                 return self._unauthorized()
@@ -303,6 +328,68 @@ class LocalProvider:
             self._log.append(entry)
         return reply
 
+    def _anthropic(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        api_key: str | None,
+        version: str | None,
+        raw: bytes,
+        job_type: str | None,
+    ) -> Reply:
+        """A request to the Messages or Message Batches API: its key in x-api-key, its version named."""
+        if not self._authorized_key(api_key):
+            if path == MESSAGES_PATH:
+                self._record(ServedRequest(time.time(), "", None, None, 401, 0, 0, job_type=job_type, api="anthropic"))
+            return anthropic_error(401, "authentication_error", "invalid x-api-key")
+        if not version:
+            return anthropic_error(400, "invalid_request_error", "anthropic-version: header is required")
+        if path != MESSAGES_PATH:
+            return self._message_batches.respond(method, path, query, raw)
+        if method != "POST":
+            return anthropic_error(405, "invalid_request_error", f"{method} is not allowed on {path}")
+        try:
+            request = parse_message_request(raw, job_type)
+        except InvalidRequestError as exc:
+            self._record(ServedRequest(time.time(), "", None, None, 400, 0, 0, job_type=job_type, api="anthropic"))
+            return anthropic_refused(exc)
+        key = prompt_hash(request.content)
+        if self._models is not None and request.model not in self._models:
+            entry = ServedRequest(time.time(), request.model, request.schema_name, None, 404, 0, 0, key)
+            self._record(replace(entry, job_type=job_type, api="anthropic"))
+            return anthropic_error(404, "not_found_error", f"model: {request.model[:200]}")
+        refused = self._over_limit(request, key, anthropic=True)
+        if refused is not None:
+            return refused
+        with self._lock:
+            fault = self._choose_fault(request, key)
+            reply, entry = self._reply(request, key, fault, number=len(self._log) + 1)
+            self._log.append(entry)
+        return reply
+
+    def _answer_message(
+        self, params: object, batch_id: str, fault: FaultKind | None
+    ) -> tuple[int | None, dict[str, Any] | None]:
+        """A message batch request's answer, as `POST /v1/messages` gives it for `params` (but never rate
+        limited), or with `fault` when the batch's own fault picks one; logged with `batch_id`. Its job
+        type is its forced tool's name (the engine's is the job type's)."""
+        try:
+            request = parse_message_body(params)
+        except InvalidRequestError as exc:
+            self._record(ServedRequest(time.time(), "", None, None, 400, 0, 0, batch_id=batch_id, api="anthropic"))
+            return 400, anthropic_refused(exc).body
+        key = prompt_hash(request.content)
+        request = replace(request, job_type=request.tool)
+        if self._models is not None and request.model not in self._models:
+            entry = ServedRequest(time.time(), request.model, request.schema_name, None, 404, 0, 0, key)
+            self._record(replace(entry, job_type=request.job_type, batch_id=batch_id, api="anthropic"))
+            return 404, anthropic_error(404, "not_found_error", f"model: {request.model[:200]}").body
+        with self._lock:
+            reply, entry = self._reply(request, key, fault or self._choose_fault(request, key), len(self._log) + 1)
+            self._log.append(replace(entry, batch_id=batch_id))
+        return reply.status, reply.body
+
     def _answer_line(
         self, body: object, batch_id: str, fault: FaultKind | None
     ) -> tuple[int | None, dict[str, Any] | None]:
@@ -327,7 +414,7 @@ class LocalProvider:
             self._log.append(replace(entry, batch_id=batch_id))
         return reply.status, reply.body
 
-    def _over_limit(self, request: ChatRequest, key: str) -> Reply | None:
+    def _over_limit(self, request: ChatRequest, key: str, anthropic: bool = False) -> Reply | None:
         """429 with Retry-After for a request beyond the provider's own limit (counted against it
         with its prompt and max_tokens, as OpenAI counts); None when it is within."""
         if self._limit is None:
@@ -336,8 +423,10 @@ class LocalProvider:
         if wait is None:
             return None
         entry = ServedRequest(time.time(), request.model, request.schema_name, None, 429, 0, 0, key, limited=True)
-        self._record(replace(entry, job_type=request.job_type))
+        self._record(replace(entry, job_type=request.job_type, api="anthropic" if anthropic else "openai"))
         headers = {"Retry-After": str(wait)}
+        if anthropic:
+            return anthropic_error(429, "rate_limit_error", "Number of requests has exceeded your rate limit", headers)
         return error_reply(429, "Rate limit reached for requests", "requests", "rate_limit_exceeded", headers)
 
     def _choose_fault(self, request: ChatRequest, key: str) -> FaultKind | None:
@@ -361,8 +450,14 @@ class LocalProvider:
     def _reply(
         self, request: ChatRequest, key: str, fault: FaultKind | None, number: int
     ) -> tuple[Reply, ServedRequest]:
-        """The reply to a chat completion request, and its log entry (tokens are billed only for a 200)."""
-        reply = self._fault_reply(fault)
+        """The reply to a chat completion request (or, when it came through the Messages API, a message
+        request), and its log entry (tokens are billed only for a 200)."""
+        anthropic = request.api == "anthropic"
+        if anthropic:
+            reply = fault_reply(fault, self._latency_seconds, self._retry_after_seconds, self._hang_seconds)
+        else:
+            reply = self._fault_reply(fault)
+        written = 0
         if reply is None:
             examples = self._answers.get(request.job_type or request.schema_name or "")
             if fault is None and examples:
@@ -371,11 +466,16 @@ class LocalProvider:
                 content = json.dumps(answer_for(request.schema, request.content))
             else:
                 content = faulty_content(fault, request.schema, request.content)
-            cached, reasoning = self._cached_tokens(request), self._reasoning_tokens
+            reasoning = self._reasoning_tokens
             completion_tokens = estimate_tokens(content) + reasoning
-            body = completion_body(
-                content, request.model, request.prompt_tokens, completion_tokens, number, cached, reasoning
-            )
+            if anthropic:
+                cached, written = self._cache_breakpoint(request)
+                body = message_body(content, request, number, request.prompt_tokens, completion_tokens, cached, written)
+            else:
+                cached = self._cached_tokens(request)
+                body = completion_body(
+                    content, request.model, request.prompt_tokens, completion_tokens, number, cached, reasoning
+                )
             reply = Reply(200, body, delay_seconds=self._latency_seconds)
             billed = (request.prompt_tokens, completion_tokens, cached, reasoning, request.attachments.tokens)
         else:
@@ -395,8 +495,23 @@ class LocalProvider:
             cached,
             reasoning,
             attachment_tokens=attachment_tokens,
+            cache_write_tokens=written,
+            api=request.api,
         )
         return reply, entry
+
+    def _cache_breakpoint(self, request: ChatRequest) -> tuple[int, int]:
+        """(read, written): the tokens of an Anthropic request's cacheable prefix, read from the prompt
+        cache when it was seen before, else written to it (called under the lock)."""
+        prefix = request.cache_prefix
+        if not self._prompt_cache or not prefix:
+            return 0, 0
+        tokens = min(estimate_tokens(prefix), request.prompt_tokens)
+        digest = hashlib.sha256(prefix.encode("utf-8", "surrogatepass")).digest()
+        if digest in self._cached_prefixes:
+            return tokens, 0
+        self._cached_prefixes.add(digest)
+        return 0, tokens
 
     def _cached_tokens(self, request: ChatRequest) -> int:
         """The tokens of the longest prefix of the system message answered before, in blocks of
@@ -440,9 +555,15 @@ class LocalProvider:
                 return None
 
     def _authorized(self, authorization: str | None) -> bool:
+        """Chat Completions' credentials: `Authorization: Bearer <key>`."""
+        scheme, _, key = (authorization or "").partition(" ")
+        return self._authorized_key(key if scheme == "Bearer" else None)
+
+    def _authorized_key(self, key: str | None) -> bool:
+        """Whether `key` is the provider's key (any is, when it has none)."""
         if self._api_key is None:
             return True
-        return hmac.compare_digest((authorization or "").encode(), f"Bearer {self._api_key}".encode())
+        return hmac.compare_digest((key or "").encode(), self._api_key.encode())
 
     @staticmethod
     def _unauthorized() -> Reply:
@@ -535,6 +656,8 @@ class _Handler(BaseHTTPRequestHandler):
             raw,
             self.headers.get(JOB_TYPE_HEADER),
             self.headers.get("Content-Type"),
+            self.headers.get("x-api-key"),
+            self.headers.get("anthropic-version"),
         )
         provider.wait(reply.delay_seconds)
         self._send(reply)

@@ -37,6 +37,10 @@ ModelId = Annotated[str, Field(min_length=1, max_length=256)]
 UsdPerMillion = Annotated[Decimal, Field(ge=0, le=10_000, allow_inf_nan=False)]
 
 
+# The API each provider kind calls when AI_BASE_URL is not set.
+DEFAULT_BASE_URLS = {"openai": "https://api.openai.com/v1", "anthropic": "https://api.anthropic.com"}
+
+
 class LimitSetting(BaseModel):
     """One model's shared limit in AIJOBS_PROVIDER_LIMITS: requests and/or tokens per minute."""
 
@@ -83,7 +87,8 @@ class Settings(BaseModel):
     # The dead-letter queue, read by the client only: its depth, on the dashboard's health strip.
     jobs_dlq_url: HttpUrl | None = None
 
-    ai_provider: Literal["openai", "bedrock"] = "openai"
+    ai_provider: Literal["openai", "bedrock", "anthropic"] = "openai"
+    # Unset: the provider's own API (DEFAULT_BASE_URLS).
     ai_base_url: HttpUrl = "https://api.openai.com/v1"
     ai_api_key: SecretStr | None = None
     ai_api_key_secret_arn: Annotated[str | None, Field(pattern=r"^arn:aws[a-z-]*:secretsmanager:\S+$")] = None
@@ -91,6 +96,9 @@ class Settings(BaseModel):
     ai_model_fallback: str | None = None
     # json_schema (strict structured output) or json_object, for providers without json_schema.
     ai_structured_output: Literal["json_schema", "json_object"] = "json_schema"
+    # Anthropic models (ids, or ids without their date) given the JSON-schema output format; every other
+    # model answers through one forced tool (docs/gateway.md).
+    ai_json_output_models: tuple[ModelId, ...] = ()
     # Re-asks with the validation error, within one attempt, before an answer fails the job.
     aijobs_repair_attempts: Annotated[int, Field(ge=0, le=3)] = 1
 
@@ -162,6 +170,16 @@ class Settings(BaseModel):
     def tracing_enabled(self) -> bool:
         return bool(self.lambda_task_root) and not self.powertools_trace_disabled
 
+    @model_validator(mode="before")
+    @classmethod
+    def _provider_base_url(cls, values: Any) -> Any:
+        # With no AI_BASE_URL (or an empty one: CloudFormation cannot omit it), the provider's own API.
+        if isinstance(values, dict) and not values.get("ai_base_url"):
+            provider = values.get("ai_provider")
+            base = DEFAULT_BASE_URLS.get(provider if isinstance(provider, str) else "openai")
+            values = {**values, "ai_base_url": base} if base else values
+        return values
+
     @field_validator(
         "aws_endpoint_url",
         "jobs_background_queue_url",
@@ -200,7 +218,7 @@ class Settings(BaseModel):
                 raise ValueError(f"not valid JSON ({exc})") from exc
         return value
 
-    @field_validator("aijobs_job_modules", "aijobs_attachment_buckets", mode="before")
+    @field_validator("aijobs_job_modules", "aijobs_attachment_buckets", "ai_json_output_models", mode="before")
     @classmethod
     def _split_modules(cls, value: object) -> object:
         if isinstance(value, str):

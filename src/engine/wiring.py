@@ -190,8 +190,9 @@ def batch_timing(settings: Settings) -> BatchTiming:
 
 
 def build_batch_provider(settings: Settings, aws: Aws) -> BatchProvider:
-    """The configured provider's batch API: OpenAI-compatible Files and Batches, or Bedrock's batch
-    inference jobs (their files in the payload bucket, read and written by the template's service role)."""
+    """The configured provider's batch API: OpenAI-compatible Files and Batches, Anthropic's Message
+    Batches, or Bedrock's batch inference jobs (their files in the payload bucket, read and written by
+    the template's service role)."""
     if settings.ai_provider == "bedrock":
         from engine.gateway.bedrock_batch import BedrockBatchProvider
 
@@ -202,6 +203,12 @@ def build_batch_provider(settings: Settings, aws: Aws) -> BatchProvider:
             )
         return BedrockBatchProvider(
             build_payloads(settings, aws), settings.aijobs_batch_role_arn, client=aws.client("bedrock")
+        )
+    if settings.ai_provider == "anthropic":
+        from engine.gateway.anthropic_batch import AnthropicBatchProvider
+
+        return AnthropicBatchProvider(
+            settings.ai_base_url, api_key_source(settings), json_output_models=settings.ai_json_output_models
         )
     from engine.gateway.openai_batch import OpenAIBatchProvider
 

@@ -10,8 +10,13 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
+from aijobs.client import AiJobsClient
 from aijobs.local.devstack import DevStack
 from aijobs.stack import StackResources, create_stack_resources
+from engine.config import load_settings
+from engine.store import DynamoJobStore
+from engine.wiring import Aws, build_store
+from tests.support.dev_process import DevProcess
 
 
 @pytest.fixture(scope="module")
@@ -43,3 +48,27 @@ def dev_env(dev_stack: DevStack, aws_environment: None, monkeypatch: pytest.Monk
     for name, value in dev_stack.environment.items():
         monkeypatch.setenv(name, value)
     return dev_stack
+
+
+# The stack of a module's own `dev` fixture (an `aijobs dev` process, tests.support.dev_process), as
+# the exports it printed name it.
+
+
+@pytest.fixture(scope="module")
+def session(dev: DevProcess) -> boto3.Session:
+    return boto3.Session(
+        aws_access_key_id=dev.exported["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=dev.exported["AWS_SECRET_ACCESS_KEY"],
+        region_name=dev.exported["AWS_DEFAULT_REGION"],
+    )
+
+
+@pytest.fixture(scope="module")
+def store(dev: DevProcess, session: boto3.Session) -> DynamoJobStore:
+    settings = load_settings(dev.exported)
+    return build_store(settings, Aws(settings, session))
+
+
+@pytest.fixture(scope="module")
+def client(dev: DevProcess, session: boto3.Session) -> AiJobsClient:
+    return AiJobsClient.from_settings(load_settings(dev.exported), session)

@@ -19,19 +19,16 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
-import boto3
 import httpx
 import pytest
 
 from aijobs.client import AiJobsClient
 from aijobs.local.provider import LocalProvider
-from engine.config import load_settings
-from engine.core import AttemptRecord, Job, JobStatus, Lane, Via
+from engine.core import AttemptRecord, JobStatus, Lane, Via
 from engine.gateway import PriceTable
 from engine.store import DynamoJobStore
-from engine.wiring import Aws, build_store
+from tests.support.dev_jobs import attempts, ended
 from tests.support.dev_process import DevProcess, clean_environment
-from tests.support.waiting import eventually
 
 MODEL = "gpt-4o-mini"
 WINDOW, POLL, RESCUE = 3, 1, 20
@@ -63,26 +60,6 @@ def dev(provider: LocalProvider, tmp_path_factory: pytest.TempPathFactory) -> It
         yield started
 
 
-@pytest.fixture(scope="module")
-def session(dev: DevProcess) -> boto3.Session:
-    return boto3.Session(
-        aws_access_key_id=dev.exported["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=dev.exported["AWS_SECRET_ACCESS_KEY"],
-        region_name=dev.exported["AWS_DEFAULT_REGION"],
-    )
-
-
-@pytest.fixture(scope="module")
-def store(dev: DevProcess, session: boto3.Session) -> DynamoJobStore:
-    settings = load_settings(dev.exported)
-    return build_store(settings, Aws(settings, session))
-
-
-@pytest.fixture(scope="module")
-def client(dev: DevProcess, session: boto3.Session) -> AiJobsClient:
-    return AiJobsClient.from_settings(load_settings(dev.exported), session)
-
-
 def submit(client: AiJobsClient, count: int, text: str, deadline_seconds: int | None = None) -> list[str]:
     """`count` background jobs, submitted one after the other at once (the CLI's own submit is tested
     apart: one process each would spread them over several windows)."""
@@ -103,22 +80,6 @@ def provider_batches(provider: LocalProvider, status: str) -> list[dict[str, Any
     return [batch for batch in listed.json()["data"] if batch["status"] == status]
 
 
-def ended(store: DynamoJobStore, ids: list[str], dev: DevProcess) -> dict[str, Job]:
-    def all_ended() -> dict[str, Job]:
-        jobs = store.get_jobs(ids)
-        return jobs if len(jobs) == len(ids) and all(job.status.is_terminal for job in jobs.values()) else {}
-
-    try:
-        return eventually(all_ended, timeout=WAIT_SECONDS + NEAR_DEADLINE_SECONDS, what="every job ended")
-    except BaseException:
-        print(dev.log[-4000:])
-        raise
-
-
-def attempts(store: DynamoJobStore, ids: list[str]) -> list[AttemptRecord]:
-    return [attempt for job_id in ids for attempt in store.attempts(job_id)]
-
-
 def realtime_usd(attempt: AttemptRecord) -> Decimal:
     return PriceTable().cost(MODEL, attempt).usd
 
@@ -128,7 +89,7 @@ def test_background_jobs_with_a_day_to_spare_are_answered_through_a_batch_at_hal
 ) -> None:
     ids = submit(client, 3, "Win a free cruise now!")
 
-    jobs = ended(store, ids, dev)
+    jobs = ended(store, ids, dev, WAIT_SECONDS + NEAR_DEADLINE_SECONDS)
 
     assert {job.status for job in jobs.values()} == {JobStatus.SUCCEEDED}
     records = attempts(store, ids)
@@ -147,7 +108,7 @@ def test_failed_lines_of_a_batch_are_answered_in_real_time(
 ) -> None:
     ids = submit(client, 4, "batch-fault:failed_lines Win a free cruise now!")
 
-    jobs = ended(store, ids, dev)
+    jobs = ended(store, ids, dev, WAIT_SECONDS + NEAR_DEADLINE_SECONDS)
 
     assert {job.status for job in jobs.values()} == {JobStatus.SUCCEEDED}
     assert {job.attempt_count for job in jobs.values()} == {1}
@@ -167,7 +128,7 @@ def test_an_expired_batch_s_unanswered_jobs_are_answered_in_real_time(
 ) -> None:
     ids = submit(client, 4, "batch-fault:expire_half Win a free cruise now!")
 
-    jobs = ended(store, ids, dev)
+    jobs = ended(store, ids, dev, WAIT_SECONDS + NEAR_DEADLINE_SECONDS)
 
     assert {job.status for job in jobs.values()} == {JobStatus.SUCCEEDED}
     # An expired batch answered the first half of its lines: the others were answered in real time.
@@ -183,7 +144,7 @@ def test_a_stalled_batch_s_jobs_end_before_their_deadlines_paying_for_one_answer
 ) -> None:
     ids = submit(client, 3, "batch-fault:stall Win a free cruise now!", deadline_seconds=NEAR_DEADLINE_SECONDS)
 
-    jobs = ended(store, ids, dev)
+    jobs = ended(store, ids, dev, WAIT_SECONDS + NEAR_DEADLINE_SECONDS)
 
     for job in jobs.values():
         assert job.status is JobStatus.SUCCEEDED
@@ -198,7 +159,7 @@ def test_a_batch_answer_that_fails_validation_is_re_asked_in_real_time(
 ) -> None:
     ids = submit(client, 2, "fault:repairable Win a free cruise now!")
 
-    jobs = ended(store, ids, dev)
+    jobs = ended(store, ids, dev, WAIT_SECONDS + NEAR_DEADLINE_SECONDS)
 
     assert {job.status for job in jobs.values()} == {JobStatus.SUCCEEDED}
     for attempt in attempts(store, ids):

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import boto3
 import pytest
 
 from aijobs.client import AiJobsClient
+from aijobs.local.provider import LocalProvider
 from aijobs.stack import StackResources
 from engine.aws_errors import is_transient
 from engine.config import Settings, load_settings
@@ -228,3 +229,11 @@ def lambda_environment(stack: StackResources, monkeypatch: pytest.MonkeyPatch) -
     for name in ("AIJOBS_JOB_MODULES", "AIJOBS_PRICES", "LAMBDA_TASK_ROOT"):
         monkeypatch.delenv(name, raising=False)
     return load_settings()
+
+
+@pytest.fixture
+def local_provider() -> Iterator[LocalProvider]:
+    """The local provider over HTTP, answering batches a fifth of a second after they are created."""
+    provider = LocalProvider(api_key="k", latency_seconds=0.0, batch_delay_seconds=0.2).start()
+    yield provider
+    provider.stop()

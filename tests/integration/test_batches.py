@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
@@ -26,7 +25,8 @@ from engine.core import JobStatus, Lane, Via
 from engine.core.batches import BatchPhase
 from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
-from engine.gateway import ModelGateway, ModelTiers, PriceTable
+from engine.gateway import ModelGateway, ModelProvider, ModelTiers, PriceTable
+from engine.gateway.batches import BatchProvider
 from engine.gateway.openai import OpenAICompatibleProvider, static_api_key
 from engine.gateway.openai_batch import OpenAIBatchProvider
 from engine.queue import JobQueue, JobQueues
@@ -58,15 +58,20 @@ class Clock:
         return int(self() * 1000)
 
 
-@pytest.fixture
-def local_provider() -> Iterator[LocalProvider]:
-    provider = LocalProvider(api_key="k", latency_seconds=0.0, batch_delay_seconds=0.2).start()
-    yield provider
-    provider.stop()
-
-
 class Stack:
-    def __init__(self, stack: StackResources, provider: LocalProvider, requests: RequestCounter, dynamodb: Any) -> None:
+    """The worker, runner and batcher on moto, calling the local provider through the OpenAI-compatible
+    adapters, or through the ones given (`realtime`, `batches`, and the model they are asked for)."""
+
+    def __init__(
+        self,
+        stack: StackResources,
+        provider: LocalProvider,
+        requests: RequestCounter,
+        dynamodb: Any,
+        realtime: ModelProvider | None = None,
+        batches: BatchProvider | None = None,
+        model: str = MODEL,
+    ) -> None:
         self.resources = stack
         self.provider = provider
         self.requests = requests
@@ -77,8 +82,8 @@ class Stack:
         payloads = PayloadStore(stack.payload_bucket, lambda: s3)
         self.store = DynamoJobStore(stack.table_name, client=dynamodb, payloads=payloads)
         self.registry = JobRegistry()
-        realtime = OpenAICompatibleProvider(provider.url, static_api_key("k"))
-        self.gateway = ModelGateway(realtime, ModelTiers(MODEL))
+        realtime = realtime or OpenAICompatibleProvider(provider.url, static_api_key("k"))
+        self.gateway = ModelGateway(realtime, ModelTiers(model))
         recorder = DeadLetterRecorder(self.store, self.registry)
         self.runner = JobRunner(
             self.store, self.gateway, self.registry, recorder, clock=self.clock, rng=random.Random(7)
@@ -97,7 +102,7 @@ class Stack:
         reader = boto3.client("dynamodb")
         self.reader = DynamoJobStore(stack.table_name, client=reader, payloads=payloads)
         self.reader_records = BatchTable(stack.table_name, reader)
-        self.batches = OpenAIBatchProvider(provider.url, static_api_key("k"))
+        self.batches = batches or OpenAIBatchProvider(provider.url, static_api_key("k"))
         self.batcher = Batcher(
             self.records,
             files,

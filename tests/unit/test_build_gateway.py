@@ -11,6 +11,7 @@ from moto import mock_aws
 from engine.config import Settings
 from engine.core.errors import ConfigurationError
 from engine.gateway import ModelTiers, api_key_source, build_gateway
+from engine.gateway.anthropic import AnthropicProvider
 from engine.gateway.bedrock import BedrockConverseProvider
 from engine.gateway.openai import OpenAICompatibleProvider
 
@@ -35,6 +36,46 @@ def test_bedrock_needs_no_key_or_base_url() -> None:
 
     assert isinstance(gateway._provider, BedrockConverseProvider)
     assert gateway._models == ModelTiers("amazon.nova-lite-v1:0", None)
+
+
+def test_anthropic_calls_its_own_api_by_default_with_the_models_named_for_its_json_output() -> None:
+    gateway = build_gateway(
+        settings(
+            ai_provider="anthropic",
+            ai_api_key="sk-ant",
+            ai_model_primary="claude-haiku-4-5",
+            ai_json_output_models="claude-haiku-4-5",
+        )
+    )
+
+    assert isinstance(gateway._provider, AnthropicProvider)
+    assert gateway._provider._url == "https://api.anthropic.com/v1/messages"
+    assert gateway._provider._json_output_models == ("claude-haiku-4-5",)
+
+
+@pytest.mark.parametrize(
+    ("values", "variable"),
+    [
+        ({"ai_model_primary": "claude-haiku-4-5"}, "AI_API_KEY_SECRET_ARN"),  # Anthropic's API, no key
+        ({"ai_api_key": "sk-ant"}, "AI_MODEL_PRIMARY"),  # the default model, gpt-4o-mini
+        ({"ai_api_key": "sk-ant", "ai_model_primary": "anthropic.claude-3-5-haiku-20241022-v1:0"}, "AI_MODEL_PRIMARY"),
+        (
+            {"ai_api_key": "sk-ant", "ai_model_primary": "claude-haiku-4-5", "ai_model_fallback": "gpt-4o"},
+            "AI_MODEL_FALLBACK",
+        ),
+    ],
+)
+def test_anthropic_refuses_a_configuration_that_would_fail_every_job(values: dict[str, str], variable: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"^{variable}: "):
+        build_gateway(settings(ai_provider="anthropic", **values))
+
+
+def test_an_anthropic_compatible_endpoint_on_this_machine_needs_no_key_and_an_unpriced_model_passes() -> None:
+    gateway = build_gateway(
+        settings(ai_provider="anthropic", ai_base_url="http://127.0.0.1:8700/v1", ai_model_primary="my-claude")
+    )
+    assert isinstance(gateway._provider, AnthropicProvider)
+    assert gateway._provider._url == "http://127.0.0.1:8700/v1/messages"
 
 
 def test_structured_output_and_repairs_come_from_the_settings() -> None:

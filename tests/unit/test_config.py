@@ -230,7 +230,7 @@ def test_prices_that_are_not_json_name_the_variable(monkeypatch: pytest.MonkeyPa
 @pytest.mark.parametrize(
     ("name", "value"),
     [
-        ("AI_PROVIDER", "anthropic"),
+        ("AI_PROVIDER", "azure"),
         ("AI_BASE_URL", "llm.local"),
         ("JOBS_QUEUE_URL", "aijobs-jobs"),
         ("AI_API_KEY_SECRET_ARN", "my-secret"),

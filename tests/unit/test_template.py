@@ -779,13 +779,20 @@ def settings_check(text: str) -> None:
 
 def parameter_rules(text: str) -> None:
     # tests/unit/test_template_rules.py evaluates each rule on good and bad parameters.
-    assert set(TEMPLATE["Rules"]) == {"WebhookNeedsSecret", "OpenAiNeedsKey", "BedrockNeedsBedrockModels"}
+    assert set(TEMPLATE["Rules"]) == {
+        "WebhookNeedsSecret",
+        "OpenAiNeedsKey",
+        "BedrockNeedsBedrockModels",
+        "AnthropicNeedsKey",
+        "AnthropicNeedsAnthropicModels",
+    }
     for name in ("AiModelPrimary", "AiModelFallback"):
         pattern = TEMPLATE["Parameters"][name]["AllowedPattern"]
         assert re.fullmatch(pattern, "anthropic.claude-3-5-haiku-20241022-v1:0")
         assert not re.fullmatch(pattern, f"arn:aws:bedrock:{REGION}::foundation-model/amazon.nova-lite-v1:0")
         assert not re.fullmatch(pattern, "*")
-    for claim in ("`WebhookSecretArn`", "`AiApiKeySecretArn`", "`AiProvider=bedrock`", "an ARN", "`SettingsCheck`"):
+    claimed = ("`WebhookSecretArn`", "`AiApiKeySecretArn`", "`AiProvider=bedrock`", "`AiProvider=anthropic`", "an ARN")
+    for claim in (*claimed, "`SettingsCheck`"):
         assert claim in text
 
 

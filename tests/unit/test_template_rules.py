@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from aijobs.stack import load_template
+from engine.config import load_settings
 from engine.core.errors import ConfigurationError
 from engine.gateway import BEDROCK_MODEL_ID
-from engine.gateway.pricing import DEFAULT_PRICES
+from engine.gateway.pricing import ANTHROPIC_PRICES, DEFAULT_PRICES
 from engine.settings_check import check_environment
 from tests.unit.test_template import resolver
 
@@ -74,6 +75,9 @@ BEDROCK_PRIMARY = (
     "anthropic.claude-3-5-haiku-20241022-v1:0 or us.amazon.nova-lite-v1:0."
 )
 BEDROCK_FALLBACK = "AiProvider bedrock needs a Bedrock model id in AiModelFallback, or none."
+ANTHROPIC_NEEDS_KEY = "The Anthropic API needs AiApiKeySecretArn (the Secrets Manager secret holding the API key)."
+ANTHROPIC_PRIMARY = "AiProvider anthropic needs an Anthropic model id in AiModelPrimary, such as claude-haiku-4-5."
+ANTHROPIC_FALLBACK = "AiProvider anthropic needs an Anthropic model id in AiModelFallback, or none."
 WEBHOOK = "WebhookUrl needs WebhookSecretArn (the secret the webhook's header carries)."
 
 GOOD: list[dict[str, str]] = [
@@ -84,6 +88,17 @@ GOOD: list[dict[str, str]] = [
     # Not the OpenAI API: a rule cannot tell whether an endpoint takes no key; the settings check can
     {"AiBaseUrl": "http://localhost:4000/v1"},
     {"AiApiKeySecretArn": SECRET, "WebhookUrl": "https://hooks.example.com/a", "WebhookSecretArn": SECRET},
+    {"AiProvider": "anthropic", "AiApiKeySecretArn": SECRET, "AiModelPrimary": "claude-haiku-4-5"},
+    {
+        "AiProvider": "anthropic",
+        "AiApiKeySecretArn": SECRET,
+        "AiBaseUrl": "https://api.anthropic.com",
+        "AiModelPrimary": "claude-sonnet-4-5-20250929",
+        "AiModelFallback": "claude-haiku-4-5",
+        "JsonOutputModels": "claude-sonnet-4-5, claude-haiku-4-5",
+    },
+    # An Anthropic-compatible endpoint on this machine goes without a key
+    {"AiProvider": "anthropic", "AiBaseUrl": "http://127.0.0.1:8700", "AiModelPrimary": "claude-haiku-4-5"},
 ]
 BAD: list[tuple[dict[str, str], list[str]]] = [
     ({}, [OPENAI_NEEDS_KEY]),  # the defaults: the OpenAI API, and no key to call it with
@@ -92,6 +107,21 @@ BAD: list[tuple[dict[str, str], list[str]]] = [
     ({"AiProvider": "bedrock", "AiModelPrimary": HAIKU, "AiModelFallback": "gpt-4o"}, [BEDROCK_FALLBACK]),
     ({"AiApiKeySecretArn": SECRET, "WebhookUrl": "https://hooks.example.com/a"}, [WEBHOOK]),
     ({"WebhookUrl": "https://hooks.example.com/a"}, [WEBHOOK, OPENAI_NEEDS_KEY]),
+    # Anthropic's API (the default AiBaseUrl stands for it) without a key, with the default model, gpt-4o-mini
+    ({"AiProvider": "anthropic"}, [ANTHROPIC_NEEDS_KEY, ANTHROPIC_PRIMARY]),
+    (
+        {
+            "AiProvider": "anthropic",
+            "AiApiKeySecretArn": SECRET,
+            "AiModelPrimary": "claude-haiku-4-5",
+            "AiModelFallback": "gpt-4o",
+        },
+        [ANTHROPIC_FALLBACK],
+    ),
+    (
+        {"AiProvider": "anthropic", "AiBaseUrl": "https://api.anthropic.com", "AiModelPrimary": "claude-haiku-4-5"},
+        [ANTHROPIC_NEEDS_KEY],
+    ),
 ]
 
 
@@ -111,6 +141,23 @@ def test_the_models_bedrock_refuses_are_those_the_engine_prices_that_are_not_bed
         listed, _ = assertion["Assert"]["Fn::Not"][0]["Fn::Contains"]
         assert listed == not_bedrock
     assert TEMPLATE["Parameters"]["AiModelPrimary"]["Default"] in not_bedrock
+
+
+def test_the_models_anthropic_refuses_are_those_the_engine_prices_that_are_neither_bedrock_s_nor_anthropic_s() -> None:
+    others = [model for model in DEFAULT_PRICES if not BEDROCK_MODEL_ID.match(model) and model not in ANTHROPIC_PRICES]
+    for assertion in TEMPLATE["Rules"]["AnthropicNeedsAnthropicModels"]["Assertions"]:
+        listed, _ = assertion["Assert"]["Fn::Not"][0]["Fn::Contains"]
+        assert listed == others
+    assert TEMPLATE["Parameters"]["AiModelPrimary"]["Default"] in others
+
+
+def test_with_anthropic_the_default_base_url_stands_for_anthropic_s_api() -> None:
+    environment = functions_environment(
+        AiProvider="anthropic", AiApiKeySecretArn=SECRET, AiModelPrimary="claude-haiku-4-5"
+    )
+    assert environment["AI_BASE_URL"] == ""
+    assert load_settings(environment).ai_base_url == "https://api.anthropic.com"
+    assert functions_environment(AiApiKeySecretArn=SECRET)["AI_BASE_URL"] == "https://api.openai.com/v1"
 
 
 def functions_environment(**parameters: str) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """The only modules that talk to model providers.
 
-The adapters (openai.py over httpx, bedrock.py over boto3) are imported by `build_gateway` for the
-configured provider only: a worker never loads the other one.
+The adapters (openai.py and anthropic.py over httpx, bedrock.py over boto3) are imported by
+`build_gateway` for the configured provider only: a worker never loads the others.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from engine.config import Settings, is_local_host
 from engine.core.errors import ConfigurationError
 from engine.gateway.gateway import Answered, CallPlan, Execution, ModelGateway, ModelTiers
-from engine.gateway.pricing import ModelPrice, PriceTable
+from engine.gateway.pricing import ANTHROPIC_PRICES, DEFAULT_PRICES, ModelPrice, PriceTable
 from engine.gateway.provider import ChatTurn, Completion, CompletionRequest, ModelProvider
 
 if TYPE_CHECKING:
@@ -92,6 +92,19 @@ def check_provider(settings: Settings) -> None:
                     "us.amazon.nova-lite-v1:0)"
                 )
         return
+    if settings.ai_provider == "anthropic":
+        for variable, model in (
+            ("AI_MODEL_PRIMARY", settings.ai_model_primary),
+            ("AI_MODEL_FALLBACK", settings.ai_model_fallback),
+        ):
+            # A Bedrock id, or a model the engine prices as another provider's: no Anthropic model.
+            if model is not None and (
+                BEDROCK_MODEL_ID.match(model) or (model in DEFAULT_PRICES and model not in ANTHROPIC_PRICES)
+            ):
+                raise ConfigurationError(
+                    f"{variable}: {model!r} is not an Anthropic model id (such as claude-haiku-4-5 or "
+                    "claude-sonnet-4-5-20250929)"
+                )
     host = urlsplit(settings.ai_base_url).hostname or ""
     if settings.ai_api_key is None and settings.ai_api_key_secret_arn is None and not is_local_host(host):
         raise ConfigurationError(
@@ -108,6 +121,12 @@ def build_gateway(settings: Settings) -> ModelGateway:
 
         # IAM-authenticated in the function's own region; no key, no base URL.
         provider = BedrockConverseProvider()
+    elif settings.ai_provider == "anthropic":
+        from engine.gateway.anthropic import AnthropicProvider
+
+        provider = AnthropicProvider(
+            settings.ai_base_url, api_key_source(settings), json_output_models=settings.ai_json_output_models
+        )
     else:
         from engine.gateway.openai import OpenAICompatibleProvider
 

@@ -105,3 +105,14 @@ def _skip_rest_of_line(file: IO[bytes]) -> None:
         rest = file.readline(SPOOL_MEMORY_BYTES)
         if not rest or rest.endswith(b"\n"):
             return
+
+
+def request_count(counts: object, name: str) -> int:
+    """A count of a batch's `request_counts` (OpenAI's, Anthropic's): a non-negative integer, else 0."""
+    value = counts.get(name) if isinstance(counts, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def names_a_request(value: object) -> bool:
+    """Whether a results line names its request by `custom_id` (a request never run included)."""
+    return isinstance(value, dict) and isinstance(value.get("custom_id"), str)

@@ -119,15 +119,21 @@ Sent = tuple[int, httpx.Headers, bytes]
 Response = TypeVar("Response", bound=tuple[object, ...])
 
 
-def send_authorized(api_key: ApiKeySource, send: Callable[[dict[str, str]], Response]) -> Response:
-    """`send(headers)` with the key's Authorization header; when its status is 401, the key is read
-    again from its source (a rotated secret) and, if it changed, the request is sent once more."""
+def send_authorized(
+    api_key: ApiKeySource,
+    send: Callable[[dict[str, str]], Response],
+    credentials: Callable[[str | None], dict[str, str]] | None = None,
+) -> Response:
+    """`send(headers)` with the key's headers (`credentials`; by default an Authorization bearer header);
+    when its status is 401, the key is read again from its source (a rotated secret) and, if it
+    changed, the request is sent once more."""
+    headers = credentials or _authorization
     key = api_key()
-    sent = send(_authorization(key))
+    sent = send(headers(key))
     if sent[0] == 401:
         fresh = api_key(refresh=True)
         if fresh != key:
-            sent = send(_authorization(fresh))
+            sent = send(headers(fresh))
     return sent
 
 

@@ -27,6 +27,8 @@ from engine.gateway.batch_files import (
     UnreadableLine,
     jsonl_line,
     jsonl_values,
+    names_a_request,
+    request_count,
     spooled,
     unreadable_answer,
     write_chunks,
@@ -139,7 +141,7 @@ class OpenAIBatchProvider:
             with self._download(file_id) as file:
                 for value in jsonl_values(file, MAX_LINE_BYTES):
                     answer = _answer(value)
-                    read += answer is not None or _names_a_request(value)
+                    read += answer is not None or names_a_request(value)
                     if answer is not None:
                         yield answer
             if read < expected:
@@ -225,11 +227,6 @@ def _tagged(batch: Mapping[str, Any], metadata: Mapping[str, str]) -> bool:
     return isinstance(tags, dict) and all(tags.get(key) == value for key, value in metadata.items())
 
 
-def _count(counts: object, name: str) -> int:
-    value = counts.get(name) if isinstance(counts, dict) else None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
 def _status(batch: Mapping[str, Any]) -> BatchStatus:
     """The status a batch object gives; a 200 whose body is no batch (no id or status) is an error."""
     if not isinstance(batch.get("status"), str) or batch.get("object", "batch") != "batch":
@@ -240,7 +237,7 @@ def _status(batch: Mapping[str, Any]) -> BatchStatus:
     if state is BatchState.FAILED:
         detail += f" ({_first_error(batch)})"
     counts = batch.get("request_counts")
-    return BatchStatus(_id(batch), state, detail, _count(counts, "completed"), _count(counts, "failed"))
+    return BatchStatus(_id(batch), state, detail, request_count(counts, "completed"), request_count(counts, "failed"))
 
 
 def _first_error(batch: Mapping[str, Any]) -> str:
@@ -273,11 +270,6 @@ def _answer(value: object) -> BatchAnswer | None:
         return None
     unanswered = ProviderUnavailableError(f"the batch did not answer the line ({code or 'no code'})")
     return BatchAnswer(custom_id, error=unanswered)
-
-
-def _names_a_request(value: object) -> bool:
-    """Whether a results line names its request (a line the batch never ran included)."""
-    return isinstance(value, dict) and isinstance(value.get("custom_id"), str)
 
 
 def _model(body: object) -> str:

@@ -101,6 +101,33 @@ def base_model_ids(model: str) -> Iterator[str]:
         yield base
 
 
+def claude_price(input: str, output: str) -> ModelPrice:
+    """A Claude model's price on Anthropic's API: a cache read costs a tenth of input, a (5-minute) cache
+    write 1.25 times it."""
+    full = Decimal(input)
+    return ModelPrice.of(full, output, cached_input=full / 10, cache_write=full * Decimal("1.25"))
+
+
+# Anthropic's API, by each model's id and its alias (its "Models overview" and "Pricing" pages, as of
+# 2026-03-01).
+ANTHROPIC_PRICES: Mapping[str, ModelPrice] = {
+    model: claude_price(input, output)
+    for models, input, output in (
+        (("claude-opus-4-6",), "5", "25"),
+        (("claude-sonnet-4-6",), "3", "15"),
+        (("claude-opus-4-5", "claude-opus-4-5-20251101"), "5", "25"),
+        (("claude-sonnet-4-5", "claude-sonnet-4-5-20250929"), "3", "15"),
+        (("claude-haiku-4-5", "claude-haiku-4-5-20251001"), "1", "5"),
+        (("claude-opus-4-1", "claude-opus-4-1-20250805"), "15", "75"),
+        (("claude-opus-4-0", "claude-opus-4-20250514"), "15", "75"),
+        (("claude-sonnet-4-0", "claude-sonnet-4-20250514"), "3", "15"),
+        (("claude-3-7-sonnet-latest", "claude-3-7-sonnet-20250219"), "3", "15"),
+        (("claude-3-5-haiku-latest", "claude-3-5-haiku-20241022"), "0.80", "4"),
+        (("claude-3-haiku-20240307",), "0.25", "1.25"),
+    )
+    for model in models
+}
+
 # OpenAI bills cache writes as input; Anthropic models on Bedrock bill them at 1.25 x input.
 DEFAULT_PRICES: Mapping[str, ModelPrice] = {
     "gpt-4o-mini": ModelPrice.of("0.15", "0.60", cached_input="0.075"),
@@ -109,6 +136,7 @@ DEFAULT_PRICES: Mapping[str, ModelPrice] = {
     "gpt-4.1-mini": ModelPrice.of("0.40", "1.60", cached_input="0.10"),
     "gpt-4.1-nano": ModelPrice.of("0.10", "0.40", cached_input="0.025"),
     "deepseek-chat": ModelPrice.of("0.27", "1.10", cached_input="0.07"),
+    **ANTHROPIC_PRICES,
     "anthropic.claude-3-5-haiku-20241022-v1:0": ModelPrice.of("0.80", "4.00", cached_input="0.08", cache_write="1.00"),
     "anthropic.claude-3-5-sonnet-20241022-v2:0": ModelPrice.of(
         "3.00", "15.00", cached_input="0.30", cache_write="3.75"
