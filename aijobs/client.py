@@ -35,6 +35,7 @@ from engine.core.errors import (
     InputValidationError,
     JobNotFailedError,
     JobNotFoundError,
+    JobStateError,
     JobTypeLabelError,
     PipelineStateError,
 )
@@ -509,10 +510,26 @@ class AiJobsClient:
         return JobView.from_job(written)
 
     def retry(self, job_id: str) -> JobView:
-        """Put a failed job back in the queue with a fresh attempt budget and deadline."""
+        """Put a failed job back in the queue with a fresh attempt budget and deadline. A failed pipeline
+        runs again only what did not succeed (docs/pipelines.md): refused while a child of its step has
+        not ended yet (a cancel reaches a running child at its finishing fence)."""
+        self._check_children_ended(job_id)
         job = self._store.requeue_failed_job(job_id, self._now_ms())
         self._queues[job.lane].send({"job_id": job.job_id}, group_id=job.user_id)
         return JobView.from_job(job)
+
+    def _check_children_ended(self, job_id: str) -> None:
+        job = self._store.get_job(job_id) if self._pipelines is not None else None
+        if job is None or job.pipeline is None or job.status is not JobStatus.FAILED or self._pipelines is None:
+            return
+        steps = children_ids(job)
+        ids = steps[job.pipeline.step] if job.pipeline.step < len(steps) else []
+        for child in self._pipelines.get_jobs(ids).values():
+            if not child.status.is_terminal:
+                raise JobStateError(
+                    f"job {job_id}: its child {child.job_id} has not ended yet ({child.status.value}); "
+                    "retry once it has"
+                )
 
     def inspect(self, job_id: str) -> JobInspection:
         """The job, its attempts, the dead letters that name it, and its lease: two reads."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -37,9 +38,11 @@ from engine.core import (
     JobStatus,
     Lane,
     NewJob,
+    PipelineState,
     Retry,
     Review,
     Succeeded,
+    Usage,
     Waits,
 )
 from engine.core.errors import (
@@ -103,6 +106,8 @@ class Pipelines:
         state = job.pipeline
         outputs: list[dict[str, Any]] = []
         if state is not None:
+            if state.rerun:
+                return self._rerun(job, definition, job_input, raw, state, now)
             if state.review is not None:  # (a decided review ends the job: one left is still open)
                 return self._end(job, Failed(ReviewTimeoutError("the review was not given").info()), raw)
             step = definition.steps[state.step]
@@ -123,13 +128,7 @@ class Pipelines:
             return self._end(job, Succeeded(output, output_hash(output)), raw)
         step = definition.steps[index]
         if isinstance(step, ReviewStep):
-            timeout = step.timeout_for(job_input)
-            review = Review(output=outputs[-1] if outputs else {}, started_at=now, timeout_ms=timeout * 1000)
-            written = self._finish(job, Waits(index, 0, (*counts, 0), review), raw)
-            if written is not None:
-                return written
-            # The message comes back when the review's time is up, to end it if no one has.
-            return Retry(Fate.WAITING, min(timeout, MAX_DELAY_SECONDS), "waiting for a review")
+            return self._review(job, step, job_input, outputs[-1] if outputs else {}, (*counts, 0), raw, now)
         inputs = step.parts(job_input) if isinstance(step, MapStep) else [step.input(job_input, outputs)]
         run = self._registry.get(step.run)
         made = [
@@ -141,6 +140,76 @@ class Pipelines:
         for child in made:
             self._queues[child.lane].send({"job_id": child.job_id}, group_id=child.user_id)
         logger.info("pipeline step started", extra={"job_id": job.job_id, "step": step.name, "children": len(made)})
+        return Ack(Fate.WAITING)
+
+    def _review(
+        self,
+        job: Job,
+        step: ReviewStep,
+        job_input: BaseModel,
+        proposed: dict[str, Any],
+        counts: tuple[int, ...],
+        raw: dict[str, Any],
+        now: int,
+    ) -> Disposition:
+        """Wait for a person to decide on `proposed`: the review is the pipeline's last step."""
+        timeout = step.timeout_for(job_input)
+        review = Review(output=proposed, started_at=now, timeout_ms=timeout * 1000)
+        written = self._finish(job, Waits(len(counts) - 1, 0, counts, review), raw)
+        if written is not None:
+            return written
+        # The message comes back when the review's time is up, to end it if no one has.
+        return Retry(Fate.WAITING, min(timeout, MAX_DELAY_SECONDS), "waiting for a review")
+
+    def _rerun(
+        self,
+        job: Job,
+        definition: PipelineDefinition,
+        job_input: BaseModel,
+        raw: dict[str, Any],
+        state: PipelineState,
+        now: int,
+    ) -> Disposition:
+        """A retried pipeline (`aijobs retry`): its step runs again what did not succeed. A review is given
+        again, on the output proposed before. Else the step's succeeded children are kept (no new call),
+        the others put back to `queued` with fresh attempts (same ids), and the parent waits on the same
+        step with the kept ones counted and its usage made its children's sum again: the usage of a child
+        counted before is taken back, since it is counted whole (with that earlier attempt) when it ends
+        again, and a succeeded child's that was never counted (it ended after the parent) is added."""
+        step = definition.steps[state.step]
+        if isinstance(step, ReviewStep):
+            proposed = state.review.output if state.review is not None else {}
+            return self._review(job, step, job_input, proposed, state.counts, raw, now)
+        ids = children_ids(job)[state.step]
+        children = self._store.get_jobs(ids)
+        if len(children) < len(ids):
+            return self._end(job, Failed(step_failed(step.name, [], children).info()), raw)
+        kept: set[int] = set()
+        usage = Usage()
+        again: list[Job] = []
+        for part, job_id in enumerate(ids):
+            child = children[job_id]
+            if child.status is JobStatus.SUCCEEDED:
+                kept.add(part)
+                usage = usage if part in state.ended else usage.add(child.usage)
+                continue
+            usage = usage.add(child.usage, -1) if part in state.ended else usage
+            if child.status.is_terminal:
+                seconds = child.deadline_seconds or definition.deadline_seconds
+                deadline_at = min(now + seconds * 1000, job.deadline_at or now + seconds * 1000)
+                self._store.rerun_child(child, deadline_at, now)
+            again.append(child)
+        waits = Waits(state.step, len(ids), state.counts, ended=frozenset(kept), usage=usage)
+        written = self._finish(job, waits, raw)
+        if written is not None:
+            return written
+        for child in again:
+            self._queues[child.lane].send({"job_id": child.job_id}, group_id=child.user_id)
+        if not again:  # every child had succeeded: the step is over as soon as the parent waits
+            moved = replace(job, pipeline=replace(state, ended=frozenset(kept), failed=frozenset()))
+            if self._store.make_ready(moved, now):
+                self._queues[Lane.INTERACTIVE].send({"job_id": job.job_id}, group_id=job.user_id)
+        logger.info("pipeline step run again", extra={"job_id": job.job_id, "step": step.name, "children": len(again)})
         return Ack(Fate.WAITING)
 
     def on_waiting(self, job: Job) -> Disposition:
@@ -280,24 +349,43 @@ class ChildEnds:
             if job.pipeline is not None and job.status is not JobStatus.SUCCEEDED:
                 self._cancel_children(job)
 
-    def _count(self, child: Job) -> None:
+    def recount(self, parent: Job) -> bool:
+        """A waiting parent's step counted again from its children (the reconciler, when their stream
+        records were lost): each ended child not counted yet is counted, with the stream's own
+        conditional write, so that nothing is counted twice whoever counts first. True when that moved
+        the parent on."""
+        state = parent.pipeline
+        if parent.status is not JobStatus.WAITING or state is None or state.review is not None:
+            return False
+        steps = children_ids(parent)
+        ids = steps[state.step] if state.step < len(steps) else []
+        uncounted = [job_id for part, job_id in enumerate(ids) if part not in state.ended]
+        moved = False
+        for child in self._store.get_jobs(uncounted).values():
+            if child.status.is_terminal and child.parent is not None:
+                moved = self._count(child) or moved
+        return moved
+
+    def _count(self, child: Job) -> bool:
+        """Count an ended child on its parent; True when the parent's message was sent (moved on)."""
         assert child.parent is not None
         now = int(self._clock() * 1000)
         counted = self._store.count_child(child, now)
         parent = counted.parent
         if parent is None or parent.pipeline is None or parent.pipeline.step != child.parent.step_index:
-            return  # gone, or moved on (or ended) since
+            return False  # gone, or moved on (or ended) since
         if parent.status is JobStatus.WAITING:
             if not self._step_over(parent):
-                return
+                return False
             if not self._store.make_ready(parent, now):
-                return  # another count moved it on
+                return False  # another count moved it on
         elif not (parent.status is JobStatus.QUEUED and not counted.counted):
-            return
+            return False
         # Sent again when a count is seen again with the parent queued: its claim makes a duplicate harmless.
         # Moving a pipeline on calls no model: its message takes the interactive queue whatever its lane
         # (no batching window to wait out); its children keep its lane.
         self._queues[Lane.INTERACTIVE].send({"job_id": parent.job_id}, group_id=parent.user_id)
+        return True
 
     def _step_over(self, parent: Job) -> bool:
         """Whether the parent's step has ended, or failed past what it tolerates."""
@@ -307,7 +395,7 @@ class ChildEnds:
             return True
         if not state.failed:
             return False
-        definition = self._registry.get(parent.job_type or "")
+        definition = self._registry.definition(parent.job_type or "", parent.job_type_version)
         tolerated = definition.steps[state.step].max_failed if isinstance(definition, PipelineDefinition) else 0
         return len(state.failed) > tolerated
 

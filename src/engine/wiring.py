@@ -288,7 +288,8 @@ def build_reconciler(settings: Settings, session: boto3.Session | None = None) -
     from engine.reconciler import Reconciler
 
     aws = Aws(settings, session)
-    return Reconciler(build_store(settings, aws), build_queues(settings, aws))
+    store, queues = build_store(settings, aws), build_queues(settings, aws)
+    return Reconciler(store, queues, pipelines=ChildEnds(store, queues, build_registry(settings, aws)))
 
 
 def build_every_function(settings: Settings) -> None:
