@@ -493,7 +493,7 @@ def review(
     if reason is not None and not reject:
         raise typer.BadParameter("--reason goes with --reject")
     edited = read_input(output, "--output") if output is not None else None
-    view = client(stack).review(job_id, approve=approve, output=edited, reason=reason, by=pusher())
+    view = client(stack).review(job_id, approve=approve, output=edited, reason=reason)
     if as_json:
         print_json(view.model_dump(mode="json"))
     elif view.status is JobStatus.SUCCEEDED:

@@ -8,16 +8,19 @@ the payload bucket first (aijobs.attachments).
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import boto3
+from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import TypeAdapter, ValidationError
 
 from aijobs.arguments import InvalidArgumentError, quoted
@@ -209,6 +212,21 @@ DEAD_LETTERS_COUNTED = 100
 DAY_SECONDS = 86_400
 
 
+def os_user() -> str | None:
+    """This machine's user, when known: who acts through a client of the embedded stack."""
+    return os.environ.get("USER") or os.environ.get("USERNAME") or None
+
+
+def caller_arn(aws: Aws) -> str | None:
+    """The ARN of the identity the client's credentials are (STS GetCallerIdentity); the OS user when
+    STS cannot say."""
+    try:
+        arn: str = aws.client("sts").get_caller_identity()["Arn"]
+    except (BotoCoreError, ClientError):
+        return os_user()
+    return arn
+
+
 class AiJobsClient:
     def __init__(
         self,
@@ -227,8 +245,12 @@ class AiJobsClient:
         attachments: AttachmentBucket | None = None,
         job_types: JobTypeStore | None = None,
         pipelines: PipelineStore | None = None,
+        caller: Callable[[], str | None] = os_user,
     ) -> None:
         self._store = store
+        # Who this client acts as, as a review records it (docs/pipelines.md): asked once, when first needed.
+        self._caller = caller
+        self._caller_known: tuple[str | None] | None = None
         # The pipelines' writes (a review decided: docs/pipelines.md); the same table as `store`.
         self._pipelines = pipelines
         # Each lane's queue: jobs are sent to their own lane's, and the health strip shows each.
@@ -274,6 +296,7 @@ class AiJobsClient:
                 SizeLimits.of(settings.aijobs_attachment_limits),
             ),
             job_types=JobTypeTable(settings.jobs_table_name, dynamodb),
+            caller=os_user if settings.local_endpoint else partial(caller_arn, aws),
         )
 
     @classmethod
@@ -494,12 +517,14 @@ class AiJobsClient:
     ) -> JobView:
         """Decide a pipeline's review (docs/pipelines.md): approve its proposed output (or an edited one,
         checked by its output schema), or reject it with a reason (`review_rejected`). The decision is
-        kept on the job: who (`by`), when, and whether the output was changed."""
+        kept on the job: who (`by`; this client's caller when not given), when, and whether the output
+        was changed, and the events function sends it as a `Job Reviewed` event."""
         if self._pipelines is None:
             raise PipelineStateError("this client has no pipelines store")
         job = self._pipelines.get_job(job_id)
         if job is None:
             raise JobNotFoundError(job_id)
+        by = by or self.caller()
         definition = self._registry.get(job.job_type or "")
         job_input = definition.parse_input(self._pipelines.get_input(job_id) or {})
         now = self._now_ms()
@@ -508,6 +533,13 @@ class AiJobsClient:
             job, review, kept, output_hash(kept) if kept is not None else None, error, now
         )
         return JobView.from_job(written)
+
+    def caller(self) -> str | None:
+        """Who this client acts as: against a deployed stack, the ARN of the credentials' identity (STS
+        GetCallerIdentity, which needs no permission); locally, the OS user; None when neither is known."""
+        if self._caller_known is None:
+            self._caller_known = (self._caller(),)
+        return self._caller_known[0]
 
     def retry(self, job_id: str) -> JobView:
         """Put a failed job back in the queue with a fresh attempt budget and deadline. A failed pipeline

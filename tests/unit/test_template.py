@@ -615,7 +615,7 @@ def webhook(text: str) -> None:
     rule = properties("WebhookRule", **parameters)
     assert rule["EventPattern"] == {
         "source": ["aijobs"],
-        "detail-type": ["Job Succeeded", "Job Failed", "Job Cancelled"],
+        "detail-type": ["Job Succeeded", "Job Failed", "Job Cancelled", "Job Reviewed"],
     }
     (target,) = rule["Targets"]
     assert target["RetryPolicy"]["MaximumEventAgeInSeconds"] == 86_400
