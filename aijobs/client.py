@@ -47,6 +47,8 @@ from engine.core.ports import AdminStore, JobTypeStore, PipelineStore
 from engine.decisions import output_hash
 from engine.definitions import JobDefinition, JobRegistry
 from engine.definitions.base import one_line_error
+from engine.definitions.data_steps import StepTarget
+from engine.definitions.pipelines import PipelineDefinition
 from engine.fleet.budgets import BudgetDay
 from engine.intake import BadMessageError, parse_message
 from engine.messages import JobMessage, UserId
@@ -404,11 +406,28 @@ class AiJobsClient:
         version; the same content again makes none. JobTypeFileError (one line) for a file refused."""
         from engine.definitions.data import check_job_type
 
-        checked = check_job_type(read_job_type(path_or_text), code_names=self._registry.names)
+        document = read_job_type(path_or_text)
+        checked = check_job_type(document, code_names=self._registry.names, job_types=self._step_target)
         version, created = self._job_type_store().push(
             checked.name, checked.document(), checked.sha256, self._now_ms(), by=by
         )
         return PushResult(checked.name, version, created)
+
+    def _step_target(self, name: str) -> StepTarget | None:
+        """What a pipeline file's step may run (a push checks it): a code job type, or a data job type's
+        production version; None for a name the stack does not know."""
+        if name in self._registry.names:
+            definition = self._registry.get(name)
+            known = definition.output_model_for is None and definition.output_schema_for is None
+            return StepTarget(
+                isinstance(definition, PipelineDefinition), definition.output_json_schema if known else None
+            )
+        store = self._job_type_store()
+        head = store.head(name)
+        stored = store.version(name, head.production) if head is not None else None
+        if stored is None:
+            return None
+        return StepTarget("steps" in stored.document, stored.document.get("output_schema"))
 
     def promote_job_type(
         self,
@@ -525,7 +544,7 @@ class AiJobsClient:
         if job is None:
             raise JobNotFoundError(job_id)
         by = by or self.caller()
-        definition = self._registry.get(job.job_type or "")
+        definition = self._definition(job.job_type or "", job.user_id or "", job.job_type_version)
         job_input = definition.parse_input(self._pipelines.get_input(job_id) or {})
         now = self._now_ms()
         review, kept, error = decided_review(job, definition, job_input, approve, output, reason, by, now)

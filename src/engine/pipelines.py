@@ -23,10 +23,11 @@ import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
+from engine.attachments.pages import PartKey, part_key
 from engine.core import (
     Ack,
     Cancelled,
@@ -45,9 +46,13 @@ from engine.core import (
     Usage,
     Waits,
 )
+from engine.core.attachments import AttachmentRef
 from engine.core.errors import (
+    AttachmentInvalidError,
     CancelRequestedError,
+    InputValidationError,
     LeaseLostError,
+    PermanentError,
     PipelineStateError,
     ReviewRejectedError,
     ReviewTimeoutError,
@@ -56,7 +61,7 @@ from engine.core.errors import (
 from engine.core.ports import PipelineStore
 from engine.decisions import output_hash
 from engine.definitions import JobDefinition, JobRegistry
-from engine.definitions.pipelines import MapStep, PipelineDefinition, ReviewStep, review_output_model
+from engine.definitions.pipelines import MAX_PARTS, MapStep, PipelineDefinition, ReviewStep
 from engine.intake import request_hash
 from engine.messages import MIN_DEADLINE_SECONDS
 from engine.observability import log_unexpected, logger
@@ -67,6 +72,16 @@ from engine.text import one_line
 # Job ids are at most 128 characters: a child's is its parent's with its step and part, or, for a
 # parent whose id leaves no room, its digest's.
 MAX_JOB_ID = 128
+
+
+# A child's input, and the attachments it reads (its part of a PDF).
+Part = tuple[dict[str, Any], tuple[AttachmentRef, ...]]
+
+
+class DocumentPages(Protocol):
+    """A PDF attachment cut into page ranges, each written as a PDF (engine.attachments.pages)."""
+
+    def split(self, ref: AttachmentRef, pages_per_part: int, key: PartKey) -> list[AttachmentRef]: ...
 
 
 def child_id(parent_id: str, step: int, part: int) -> str:
@@ -92,11 +107,14 @@ class Pipelines:
         queues: JobQueues,
         registry: JobRegistry,
         clock: Callable[[], float] = time.time,
+        documents: DocumentPages | None = None,
     ) -> None:
         self._store = store
         self._queues = queues
         self._registry = registry
         self._clock = clock
+        # What cuts a PDF attachment into page ranges (engine.attachments.pages.PageRanges).
+        self._documents = documents
 
     def advance(
         self, job: Job, definition: PipelineDefinition, job_input: BaseModel, raw: dict[str, Any]
@@ -129,10 +147,22 @@ class Pipelines:
         step = definition.steps[index]
         if isinstance(step, ReviewStep):
             return self._review(job, step, job_input, outputs[-1] if outputs else {}, (*counts, 0), raw, now)
-        inputs = step.parts(job_input) if isinstance(step, MapStep) else [step.input(job_input, outputs)]
-        run = self._registry.get(step.run)
+        try:
+            parts = (
+                self._map(job, index, step, job_input)
+                if isinstance(step, MapStep)
+                else [(step.input(job_input, outputs), ())]
+            )
+            run = self._registry.resolve(step.run, job.user_id or "")
+            if isinstance(run, PipelineDefinition):
+                raise StepFailedError(
+                    f"step {step.name!r}: {run.name} is a pipeline; a step runs a job type that calls a model"
+                )
+        except PermanentError as exc:
+            return self._end(job, Failed(exc.info()), raw)
         made = [
-            self._child(job, index, part, step.name, run, child_input, now) for part, child_input in enumerate(inputs)
+            self._child(job, index, part, step.name, run, child_input, attachments, now)
+            for part, (child_input, attachments) in enumerate(parts)
         ]
         written = self._finish(job, Waits(index, len(made), (*counts, len(made))), raw)
         if written is not None:
@@ -230,8 +260,37 @@ class Pipelines:
             return Retry(Fate.RACED, 1, f"job {job.job_id} changed while its review was ended")
         return Ack(Fate.FAILED)
 
+    def _map(self, job: Job, index: int, step: MapStep, job_input: BaseModel) -> list[Part]:
+        """A map step's parts: a PDF attachment's page ranges (each a PDF of its own), or what the step
+        makes of the pipeline's input (a text's parts, a list's items). PermanentError when none can be."""
+        if step.pages is not None and job.attachments:
+            if self._documents is None:
+                raise AttachmentInvalidError("this stack reads no attachments")
+            if getattr(job_input, "text", ""):
+                raise InputValidationError(f"input.text: {job.job_type} maps a text or a PDF's pages, not both")
+            refs = self._documents.split(
+                job.attachments[0],
+                step.pages.pages,
+                lambda part, first, last: part_key(child_id(job.job_id, index, part), first, last),
+            )
+            return [(step.pages.input(job_input, len(refs)), (ref,)) for ref in refs]
+        inputs = step.parts(job_input)
+        if not inputs:
+            raise InputValidationError(f"step {step.name!r}: nothing to map (no part, no item)")
+        if len(inputs) > MAX_PARTS:
+            raise InputValidationError(f"step {step.name!r}: {len(inputs)} parts; a map makes at most {MAX_PARTS}")
+        return [(child_input, ()) for child_input in inputs]
+
     def _child(
-        self, parent: Job, step: int, part: int, name: str, run: JobDefinition, child_input: dict[str, Any], now: int
+        self,
+        parent: Job,
+        step: int,
+        part: int,
+        name: str,
+        run: JobDefinition,
+        child_input: dict[str, Any],
+        attachments: tuple[AttachmentRef, ...],
+        now: int,
     ) -> Job:
         user = parent.user_id or ""
         remaining = max(((parent.deadline_at or now) - now) // 1000, MIN_DEADLINE_SECONDS)
@@ -244,6 +303,7 @@ class Pipelines:
             request_hash=request_hash(run.name, user, child_input),
             lane=parent.lane,
             job_type_version=run.job_type_version,
+            attachments=attachments,
             parent=ChildOf(parent.job_id, name, step, part),
         )
         child, _ = self._store.create_job(child_id(parent.job_id, step, part), new_job, child_input, now)
@@ -316,12 +376,12 @@ def decided_review(
         return decided, None, ReviewRejectedError(one_line(f"rejected: {reason}")).info()
     kept = review.output
     if output is not None:
+        if not isinstance(definition, PipelineDefinition):
+            raise PipelineStateError(f"job {job.job_id} is not a pipeline's")
         try:
-            kept = review_output_model(definition, job_input).model_validate(output).model_dump(mode="json")
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"]) or "output"
-            raise PipelineStateError(one_line(f"the edited output is refused: {where}: {first['msg']}")) from exc
+            kept = definition.edited_output(job_input, output)
+        except ValueError as exc:
+            raise PipelineStateError(one_line(f"the edited output is refused: {exc}")) from exc
     decided = Review(
         **{**_fields(review), "decision": "approved", "by": by, "at": now_ms, "changed": kept != review.output}
     )
