@@ -300,7 +300,7 @@ class Pipelines:
             schema_version=run.schema_version,
             max_attempts=run.max_attempts,
             deadline_seconds=min(run.deadline_seconds, remaining),
-            request_hash=request_hash(run.name, user, child_input),
+            request_hash=request_hash(run.name, user, child_input, attachments),
             lane=parent.lane,
             job_type_version=run.job_type_version,
             attachments=attachments,
