@@ -293,13 +293,7 @@ class DataJobDefinition(JobDefinition):
         object.__setattr__(self, "output_json_schema", self.file.output_schema)
 
     def parse_input(self, raw: Mapping[str, Any]) -> BaseModel:
-        size = len(json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode())
-        if size > MAX_INPUT_BYTES:
-            raise InputValidationError(f"input is {size} bytes; the limit is {MAX_INPUT_BYTES}")
-        job_input = dict(raw)
-        if problem := instance_problem(self.input_validator, job_input, "input"):
-            raise InputValidationError(problem)
-        return DataInput.model_validate(job_input)
+        return DataInput.model_validate(_checked_input(self.input_validator, raw))
 
     def validate_output(self, job_input: BaseModel, content: str) -> BaseModel:
         """The answer: bounded, strict JSON, valid against the output schema, then true on every rule."""
@@ -333,12 +327,7 @@ class DataPipelineDefinition(PipelineDefinition):
         object.__setattr__(self, "output_json_schema", self.file.output_schema)
 
     def parse_input(self, raw: Mapping[str, Any]) -> BaseModel:
-        size = len(json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode())
-        if size > MAX_INPUT_BYTES:
-            raise InputValidationError(f"input is {size} bytes; the limit is {MAX_INPUT_BYTES}")
-        job_input = dict(raw)
-        if problem := instance_problem(self.input_validator, job_input, "input"):
-            raise InputValidationError(problem)
+        job_input = _checked_input(self.input_validator, raw)
         check_map_lengths(self.map_fields, job_input)
         return DataInput.model_validate(job_input)
 
@@ -360,6 +349,17 @@ class _Compiled:
             compile_rule(rule.check, rule.message, f"rules[{index}].check") for index, rule in enumerate(file.rules)
         )
         return cls(validator(file.input_schema), validator(file.output_schema), rules)
+
+
+def _checked_input(checker: Draft202012Validator, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A data job's input: bounded, and valid against its input schema (InputValidationError, one line)."""
+    size = len(json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > MAX_INPUT_BYTES:
+        raise InputValidationError(f"input is {size} bytes; the limit is {MAX_INPUT_BYTES}")
+    job_input = dict(raw)
+    if problem := instance_problem(checker, job_input, "input"):
+        raise InputValidationError(problem)
+    return job_input
 
 
 def _or_default(value: Any, name: str) -> Any:

@@ -15,7 +15,7 @@ from engine.core.errors import (
     JobStateError,
 )
 from engine.store.expressions import Expression
-from engine.store.items import OPEN_SHARD, input_item, job_from_item, job_key, open_shard, to_item
+from engine.store.items import input_item, job_from_item, job_key, to_item
 from engine.store.table import JobTable, creation_attributes, is_condition_failure
 
 
@@ -105,14 +105,7 @@ class AdminWrites(JobTable):
             raise JobNotFoundError(job_id)
         job = job_from_item(response["Item"])
         deadline_at = now_ms + (job.deadline_seconds or DEFAULT_DEADLINE_SECONDS) * 1000
-        expr = Expression()
-        expr.set("status", JobStatus.QUEUED.value)
-        expr.set("updated_at", now_ms)
-        expr.set("attempt_count", 0)
-        expr.set("cancel_requested", False)
-        expr.set("deadline_at", deadline_at)
-        expr.set(OPEN_SHARD, open_shard(job_id))
-        expr.remove("error", "finished_at", "expires_at")
+        expr = self._requeued(job_id, deadline_at, now_ms)
         if job.pipeline is not None:
             expr.set("pipeline_rerun", True)
         expr.condition = (

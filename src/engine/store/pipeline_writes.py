@@ -18,7 +18,7 @@ import json
 from engine.core import Counted, Job, JobErrorInfo, JobStatus, Review
 from engine.core.errors import ConditionRefusedError, PipelineStateError
 from engine.store.expressions import Expression
-from engine.store.items import OPEN_SHARD, open_shard, review_document
+from engine.store.items import review_document
 from engine.store.table import JobTable
 
 
@@ -89,14 +89,7 @@ class PipelineWrites(JobTable):
         """Put a child that did not succeed back to `queued` with a fresh attempt budget and `deadline_at`
         (its retried parent sends its message); False when it changed since it was read."""
         assert child.status in (JobStatus.FAILED, JobStatus.CANCELLED)
-        expr = Expression()
-        expr.set("status", JobStatus.QUEUED.value)
-        expr.set("updated_at", now_ms)
-        expr.set("attempt_count", 0)
-        expr.set("cancel_requested", False)
-        expr.set("deadline_at", deadline_at)
-        expr.set(OPEN_SHARD, open_shard(child.job_id))
-        expr.remove("error", "finished_at", "expires_at")
+        expr = self._requeued(child.job_id, deadline_at, now_ms)
         expr.condition = (
             self._fenced_on_read(expr, child) + f" AND {expr.name('input_stored')} = {expr.value('t', True)}"
         )

@@ -206,6 +206,19 @@ class JobTable:
             if count := getattr(usage, name):
                 expr.add(name, count)
 
+    @staticmethod
+    def _requeued(job_id: str, deadline_at: int, now_ms: int) -> Expression:
+        """A retry's parts: back to `queued` and open, a fresh attempt budget and deadline, no error."""
+        expr = Expression()
+        expr.set("status", JobStatus.QUEUED.value)
+        expr.set("updated_at", now_ms)
+        expr.set("attempt_count", 0)
+        expr.set("cancel_requested", False)
+        expr.set("deadline_at", deadline_at)
+        expr.set(OPEN_SHARD, open_shard(job_id))
+        expr.remove("error", "finished_at", "expires_at")
+        return expr
+
     def _extend_input(self, job_id: str, expires_at: int) -> None:
         """Keep a requeued job's input until `expires_at`; its payload's lifetime restarts too."""
         expr = Expression()
