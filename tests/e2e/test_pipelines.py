@@ -265,6 +265,10 @@ def test_a_pipeline_file_pushed_with_the_cli_maps_a_list_field_and_runs_to_its_e
     assert run("types", "push", str(tmp_path / "join.yaml")).exit_code == 0
     pushed = run("types", "push", str(tmp_path / "digest.yaml"))
     assert pushed.exit_code == 0, pushed.output
+    shown = run("types", "show", "digest_lines", "--version", "1")
+    assert shown.exit_code == 0, shown.output
+    assert "steps:" in shown.output
+    assert "over: lines" in shown.output
     # and one whose step runs nothing the stack knows is refused in one line
     (tmp_path / "broken.yaml").write_text(DIGEST.replace("run: join_summaries", "run: no_such_type"))
     refused = run("types", "push", str(tmp_path / "broken.yaml"))

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from aijobs.job_types import run_examples
 from engine.core import JobStatus
 from engine.core.errors import JobTypeFileError, PipelineStateError
 from engine.definitions.data import DataPipelineDefinition, check_job_type, compile_job_type
@@ -210,3 +211,17 @@ def test_invoice_reviewed_runs_extract_then_waits_for_a_person_whose_edit_its_sc
 
     assert done.status is JobStatus.SUCCEEDED
     assert done.output == {"total": 121}
+
+
+def test_types_test_checks_a_pipeline_files_examples_against_its_schemas() -> None:
+    document = invoice_reviewed()
+    document["examples"].append({"input": INVOICE, "output": {"total": "a lot"}})
+
+    with pytest.raises(JobTypeFileError, match=r"examples\[1\]\.output"):
+        run_examples(document)
+    document["examples"].pop()
+    name, runs = run_examples(document)
+
+    assert name == "invoice_reviewed"
+    assert [(run.number, run.passed) for run in runs] == [(1, True)]
+    assert runs[0].detail == "input and output fit; its steps (fields, approve) run on a stack"
