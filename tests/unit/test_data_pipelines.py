@@ -8,6 +8,8 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aijobs.job_types import run_examples
 from engine.core import JobStatus
@@ -225,3 +227,42 @@ def test_types_test_checks_a_pipeline_files_examples_against_its_schemas() -> No
     assert name == "invoice_reviewed"
     assert [(run.number, run.passed) for run in runs] == [(1, True)]
     assert runs[0].detail == "input and output fit; its steps (fields, approve) run on a stack"
+
+
+VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=12),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    max_leaves=12,
+)
+STEP_KEYS = st.sampled_from(["name", "run", "map", "review", "as", "with", "max_failed", "over", "timeout_seconds"])
+
+
+@st.composite
+def hostile_pipelines(draw: st.DrawFn) -> dict[str, Any]:
+    """invoice_reviewed with its steps replaced by random ones: known keys, any values, any order."""
+    steps = draw(
+        st.lists(
+            st.dictionaries(
+                STEP_KEYS, VALUES | st.sampled_from(["extract", "summarize", "fields", "text"]), max_size=4
+            ),
+            max_size=MAX_STEPS + 2,
+        )
+    )
+    return changed(steps=steps)
+
+
+@settings(max_examples=200, deadline=None)
+@given(document=hostile_pipelines())
+def test_any_steps_are_checked_or_refused_in_one_line_and_a_checked_file_compiles(document: dict[str, Any]) -> None:
+    refused: str | None = None
+    try:
+        checked = check_job_type(document, code_names=CODE, job_types=lookup)
+    except JobTypeFileError as exc:
+        refused = str(exc)
+    if refused is not None:
+        assert refused
+        assert "\n" not in refused
+        return
+    definition = compile_job_type(checked.document(), 1)
+    assert isinstance(definition, DataPipelineDefinition)
+    assert check_job_type(checked.document(), code_names=CODE, job_types=lookup).sha256 == checked.sha256
