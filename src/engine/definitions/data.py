@@ -21,6 +21,10 @@ prompt, rules and limits. Three steps use it:
   the rule's message). The validators and the CEL programs are compiled once, here; no example
   runs (the document was checked at push).
 
+A file may declare `steps` instead of a prompt: a pipeline (engine.definitions.data_steps checks its
+steps at push and builds them), compiled into a `DataPipelineDefinition` that the worker and the events
+function run as they run the built-in pipelines; it has no prompt, rules or model settings of its own.
+
 The prompt's `user` template substitutes each field as a JSON literal (engine.definitions.base.Prompt);
 a field the input lacks renders as `null`. `system` is sent as it is written. `reuse_seconds` (§16)
 is refused: this stack does not serve it yet (docs/jobtypes.md).
