@@ -877,7 +877,7 @@ def events(
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Completion events (Job Succeeded / Failed / Cancelled, and Job Reviewed): print them, or POST them to a webhook."""
+    """Completion events (Job Succeeded / Failed / Cancelled; Job Reviewed): print them, or POST them to a webhook."""
     import boto3
     import httpx
 
