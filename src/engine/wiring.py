@@ -161,6 +161,7 @@ def build_page_ranges(settings: Settings, aws: Aws) -> PageRanges:
         buckets,
         max_bytes=limits.max_file_bytes,
         max_parts=MAX_PARTS,
+        max_part_pages=limits.max_pdf_pages,
     )
 
 

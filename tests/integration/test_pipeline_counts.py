@@ -195,7 +195,12 @@ def test_a_pdf_is_cut_into_page_ranges_in_the_payload_bucket_each_written_once(
     s3 = boto3.client("s3")
     s3.put_object(Bucket=stack.payload_bucket, Key="uploads/report.pdf", Body=pdf(45))
     pages = PageRanges(
-        S3Attachments(lambda: s3), payloads, {stack.payload_bucket}, max_bytes=32 * 1024 * 1024, max_parts=1000
+        S3Attachments(lambda: s3),
+        payloads,
+        {stack.payload_bucket},
+        max_bytes=32 * 1024 * 1024,
+        max_parts=1000,
+        max_part_pages=100,
     )
     ref = AttachmentRef(stack.payload_bucket, "uploads/report.pdf", "report.pdf")
 

@@ -83,7 +83,9 @@ class Stack:
         self.registry = JobRegistry((*BUILTIN_DEFINITIONS, *definitions))
         self.objects = MemoryAttachments()
         self.parts = PartsBucket(self.objects)
-        pages = PageRanges(self.objects, self.parts, {BUCKET}, max_bytes=50 * 1024 * 1024, max_parts=1000)
+        pages = PageRanges(
+            self.objects, self.parts, {BUCKET}, max_bytes=50 * 1024 * 1024, max_parts=1000, max_part_pages=100
+        )
         queues = JobQueues.of(self.queue)  # type: ignore[arg-type]
         self.pipelines = Pipelines(self.store, queues, self.registry, self.clock, documents=pages)
         self.ends = ChildEnds(self.store, queues, self.registry, self.clock)

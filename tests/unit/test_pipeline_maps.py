@@ -10,13 +10,15 @@ from typing import Any
 import pytest
 from pypdf import PdfReader
 
+from engine.attachments.pages import PageRanges
 from engine.core import ErrorCode, JobStatus
-from engine.core.errors import InputValidationError
+from engine.core.errors import AttachmentInvalidError, InputValidationError
 from engine.definitions.data import DataPipelineDefinition, compile_job_type
 from engine.definitions.pipelines import PART_PAGES, SUMMARIZE_LONG
 from engine.pipelines import children_ids
+from engine.testing import MemoryAttachments
 from tests.support.documents import pdf
-from tests.support.pipelines import BUCKET, Stack
+from tests.support.pipelines import BUCKET, PartsBucket, Stack
 
 NAME = "digest_lines"
 
@@ -166,3 +168,25 @@ def test_a_pdf_map_that_cannot_be_made_fails_its_pipeline_in_one_line(
     assert says in failed.error.message
     assert "\n" not in failed.error.message
     assert children_ids(failed) == []
+
+
+@pytest.mark.parametrize(("pages", "cut"), [(4, [2, 2]), (6, [3, 3]), (7, None)])
+def test_a_pdf_makes_larger_parts_past_the_parts_a_map_takes_and_is_refused_past_the_providers_pages(
+    pages: int, cut: list[int] | None
+) -> None:
+    # Given a map of at most 2 parts, each at most 3 pages (the provider's), asked for parts of 2 pages
+    objects = MemoryAttachments()
+    ranges = PageRanges(objects, PartsBucket(objects), {BUCKET}, max_bytes=1 << 20, max_parts=2, max_part_pages=3)
+    ref = objects.put(BUCKET, "doc.pdf", pdf(pages))
+
+    if cut is None:
+        with pytest.raises(AttachmentInvalidError) as refused:
+            ranges.split(ref, 2, lambda part, first, last: f"p/{part}.pdf")
+        assert str(refused.value) == (
+            "attachment doc.pdf: 7 pages; a map over its pages takes at most 6 "
+            "(2 parts of 3, the provider's pages a request)"
+        )
+        assert objects.reads() == [ref.uri]  # and nothing was written
+        return
+    parts = ranges.split(ref, 2, lambda part, first, last: f"p/{part}.pdf")
+    assert [len(PdfReader(io.BytesIO(objects.read(part, objects.head(part)))).pages) for part in parts] == cut

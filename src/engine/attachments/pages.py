@@ -41,17 +41,27 @@ class PartsBucket(Protocol):
 
 class PageRanges:
     def __init__(
-        self, objects: AttachmentObjects, parts: PartsBucket, buckets: Iterable[str], *, max_bytes: int, max_parts: int
+        self,
+        objects: AttachmentObjects,
+        parts: PartsBucket,
+        buckets: Iterable[str],
+        *,
+        max_bytes: int,
+        max_parts: int,
+        max_part_pages: int,
     ) -> None:
         self._objects = objects
         self._parts = parts
         self._buckets = frozenset(buckets)
         self._max_bytes = max_bytes
         self._max_parts = max_parts
+        # The pages one request may carry (the provider's): no part is cut larger, so none is refused for it.
+        self._max_part_pages = max_part_pages
 
     def split(self, ref: AttachmentRef, pages_per_part: int, key: PartKey) -> list[AttachmentRef]:
         """The PDF's page ranges of `pages_per_part` pages (more, when that would make more than
-        `max_parts` parts), each written as a PDF; AttachmentInvalidError (one line) when it cannot be."""
+        `max_parts` parts, up to the provider's pages a request), each written as a PDF;
+        AttachmentInvalidError (one line) when it cannot be, before any part is written."""
         if ref.bucket not in self._buckets:
             raise AttachmentInvalidError(
                 f"attachment {ref.label}: bucket {ref.bucket} is not one this stack reads "
@@ -86,7 +96,13 @@ class PageRanges:
             pages = len(reader.pages)
             if not pages:
                 raise AttachmentInvalidError(f"attachment {ref.label}: a PDF with no pages")
-            size = max(pages_per_part, math.ceil(pages / self._max_parts))
+            size = max(min(pages_per_part, self._max_part_pages), math.ceil(pages / self._max_parts))
+            if size > self._max_part_pages:
+                most = self._max_parts * self._max_part_pages
+                raise AttachmentInvalidError(
+                    f"attachment {ref.label}: {pages} pages; a map over its pages takes at most {most} "
+                    f"({self._max_parts} parts of {self._max_part_pages}, the provider's pages a request)"
+                )
             parts = []
             for first in range(0, pages, size):
                 end = min(first + size, pages)
