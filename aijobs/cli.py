@@ -493,7 +493,7 @@ def review(
     if reason is not None and not reject:
         raise typer.BadParameter("--reason goes with --reject")
     edited = read_input(output, "--output") if output is not None else None
-    view = client(stack).review(job_id, approve=approve, output=edited, reason=reason, by=pusher())
+    view = client(stack).review(job_id, approve=approve, output=edited, reason=reason)
     if as_json:
         print_json(view.model_dump(mode="json"))
     elif view.status is JobStatus.SUCCEEDED:
@@ -877,7 +877,7 @@ def events(
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Completion events (Job Succeeded / Failed / Cancelled): print them, or POST them to a webhook."""
+    """Completion events (Job Succeeded / Failed / Cancelled; Job Reviewed): print them, or POST them to a webhook."""
     import boto3
     import httpx
 

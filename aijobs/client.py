@@ -8,16 +8,19 @@ the payload bucket first (aijobs.attachments).
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import boto3
+from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import TypeAdapter, ValidationError
 
 from aijobs.arguments import InvalidArgumentError, quoted
@@ -35,6 +38,7 @@ from engine.core.errors import (
     InputValidationError,
     JobNotFailedError,
     JobNotFoundError,
+    JobStateError,
     JobTypeLabelError,
     PipelineStateError,
 )
@@ -43,6 +47,8 @@ from engine.core.ports import AdminStore, JobTypeStore, PipelineStore
 from engine.decisions import output_hash
 from engine.definitions import JobDefinition, JobRegistry
 from engine.definitions.base import one_line_error
+from engine.definitions.data_steps import StepTarget
+from engine.definitions.pipelines import PipelineDefinition
 from engine.fleet.budgets import BudgetDay
 from engine.intake import BadMessageError, parse_message
 from engine.messages import JobMessage, UserId
@@ -208,6 +214,21 @@ DEAD_LETTERS_COUNTED = 100
 DAY_SECONDS = 86_400
 
 
+def os_user() -> str | None:
+    """This machine's user, when known: who acts through a client of the embedded stack."""
+    return os.environ.get("USER") or os.environ.get("USERNAME") or None
+
+
+def caller_arn(aws: Aws) -> str | None:
+    """The ARN of the identity the client's credentials are (STS GetCallerIdentity); the OS user when
+    STS cannot say."""
+    try:
+        arn: str = aws.client("sts").get_caller_identity()["Arn"]
+    except (BotoCoreError, ClientError):
+        return os_user()
+    return arn
+
+
 class AiJobsClient:
     def __init__(
         self,
@@ -226,8 +247,12 @@ class AiJobsClient:
         attachments: AttachmentBucket | None = None,
         job_types: JobTypeStore | None = None,
         pipelines: PipelineStore | None = None,
+        caller: Callable[[], str | None] = os_user,
     ) -> None:
         self._store = store
+        # Who this client acts as, as a review records it (docs/pipelines.md): asked once, when first needed.
+        self._caller = caller
+        self._caller_known: tuple[str | None] | None = None
         # The pipelines' writes (a review decided: docs/pipelines.md); the same table as `store`.
         self._pipelines = pipelines
         # Each lane's queue: jobs are sent to their own lane's, and the health strip shows each.
@@ -273,6 +298,7 @@ class AiJobsClient:
                 SizeLimits.of(settings.aijobs_attachment_limits),
             ),
             job_types=JobTypeTable(settings.jobs_table_name, dynamodb),
+            caller=os_user if settings.local_endpoint else partial(caller_arn, aws),
         )
 
     @classmethod
@@ -380,11 +406,28 @@ class AiJobsClient:
         version; the same content again makes none. JobTypeFileError (one line) for a file refused."""
         from engine.definitions.data import check_job_type
 
-        checked = check_job_type(read_job_type(path_or_text), code_names=self._registry.names)
+        document = read_job_type(path_or_text)
+        checked = check_job_type(document, code_names=self._registry.names, job_types=self._step_target)
         version, created = self._job_type_store().push(
             checked.name, checked.document(), checked.sha256, self._now_ms(), by=by
         )
         return PushResult(checked.name, version, created)
+
+    def _step_target(self, name: str) -> StepTarget | None:
+        """What a pipeline file's step may run (a push checks it): a code job type, or a data job type's
+        production version; None for a name the stack does not know."""
+        if name in self._registry.names:
+            definition = self._registry.get(name)
+            known = definition.output_model_for is None and definition.output_schema_for is None
+            return StepTarget(
+                isinstance(definition, PipelineDefinition), definition.output_json_schema if known else None
+            )
+        store = self._job_type_store()
+        head = store.head(name)
+        stored = store.version(name, head.production) if head is not None else None
+        if stored is None:
+            return None
+        return StepTarget("steps" in stored.document, stored.document.get("output_schema"))
 
     def promote_job_type(
         self,
@@ -493,13 +536,15 @@ class AiJobsClient:
     ) -> JobView:
         """Decide a pipeline's review (docs/pipelines.md): approve its proposed output (or an edited one,
         checked by its output schema), or reject it with a reason (`review_rejected`). The decision is
-        kept on the job: who (`by`), when, and whether the output was changed."""
+        kept on the job: who (`by`; this client's caller when not given), when, and whether the output
+        was changed, and the events function sends it as a `Job Reviewed` event."""
         if self._pipelines is None:
             raise PipelineStateError("this client has no pipelines store")
         job = self._pipelines.get_job(job_id)
         if job is None:
             raise JobNotFoundError(job_id)
-        definition = self._registry.get(job.job_type or "")
+        by = by or self.caller()
+        definition = self._definition(job.job_type or "", job.user_id or "", job.job_type_version)
         job_input = definition.parse_input(self._pipelines.get_input(job_id) or {})
         now = self._now_ms()
         review, kept, error = decided_review(job, definition, job_input, approve, output, reason, by, now)
@@ -508,11 +553,34 @@ class AiJobsClient:
         )
         return JobView.from_job(written)
 
+    def caller(self) -> str | None:
+        """Who this client acts as: against a deployed stack, the ARN of the credentials' identity (STS
+        GetCallerIdentity, which needs no permission); locally, the OS user; None when neither is known."""
+        if self._caller_known is None:
+            self._caller_known = (self._caller(),)
+        return self._caller_known[0]
+
     def retry(self, job_id: str) -> JobView:
-        """Put a failed job back in the queue with a fresh attempt budget and deadline."""
+        """Put a failed job back in the queue with a fresh attempt budget and deadline. A failed pipeline
+        runs again only what did not succeed (docs/pipelines.md): refused while a child of its step has
+        not ended yet (a cancel reaches a running child at its finishing fence)."""
+        self._check_children_ended(job_id)
         job = self._store.requeue_failed_job(job_id, self._now_ms())
         self._queues[job.lane].send({"job_id": job.job_id}, group_id=job.user_id)
         return JobView.from_job(job)
+
+    def _check_children_ended(self, job_id: str) -> None:
+        job = self._store.get_job(job_id) if self._pipelines is not None else None
+        if job is None or job.pipeline is None or job.status is not JobStatus.FAILED or self._pipelines is None:
+            return
+        steps = children_ids(job)
+        ids = steps[job.pipeline.step] if job.pipeline.step < len(steps) else []
+        for child in self._pipelines.get_jobs(ids).values():
+            if not child.status.is_terminal:
+                raise JobStateError(
+                    f"job {job_id}: its child {child.job_id} has not ended yet ({child.status.value}); "
+                    "retry once it has"
+                )
 
     def inspect(self, job_id: str) -> JobInspection:
         """The job, its attempts, the dead letters that name it, and its lease: two reads."""

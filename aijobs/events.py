@@ -68,4 +68,6 @@ def event_line(event: dict[str, Any]) -> str:
     ]
     if error:
         parts.append(f"error={error.get('code')}")
+    if "decision" in detail:  # a pipeline's review decided (Job Reviewed): who decided what
+        parts = [*parts[:5], f"decision={detail['decision']}", f"by={detail.get('by') or '-'}"]
     return "  ".join(str(part) for part in parts)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.core.errors import JobTypeFileError
+from engine.definitions.pipelines import PipelineDefinition
 from engine.text import MAX_JSON_DEPTH
 
 if TYPE_CHECKING:
@@ -192,7 +193,27 @@ def run_examples(document: Mapping[str, Any]) -> tuple[str, list[ExampleRun]]:
     if not examples:
         raise JobTypeFileError(f"{checked.name} has no examples to test: add some ({{input, output}}) to the file")
     definition = compile_job_type(checked.document(), 1)
+    if isinstance(definition, PipelineDefinition):
+        return checked.name, _steps_checked(definition, examples)
     return checked.name, _run(definition, examples, checked.name)
+
+
+def _steps_checked(definition: PipelineDefinition, examples: list[dict[str, Any]]) -> list[ExampleRun]:
+    """A pipeline's examples (its steps call the models, on a stack): each input as a job's is checked
+    (its schema, its maps' lists), each output as a review's edit is."""
+    from engine.core.errors import JobError
+
+    runs: list[ExampleRun] = []
+    for number, example in enumerate(examples, 1):
+        try:
+            job_input = definition.parse_input(example["input"])
+            definition.edited_output(job_input, example["output"])
+        except (JobError, ValueError) as exc:
+            runs.append(ExampleRun(number, False, str(exc)))
+            continue
+        steps = ", ".join(step.name for step in definition.steps)
+        runs.append(ExampleRun(number, True, f"input and output fit; its steps ({steps}) run on a stack"))
+    return runs
 
 
 def _run(definition: JobDefinition, examples: list[dict[str, Any]], name: str) -> list[ExampleRun]:

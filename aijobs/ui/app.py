@@ -275,8 +275,11 @@ class Dashboard:
                 raise ValueError(f"output: not valid JSON: {exc}") from exc
             if not isinstance(output, dict):
                 raise ValueError("output: must be a JSON object")
+        # The dashboard decides as itself, run by whoever started it (its client's caller).
+        caller = self.client.caller()
+        by = f"dashboard ({caller})" if caller else "dashboard"
         view = self.client.review(
-            job_id, approve=decision == "approve", output=output, reason=fields.get("reason"), by="dashboard"
+            job_id, approve=decision == "approve", output=output, reason=fields.get("reason"), by=by
         )
         done = "approved" if view.status is JobStatus.SUCCEEDED else "rejected"
         return RedirectResponse(present.job_url(view.job_id, f"?done={done}"), 303)

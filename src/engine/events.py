@@ -8,9 +8,14 @@ each record into an event document and puts them on the bus, in PutEvents reques
 EventBridge takes (ten entries, under 256 KiB). docs/events.md gives the event, its size rules and
 why this is not an EventBridge Pipe.
 
+A pipeline's review decided (approved, rejected, or timed out: docs/pipelines.md) ends its job, so the
+same record makes a second event before the completion one: `Job Reviewed`, the decision, who made it,
+when, why and whether the output was edited (`review_event`).
+
 Delivery is at least once: a record whose event was not accepted is reported as a batch item
-failure and read again, with the ones after it. `detail.event_id` (`<job_id>:<finished_at>`) is the
-same on every delivery of one transition, so consumers deduplicate on it.
+failure and read again, with the ones after it. `detail.event_id` (`<job_id>:<finished_at>`; a
+review's `<job_id>:reviewed:<at>`) is the same on every delivery of one transition, so consumers
+deduplicate on it.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ if TYPE_CHECKING:
     from mypy_boto3_events.type_defs import PutEventsRequestEntryTypeDef
 
 SOURCE = "aijobs"
+REVIEWED = "Job Reviewed"
 DETAIL_TYPES = {
     JobStatus.SUCCEEDED: "Job Succeeded",
     JobStatus.FAILED: "Job Failed",
@@ -105,6 +111,45 @@ def completion_event(record: dict[str, Any]) -> CompletionEvent | None:
     return CompletionEvent(DETAIL_TYPES[job.status], event_detail(job) | {"complete": True}, sequence_number)
 
 
+def record_events(record: dict[str, Any]) -> list[CompletionEvent]:
+    """The events a stream record makes, in order: a review's decision, then the completion."""
+    completed = completion_event(record)
+    if completed is None:
+        return []
+    reviewed = review_event(record)
+    return [completed] if reviewed is None else [reviewed, completed]
+
+
+def review_event(record: dict[str, Any]) -> CompletionEvent | None:
+    """`Job Reviewed`, for a record of a pipeline whose review was decided (the decision ends it)."""
+    if not enters_terminal_status(record):
+        return None
+    change = record["dynamodb"]
+    if "review" not in change["NewImage"]:
+        return None
+    try:
+        job = job_from_item(change["NewImage"])
+    except Exception:
+        return None  # (its completion event says what can be read of it)
+    review = job.pipeline.review if job.pipeline is not None else None
+    if review is None or review.decision is None:
+        return None
+    view = JobView.from_job(job)
+    assert view.pipeline is not None
+    assert view.pipeline.review is not None
+    decided = view.pipeline.review.model_dump(mode="json", exclude={"output"})
+    detail = {
+        "event_id": f"{job.job_id}:reviewed:{review.at or job.finished_at}",
+        "job_id": job.job_id,
+        "job_type": job.job_type,
+        "user_id": job.user_id,
+        "status": job.status.value,
+        "job_type_version": job.job_type_version,
+        **decided,
+    }
+    return CompletionEvent(REVIEWED, detail, str(change.get("SequenceNumber", "")))
+
+
 def event_detail(job: Job) -> dict[str, Any]:
     """The event's detail: the job as `aijobs status --json` shows it, the output only when small."""
     view = JobView.from_job(job).model_dump(mode="json")
@@ -170,7 +215,7 @@ class CompletionEvents:
         """Put on the bus the events the stream's records make. When the bus refused some: the sequence
         number the stream must resume from (the first refused record's, as a stream resumes from the
         lowest failed one); else None."""
-        events = [completed for record in records if (completed := completion_event(record)) is not None]
+        events = [event for record in records for event in record_events(record)]
         refused = self._publisher.publish(events)
         if not refused:
             return None

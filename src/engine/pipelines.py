@@ -22,10 +22,12 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import replace
+from typing import Any, Protocol
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
+from engine.attachments.pages import PartKey, part_key
 from engine.core import (
     Ack,
     Cancelled,
@@ -37,14 +39,20 @@ from engine.core import (
     JobStatus,
     Lane,
     NewJob,
+    PipelineState,
     Retry,
     Review,
     Succeeded,
+    Usage,
     Waits,
 )
+from engine.core.attachments import AttachmentRef
 from engine.core.errors import (
+    AttachmentInvalidError,
     CancelRequestedError,
+    InputValidationError,
     LeaseLostError,
+    PermanentError,
     PipelineStateError,
     ReviewRejectedError,
     ReviewTimeoutError,
@@ -53,7 +61,7 @@ from engine.core.errors import (
 from engine.core.ports import PipelineStore
 from engine.decisions import output_hash
 from engine.definitions import JobDefinition, JobRegistry
-from engine.definitions.pipelines import MapStep, PipelineDefinition, ReviewStep, review_output_model
+from engine.definitions.pipelines import MAX_PARTS, MapStep, PipelineDefinition, ReviewStep
 from engine.intake import request_hash
 from engine.messages import MIN_DEADLINE_SECONDS
 from engine.observability import log_unexpected, logger
@@ -64,6 +72,16 @@ from engine.text import one_line
 # Job ids are at most 128 characters: a child's is its parent's with its step and part, or, for a
 # parent whose id leaves no room, its digest's.
 MAX_JOB_ID = 128
+
+
+# A child's input, and the attachments it reads (its part of a PDF).
+Part = tuple[dict[str, Any], tuple[AttachmentRef, ...]]
+
+
+class DocumentPages(Protocol):
+    """A PDF attachment cut into page ranges, each written as a PDF (engine.attachments.pages)."""
+
+    def split(self, ref: AttachmentRef, pages_per_part: int, key: PartKey) -> list[AttachmentRef]: ...
 
 
 def child_id(parent_id: str, step: int, part: int) -> str:
@@ -89,11 +107,14 @@ class Pipelines:
         queues: JobQueues,
         registry: JobRegistry,
         clock: Callable[[], float] = time.time,
+        documents: DocumentPages | None = None,
     ) -> None:
         self._store = store
         self._queues = queues
         self._registry = registry
         self._clock = clock
+        # What cuts a PDF attachment into page ranges (engine.attachments.pages.PageRanges).
+        self._documents = documents
 
     def advance(
         self, job: Job, definition: PipelineDefinition, job_input: BaseModel, raw: dict[str, Any]
@@ -103,6 +124,8 @@ class Pipelines:
         state = job.pipeline
         outputs: list[dict[str, Any]] = []
         if state is not None:
+            if state.rerun:
+                return self._rerun(job, definition, job_input, raw, state, now)
             if state.review is not None:  # (a decided review ends the job: one left is still open)
                 return self._end(job, Failed(ReviewTimeoutError("the review was not given").info()), raw)
             step = definition.steps[state.step]
@@ -123,17 +146,23 @@ class Pipelines:
             return self._end(job, Succeeded(output, output_hash(output)), raw)
         step = definition.steps[index]
         if isinstance(step, ReviewStep):
-            timeout = step.timeout_for(job_input)
-            review = Review(output=outputs[-1] if outputs else {}, started_at=now, timeout_ms=timeout * 1000)
-            written = self._finish(job, Waits(index, 0, (*counts, 0), review), raw)
-            if written is not None:
-                return written
-            # The message comes back when the review's time is up, to end it if no one has.
-            return Retry(Fate.WAITING, min(timeout, MAX_DELAY_SECONDS), "waiting for a review")
-        inputs = step.parts(job_input) if isinstance(step, MapStep) else [step.input(job_input, outputs)]
-        run = self._registry.get(step.run)
+            return self._review(job, step, job_input, outputs[-1] if outputs else {}, (*counts, 0), raw, now)
+        try:
+            parts = (
+                self._map(job, index, step, job_input)
+                if isinstance(step, MapStep)
+                else [(step.input(job_input, outputs), ())]
+            )
+            run = self._registry.resolve(step.run, job.user_id or "")
+            if isinstance(run, PipelineDefinition):
+                raise StepFailedError(
+                    f"step {step.name!r}: {run.name} is a pipeline; a step runs a job type that calls a model"
+                )
+        except PermanentError as exc:
+            return self._end(job, Failed(exc.info()), raw)
         made = [
-            self._child(job, index, part, step.name, run, child_input, now) for part, child_input in enumerate(inputs)
+            self._child(job, index, part, step.name, run, child_input, attachments, now)
+            for part, (child_input, attachments) in enumerate(parts)
         ]
         written = self._finish(job, Waits(index, len(made), (*counts, len(made))), raw)
         if written is not None:
@@ -141,6 +170,76 @@ class Pipelines:
         for child in made:
             self._queues[child.lane].send({"job_id": child.job_id}, group_id=child.user_id)
         logger.info("pipeline step started", extra={"job_id": job.job_id, "step": step.name, "children": len(made)})
+        return Ack(Fate.WAITING)
+
+    def _review(
+        self,
+        job: Job,
+        step: ReviewStep,
+        job_input: BaseModel,
+        proposed: dict[str, Any],
+        counts: tuple[int, ...],
+        raw: dict[str, Any],
+        now: int,
+    ) -> Disposition:
+        """Wait for a person to decide on `proposed`: the review is the pipeline's last step."""
+        timeout = step.timeout_for(job_input)
+        review = Review(output=proposed, started_at=now, timeout_ms=timeout * 1000)
+        written = self._finish(job, Waits(len(counts) - 1, 0, counts, review), raw)
+        if written is not None:
+            return written
+        # The message comes back when the review's time is up, to end it if no one has.
+        return Retry(Fate.WAITING, min(timeout, MAX_DELAY_SECONDS), "waiting for a review")
+
+    def _rerun(
+        self,
+        job: Job,
+        definition: PipelineDefinition,
+        job_input: BaseModel,
+        raw: dict[str, Any],
+        state: PipelineState,
+        now: int,
+    ) -> Disposition:
+        """A retried pipeline (`aijobs retry`): its step runs again what did not succeed. A review is given
+        again, on the output proposed before. Else the step's succeeded children are kept (no new call),
+        the others put back to `queued` with fresh attempts (same ids), and the parent waits on the same
+        step with the kept ones counted and its usage made its children's sum again: the usage of a child
+        counted before is taken back, since it is counted whole (with that earlier attempt) when it ends
+        again, and a succeeded child's that was never counted (it ended after the parent) is added."""
+        step = definition.steps[state.step]
+        if isinstance(step, ReviewStep):
+            proposed = state.review.output if state.review is not None else {}
+            return self._review(job, step, job_input, proposed, state.counts, raw, now)
+        ids = children_ids(job)[state.step]
+        children = self._store.get_jobs(ids)
+        if len(children) < len(ids):
+            return self._end(job, Failed(step_failed(step.name, [], children).info()), raw)
+        kept: set[int] = set()
+        usage = Usage()
+        again: list[Job] = []
+        for part, job_id in enumerate(ids):
+            child = children[job_id]
+            if child.status is JobStatus.SUCCEEDED:
+                kept.add(part)
+                usage = usage if part in state.ended else usage.add(child.usage)
+                continue
+            usage = usage.add(child.usage, -1) if part in state.ended else usage
+            if child.status.is_terminal:
+                seconds = child.deadline_seconds or definition.deadline_seconds
+                deadline_at = min(now + seconds * 1000, job.deadline_at or now + seconds * 1000)
+                self._store.rerun_child(child, deadline_at, now)
+            again.append(child)
+        waits = Waits(state.step, len(ids), state.counts, ended=frozenset(kept), usage=usage)
+        written = self._finish(job, waits, raw)
+        if written is not None:
+            return written
+        for child in again:
+            self._queues[child.lane].send({"job_id": child.job_id}, group_id=child.user_id)
+        if not again:  # every child had succeeded: the step is over as soon as the parent waits
+            moved = replace(job, pipeline=replace(state, ended=frozenset(kept), failed=frozenset()))
+            if self._store.make_ready(moved, now):
+                self._queues[Lane.INTERACTIVE].send({"job_id": job.job_id}, group_id=job.user_id)
+        logger.info("pipeline step run again", extra={"job_id": job.job_id, "step": step.name, "children": len(again)})
         return Ack(Fate.WAITING)
 
     def on_waiting(self, job: Job) -> Disposition:
@@ -161,8 +260,37 @@ class Pipelines:
             return Retry(Fate.RACED, 1, f"job {job.job_id} changed while its review was ended")
         return Ack(Fate.FAILED)
 
+    def _map(self, job: Job, index: int, step: MapStep, job_input: BaseModel) -> list[Part]:
+        """A map step's parts: a PDF attachment's page ranges (each a PDF of its own), or what the step
+        makes of the pipeline's input (a text's parts, a list's items). PermanentError when none can be."""
+        if step.pages is not None and job.attachments:
+            if self._documents is None:
+                raise AttachmentInvalidError("this stack reads no attachments")
+            if getattr(job_input, "text", ""):
+                raise InputValidationError(f"input.text: {job.job_type} maps a text or a PDF's pages, not both")
+            refs = self._documents.split(
+                job.attachments[0],
+                step.pages.pages,
+                lambda part, first, last: part_key(child_id(job.job_id, index, part), first, last),
+            )
+            return [(step.pages.input(job_input, len(refs)), (ref,)) for ref in refs]
+        inputs = step.parts(job_input)
+        if not inputs:
+            raise InputValidationError(f"step {step.name!r}: nothing to map (no part, no item)")
+        if len(inputs) > MAX_PARTS:
+            raise InputValidationError(f"step {step.name!r}: {len(inputs)} parts; a map makes at most {MAX_PARTS}")
+        return [(child_input, ()) for child_input in inputs]
+
     def _child(
-        self, parent: Job, step: int, part: int, name: str, run: JobDefinition, child_input: dict[str, Any], now: int
+        self,
+        parent: Job,
+        step: int,
+        part: int,
+        name: str,
+        run: JobDefinition,
+        child_input: dict[str, Any],
+        attachments: tuple[AttachmentRef, ...],
+        now: int,
     ) -> Job:
         user = parent.user_id or ""
         remaining = max(((parent.deadline_at or now) - now) // 1000, MIN_DEADLINE_SECONDS)
@@ -172,9 +300,10 @@ class Pipelines:
             schema_version=run.schema_version,
             max_attempts=run.max_attempts,
             deadline_seconds=min(run.deadline_seconds, remaining),
-            request_hash=request_hash(run.name, user, child_input),
+            request_hash=request_hash(run.name, user, child_input, attachments),
             lane=parent.lane,
             job_type_version=run.job_type_version,
+            attachments=attachments,
             parent=ChildOf(parent.job_id, name, step, part),
         )
         child, _ = self._store.create_job(child_id(parent.job_id, step, part), new_job, child_input, now)
@@ -247,12 +376,12 @@ def decided_review(
         return decided, None, ReviewRejectedError(one_line(f"rejected: {reason}")).info()
     kept = review.output
     if output is not None:
+        if not isinstance(definition, PipelineDefinition):
+            raise PipelineStateError(f"job {job.job_id} is not a pipeline's")
         try:
-            kept = review_output_model(definition, job_input).model_validate(output).model_dump(mode="json")
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"]) or "output"
-            raise PipelineStateError(one_line(f"the edited output is refused: {where}: {first['msg']}")) from exc
+            kept = definition.edited_output(job_input, output)
+        except ValueError as exc:
+            raise PipelineStateError(one_line(f"the edited output is refused: {exc}")) from exc
     decided = Review(
         **{**_fields(review), "decision": "approved", "by": by, "at": now_ms, "changed": kept != review.output}
     )
@@ -280,24 +409,43 @@ class ChildEnds:
             if job.pipeline is not None and job.status is not JobStatus.SUCCEEDED:
                 self._cancel_children(job)
 
-    def _count(self, child: Job) -> None:
+    def recount(self, parent: Job) -> bool:
+        """A waiting parent's step counted again from its children (the reconciler, when their stream
+        records were lost): each ended child not counted yet is counted, with the stream's own
+        conditional write, so that nothing is counted twice whoever counts first. True when that moved
+        the parent on."""
+        state = parent.pipeline
+        if parent.status is not JobStatus.WAITING or state is None or state.review is not None:
+            return False
+        steps = children_ids(parent)
+        ids = steps[state.step] if state.step < len(steps) else []
+        uncounted = [job_id for part, job_id in enumerate(ids) if part not in state.ended]
+        moved = False
+        for child in self._store.get_jobs(uncounted).values():
+            if child.status.is_terminal and child.parent is not None:
+                moved = self._count(child) or moved
+        return moved
+
+    def _count(self, child: Job) -> bool:
+        """Count an ended child on its parent; True when the parent's message was sent (moved on)."""
         assert child.parent is not None
         now = int(self._clock() * 1000)
         counted = self._store.count_child(child, now)
         parent = counted.parent
         if parent is None or parent.pipeline is None or parent.pipeline.step != child.parent.step_index:
-            return  # gone, or moved on (or ended) since
+            return False  # gone, or moved on (or ended) since
         if parent.status is JobStatus.WAITING:
             if not self._step_over(parent):
-                return
+                return False
             if not self._store.make_ready(parent, now):
-                return  # another count moved it on
+                return False  # another count moved it on
         elif not (parent.status is JobStatus.QUEUED and not counted.counted):
-            return
+            return False
         # Sent again when a count is seen again with the parent queued: its claim makes a duplicate harmless.
         # Moving a pipeline on calls no model: its message takes the interactive queue whatever its lane
         # (no batching window to wait out); its children keep its lane.
         self._queues[Lane.INTERACTIVE].send({"job_id": parent.job_id}, group_id=parent.user_id)
+        return True
 
     def _step_over(self, parent: Job) -> bool:
         """Whether the parent's step has ended, or failed past what it tolerates."""
@@ -307,7 +455,7 @@ class ChildEnds:
             return True
         if not state.failed:
             return False
-        definition = self._registry.get(parent.job_type or "")
+        definition = self._registry.definition(parent.job_type or "", parent.job_type_version)
         tolerated = definition.steps[state.step].max_failed if isinstance(definition, PipelineDefinition) else 0
         return len(state.failed) > tolerated
 

@@ -9,7 +9,11 @@ deadline (engine.core.open_jobs), reads each job as it is now, and
   waiting for their user's budget);
 - re-enqueues `queued` jobs, and `running` jobs whose worker died, untouched for longer than any
   visibility timeout can hide a message (so their message is gone), when their input is stored;
-  the others end at their deadline.
+  the others end at their deadline;
+- moves on a `waiting` pipeline whose advance was lost (docs/pipelines.md): untouched for
+  `pipeline_stale_seconds`, its step's children not counted yet are read, and each that ended is
+  counted with the stream's own conditional write (engine.pipelines.ChildEnds.recount), which moves
+  it on once; a review whose time is up sends the pipeline's message again, which ends it.
 One job that cannot be reconciled is logged and counted, and the pass goes on; the pass stops
 before the function's own timeout, and the next goes on from the last job it examined.
 """
@@ -21,16 +25,20 @@ from collections import Counter
 from collections.abc import Callable
 from enum import StrEnum
 
-from engine.core import ErrorCode, Job, JobStatus
+from engine.core import ErrorCode, Job, JobStatus, Lane
 from engine.core.errors import deadline_error
 from engine.core.ports import ReconcilerStore
 from engine.observability import log_unexpected, logger
+from engine.pipelines import ChildEnds
 from engine.queue import JobQueue, JobQueues
 from engine.retry import MAX_DELAY_SECONDS
 
 # A job untouched for longer than the longest visibility timeout has no message in flight.
 DEFAULT_STALE_SECONDS = MAX_DELAY_SECONDS + 3600
 DEFAULT_MAX_JOBS = 1000
+# A waiting pipeline untouched this long (no child counted on it) has its children read again: a
+# child's end is counted within seconds from the stream, so only a lost record leaves it this long.
+DEFAULT_PIPELINE_STALE_SECONDS = 900
 # A pass stops when its invocation has less than this left.
 STOP_MARGIN_MS = 15_000
 
@@ -47,6 +55,7 @@ class Reconciled(StrEnum):
     DEADLINE_EXCEEDED = "deadline_exceeded"
     BUDGET_EXCEEDED = "budget_exceeded"  # past its deadline while its user's budget held it
     REQUEUED = "requeued"
+    RECOUNTED = "recounted"  # a waiting pipeline moved on by its children counted again
     ERRORS = "errors"  # jobs that could not be reconciled (logged; the pass goes on)
     STOPPED_EARLY = "stopped_early"  # the invocation's time ran out
 
@@ -60,8 +69,13 @@ class Reconciler:
         stale_seconds: int = DEFAULT_STALE_SECONDS,
         max_jobs: int = DEFAULT_MAX_JOBS,
         clock: Callable[[], float] = time.time,
+        pipelines: ChildEnds | None = None,
+        pipeline_stale_seconds: int = DEFAULT_PIPELINE_STALE_SECONDS,
     ) -> None:
         self._store = store
+        # What recounts a waiting pipeline's children (the events function's own counting).
+        self._pipelines = pipelines
+        self._pipeline_stale_ms = pipeline_stale_seconds * 1000
         # A re-enqueued job goes back to its own lane's queue.
         self._queues = JobQueues.of(queue)
         self._stale_ms = stale_seconds * 1000
@@ -110,11 +124,27 @@ class Reconciler:
                 Reconciled.BUDGET_EXCEEDED if error.code is ErrorCode.BUDGET_EXCEEDED else Reconciled.DEADLINE_EXCEEDED
             )
         if job.status is JobStatus.WAITING:
-            return None  # a pipeline: moved on by its children's ends, or its review's own message
+            return self._waiting(job, now_ms)
         stale = now_ms - job.updated_at >= self._stale_ms
         if stale and job.input_stored and self._store.touch_job(job, now_ms):
             self._queues[job.lane].send({"job_id": job.job_id}, group_id=job.user_id)
             return Reconciled.REQUEUED
+        return None
+
+    def _waiting(self, job: Job, now_ms: int) -> Reconciled | None:
+        """A pipeline is moved on by its children's ends, or its review's own message: the reconciler steps
+        in only when those were lost."""
+        if now_ms - job.updated_at < self._pipeline_stale_ms:
+            return None
+        review = job.pipeline.review if job.pipeline is not None else None
+        if review is not None:
+            lost = review.decision is None and now_ms >= review.expires_at + self._pipeline_stale_ms
+            if lost and self._store.touch_job(job, now_ms):
+                self._queues[Lane.INTERACTIVE].send({"job_id": job.job_id}, group_id=job.user_id)
+                return Reconciled.REQUEUED
+            return None
+        if self._pipelines is not None and self._pipelines.recount(job):
+            return Reconciled.RECOUNTED
         return None
 
     def _now_ms(self) -> int:

@@ -287,6 +287,8 @@ class JobRunner:
         return self._attachments.load(refs, definition.attachments, definition.name)
 
     def _load_attachments(self, job: Job, definition: JobDefinition) -> tuple[Attachment, ...]:
+        if isinstance(definition, PipelineDefinition):
+            return ()  # a pipeline calls no model: its map cuts a PDF into its children's (engine.pipelines)
         return self.load_attachments(job.attachments, definition)
 
     def _batch_terms(self, request: JobRequest, delivery: Delivery, batch: BatchTerms | None) -> BatchTerms | None:

@@ -19,6 +19,7 @@ from botocore.config import Config
 
 from engine.attachments.limits import limits_for
 from engine.attachments.loader import AttachmentLoader
+from engine.attachments.pages import PageRanges
 from engine.aws_errors import is_transient
 from engine.batching.files import BatchFiles
 from engine.batching.intake import BatchIntake, BatchTiming
@@ -28,6 +29,7 @@ from engine.core.errors import ConfigurationError
 from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobDefinition, JobRegistry
 from engine.definitions.catalog import DataJobTypes
+from engine.definitions.pipelines import MAX_PARTS
 from engine.fleet.admission import Admission
 from engine.fleet.budgets import Budgets
 from engine.fleet.limiter import RateLimiter
@@ -148,6 +150,21 @@ def build_worker(
     return WorkerParts(worker, queues)
 
 
+def build_page_ranges(settings: Settings, aws: Aws) -> PageRanges:
+    """What cuts a pipeline's PDF into its children's page ranges: read as attachments are (the same
+    buckets, at most the provider's file size), written to the payload bucket (docs/pipelines.md)."""
+    buckets = {settings.jobs_payload_bucket, *settings.aijobs_attachment_buckets}
+    limits = limits_for(settings.ai_provider, settings.aijobs_attachment_limits)
+    return PageRanges(
+        S3Attachments(lambda: aws.client("s3")),
+        build_payloads(settings, aws),
+        buckets,
+        max_bytes=limits.max_file_bytes,
+        max_parts=MAX_PARTS,
+        max_part_pages=limits.max_pdf_pages,
+    )
+
+
 def build_attachments(settings: Settings, aws: Aws) -> AttachmentLoader:
     """The attachments' loader: the payload bucket and AIJOBS_ATTACHMENT_BUCKETS, read with the S3 client
     made on first use, checked against the configured provider's limits (docs/attachments.md)."""
@@ -177,7 +194,9 @@ def build_runner(
         is_transient=is_transient,
         max_receives=settings.aijobs_max_receive_count,
         attachments=build_attachments(settings, aws),
-        pipelines=Pipelines(store, queues, registry) if queues is not None else None,
+        pipelines=Pipelines(store, queues, registry, documents=build_page_ranges(settings, aws))
+        if queues is not None
+        else None,
     )
 
 
@@ -295,7 +314,8 @@ def build_reconciler(settings: Settings, session: boto3.Session | None = None) -
     from engine.reconciler import Reconciler
 
     aws = Aws(settings, session)
-    return Reconciler(build_store(settings, aws), build_queues(settings, aws))
+    store, queues = build_store(settings, aws), build_queues(settings, aws)
+    return Reconciler(store, queues, pipelines=ChildEnds(store, queues, build_registry(settings, aws)))
 
 
 def build_every_function(settings: Settings) -> None:

@@ -1245,7 +1245,7 @@ def test_finishing_a_job_from_a_status_that_cannot_reach_the_outcome_raises_valu
         (JobStatus.QUEUED, JobStatus.QUEUED),
         (JobStatus.QUEUED, JobStatus.SUCCEEDED),
         (JobStatus.SUCCEEDED, JobStatus.FAILED),
-        (JobStatus.CANCELLED, JobStatus.QUEUED),
+        (JobStatus.CANCELLED, JobStatus.FAILED),
         (JobStatus.FAILED, JobStatus.CANCELLED),
     ],
 )

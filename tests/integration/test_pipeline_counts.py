@@ -1,24 +1,34 @@
 """A pipeline moved on exactly once on moto (docs/pipelines.md): every child's end counted on its parent
 once however often and from however many threads its stream record comes, the usage summed exactly,
-the parent queued once; a record of a parent that moved on counts nothing."""
+the parent queued once; a record of a parent that moved on counts nothing; the reconciler's recount of
+a step whose records were lost; a PDF cut into page ranges in the payload bucket, written once."""
 
 from __future__ import annotations
 
+import io
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Any
 
+import boto3
 import pytest
+from pypdf import PdfReader
 
 from aijobs.stack import StackResources
+from engine.attachments.pages import PageRanges, part_key
 from engine.core import AttemptOutcome, AttemptRecord, ChildOf, Job, JobStatus, NewJob, Succeeded, Waits
+from engine.core.attachments import AttachmentRef
 from engine.definitions import JobRegistry
 from engine.intake import request_hash
 from engine.pipelines import ChildEnds, child_id
 from engine.queue import JobQueue, JobQueues
+from engine.reconciler import Reconciled, Reconciler
 from engine.store import DynamoJobStore
+from engine.store.attachments import S3Attachments
+from engine.store.payloads import PayloadStore
+from tests.support.documents import pdf
 
 CHILDREN = 12
 
@@ -148,3 +158,60 @@ def test_a_record_of_a_parent_that_moved_on_counts_nothing(
 
     after = store.get_job("p-1")
     assert after == before
+
+
+def test_the_reconciler_recounts_a_step_whose_records_were_lost_once_with_the_usage_summed_exactly(
+    store: DynamoJobStore, ends: ChildEnds, sent: SentQueue
+) -> None:
+    # Given a waiting parent whose children all ended, a third of their records counted, the rest lost
+    waiting_parent(store)
+    children = [end_child(store, part) for part in range(CHILDREN)]
+    for child in children[: CHILDREN // 3]:
+        ends.ended([child])
+    later = (now_ms() + 16 * 60_000) / 1000
+    reconciler = Reconciler(store, JobQueues.of(sent), clock=lambda: later, pipelines=ends)
+
+    # When the reconciler passes twice, and a lost record turns up after all
+    first, second = reconciler.run(), reconciler.run()
+    moved = list(sent.sent)
+    ends.ended([children[-1]])
+
+    # Then the parent moved on once, every child counted once (the late record sends the queued parent's
+    # message again, which its claim makes harmless, and counts nothing)
+    assert first[Reconciled.RECOUNTED] == 1
+    assert Reconciled.RECOUNTED not in second
+    assert moved == [{"job_id": "p-1"}]
+    parent = store.get_job("p-1")
+    assert parent is not None
+    assert parent.status is JobStatus.QUEUED
+    assert parent.usage.input_tokens == sum(child.usage.input_tokens for child in children)
+    assert parent.usage.cost_usd == sum((child.usage.cost_usd for child in children), Decimal(0))
+    assert parent.usage.attempts == CHILDREN
+
+
+def test_a_pdf_is_cut_into_page_ranges_in_the_payload_bucket_each_written_once(
+    stack: StackResources, payloads: PayloadStore
+) -> None:
+    s3 = boto3.client("s3")
+    s3.put_object(Bucket=stack.payload_bucket, Key="uploads/report.pdf", Body=pdf(45))
+    pages = PageRanges(
+        S3Attachments(lambda: s3),
+        payloads,
+        {stack.payload_bucket},
+        max_bytes=32 * 1024 * 1024,
+        max_parts=1000,
+        max_part_pages=100,
+    )
+    ref = AttachmentRef(stack.payload_bucket, "uploads/report.pdf", "report.pdf")
+
+    parts = pages.split(ref, 20, lambda part, first, last: part_key(f"p-1:s0:{part}", first, last))
+    again = pages.split(ref, 20, lambda part, first, last: part_key(f"p-1:s0:{part}", first, last))
+
+    assert again == parts
+    assert [part.key for part in parts] == [
+        "attachments/p-1:s0:0/pages-1-20.pdf",
+        "attachments/p-1:s0:1/pages-21-40.pdf",
+        "attachments/p-1:s0:2/pages-41-45.pdf",
+    ]
+    counted = [len(PdfReader(io.BytesIO(payloads.get(part.key))).pages) for part in parts]
+    assert counted == [20, 20, 5]

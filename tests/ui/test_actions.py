@@ -4,13 +4,22 @@ changing the job's state from the dashboard's own pages when it is started with 
 from __future__ import annotations
 
 import re
+import time
+import uuid
 from pathlib import Path
 
 import httpx
 from playwright.sync_api import Page, expect
 
+from aijobs.client import os_user
+from aijobs.local.devstack import local_session
 from aijobs.ui.server import DashboardServer
-from engine.core import JobStatus
+from engine.config import Settings
+from engine.core import Job, JobStatus
+from engine.definitions import JobRegistry
+from engine.definitions.pipelines import EXTRACT_REVIEWED
+from engine.pipelines import ChildEnds, Pipelines, children_ids
+from engine.wiring import Aws, build_queues
 from tests.ui.conftest import CLASSIFY_INPUT, Jobs
 
 POST_FROM_THIS_PAGE = "async path => (await fetch(path, {method: 'POST'})).status"
@@ -145,3 +154,55 @@ def test_a_bulk_retry_retries_at_most_a_page_of_jobs_a_request_and_says_what_eac
     assert "1 of 3 jobs queued again." in answer.text
     assert f"job {jobs.succeeded} is succeeded; only a failed job can be retried" in answer.text
     assert "job no-such-job does not exist" in answer.text
+
+
+INVOICE = {
+    "text": "Invoice 4711: EUR 120.50.",
+    "fields": [{"name": "total", "description": "the invoice's total", "type": "number"}],
+}
+
+
+def in_review(jobs: Jobs, settings: Settings) -> str:
+    """An extract_reviewed job waiting for its review, moved on as the worker and the stream move it."""
+    job_id = jobs.client.submit("extract_reviewed", jobs.user, INVOICE, job_id=f"review-{uuid.uuid4().hex[:6]}").job_id
+    registry = JobRegistry()
+    queues = build_queues(settings, Aws(settings, local_session()))
+    pipelines = Pipelines(jobs.store, queues, registry)
+
+    def advance() -> None:
+        parent = jobs.store.claim_job(job_id, "ui-worker", 60_000, int(time.time() * 1000), None)
+        raw = jobs.store.get_input(job_id) or {}
+        pipelines.advance(parent, EXTRACT_REVIEWED, EXTRACT_REVIEWED.parse_input(raw), raw)
+
+    advance()
+    (fields,) = children_ids(stored(jobs, job_id))[0]
+    jobs.run(fields, {"total": 120.5})
+    ChildEnds(jobs.store, queues, registry).ended([stored(jobs, fields)])
+    advance()
+    return job_id
+
+
+def stored(jobs: Jobs, job_id: str) -> Job:
+    job = jobs.store.get_job(job_id)
+    assert job is not None
+    return job
+
+
+def test_a_review_is_approved_with_an_edit_and_recorded_as_the_dashboards(
+    page: Page, acting_dashboard: DashboardServer, jobs: Jobs, settings: Settings
+) -> None:
+    job_id = in_review(jobs, settings)
+    page.goto(f"{acting_dashboard.url}jobs/{job_id}")
+    expect(page.locator(".proposed-output")).to_contain_text("120.5")
+
+    page.locator("textarea[name=output]").fill('{"total": 121}')
+    page.get_by_role("button", name="Approve").click()
+
+    expect(page.locator(".facts .status")).to_have_text("succeeded")
+    view = jobs.client.get(job_id)
+    assert view.output == {"total": 121}
+    assert view.pipeline is not None
+    assert view.pipeline.review is not None
+    assert (view.pipeline.review.decision, view.pipeline.review.changed) == ("approved", True)
+    assert view.pipeline.review.by == (f"dashboard ({os_user()})" if os_user() else "dashboard")
+    expect(page.get_by_text(f"approved by {view.pipeline.review.by}")).to_be_visible()

@@ -12,7 +12,7 @@ import pytest
 from moto.events.models import EventPattern
 
 from aijobs.stack import DEFAULT_TEMPLATE, load_template
-from engine.core import Job, JobStatus, Usage
+from engine.core import Job, JobStatus, Review, Usage
 from engine.events import (
     MAX_EVENT_OUTPUT_BYTES,
     PUT_EVENTS_BYTES,
@@ -23,7 +23,9 @@ from engine.events import (
     enters_terminal_status,
     event_detail,
     put_events_requests,
+    record_events,
 )
+from engine.store.items import job_key, review_document, to_item
 
 STATUSES = [status.value for status in JobStatus]
 
@@ -189,3 +191,56 @@ def test_a_request_that_fails_refuses_its_events_and_the_later_ones_only() -> No
     # The first request (three events) was put; the second failed, and nothing after it was sent
     assert [len(request) for request in bus.requests] == [3, 3]
     assert refused == events[3:]
+
+
+# --- a pipeline's review decided -------------------------------------------------------------------
+
+
+def reviewed_record(decision: str | None, by: str | None = "arn:aws:iam::123456789012:user/ana") -> dict[str, Any]:
+    """The stream record of extract_reviewed's job ending with its review's decision (or still waiting)."""
+    review = Review({"total": 1}, 1_800_000_000_000, 60_000, decision=decision, by=by, at=1_800_000_002_000)
+    status = {"approved": "succeeded", None: "waiting"}.get(decision, "failed")
+    attributes = {
+        "job_id": "j-1",
+        "job_type": "extract_reviewed",
+        "user_id": "acme",
+        "status": status,
+        "created_at": 1_800_000_000_000,
+        "updated_at": 1_800_000_002_000,
+        "finished_at": 1_800_000_002_000,
+        "max_attempts": 3,
+        "attempt_count": 0,
+        "claim_count": 2,
+        "pipeline_step": 1,
+        "pipeline_children": 0,
+        "pipeline_counts": [1, 0],
+        "review": review_document(review),
+    }
+    change = {
+        "SequenceNumber": "7",
+        "OldImage": image("JOB", "waiting"),
+        "NewImage": job_key("j-1") | to_item(attributes),
+    }
+    return {"eventName": "MODIFY", "eventSource": "aws:dynamodb", "dynamodb": change}
+
+
+@pytest.mark.parametrize(("decision", "completion"), [("approved", "Job Succeeded"), ("rejected", "Job Failed")])
+def test_a_review_decided_makes_a_job_reviewed_event_before_its_completion(decision: str, completion: str) -> None:
+    events = record_events(reviewed_record(decision))
+
+    assert [event.detail_type for event in events] == ["Job Reviewed", completion]
+    detail = events[0].detail
+    assert detail["event_id"] == "j-1:reviewed:1800000002000"
+    assert (detail["job_id"], detail["decision"], detail["by"]) == (
+        "j-1",
+        decision,
+        "arn:aws:iam::123456789012:user/ana",
+    )
+    assert set(detail) >= {"status", "at", "reason", "changed", "started_at", "expires_at"}
+    assert "output" not in detail
+
+
+def test_a_review_still_open_makes_no_event_and_a_timeout_names_no_one() -> None:
+    assert record_events(reviewed_record(None)) == []
+    (reviewed, _) = record_events(reviewed_record("timed_out", by=None))
+    assert (reviewed.detail["decision"], reviewed.detail["by"]) == ("timed_out", None)

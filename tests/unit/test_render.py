@@ -335,3 +335,29 @@ def test_attempt_views_keep_their_numbers() -> None:
     view = AttemptView.from_record(replace(attempt(1, AttemptOutcome.SUCCEEDED), cost_usd=Decimal("1E-7")))
 
     assert '"cost_usd": 0.0000001' in json_line(view.model_dump(mode="json"))
+
+
+def test_a_review_events_line_says_who_decided_what() -> None:
+    event = {
+        "time": "2026-12-03T01:02:11Z",
+        "detail-type": "Job Reviewed",
+        "detail": {
+            "job_id": "inv-1",
+            "job_type": "extract_reviewed",
+            "user_id": "acme",
+            "decision": "rejected",
+            "by": "ana",
+        },
+    }
+
+    line = event_line(event)
+
+    assert line.split("  ") == [
+        "2026-12-03T01:02:11Z",
+        "Job Reviewed",
+        "inv-1",
+        "type=extract_reviewed",
+        "user=acme",
+        "decision=rejected",
+        "by=ana",
+    ]

@@ -338,12 +338,15 @@ def dead_letter_function_permissions(text: str) -> None:
 def reconciler_permissions(text: str) -> None:
     assert grants("ReconcilerFunction") == {
         f"{TABLE}/index/OpenJobs": {"dynamodb:Query"},
-        TABLE: {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:UpdateItem"},
+        TABLE: {"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"},
         QUEUE: {"sqs:SendMessage"},
         BACKGROUND_QUEUE: {"sqs:SendMessage"},
         **own_logs("ReconcilerLogGroup"),
         **TRACES,
     }
+    # A Query of the data job types' items only (a recounted data pipeline's steps)
+    leading = statement("ReconcilerFunction", "ReadJobTypes")["Condition"]["ForAllValues:StringLike"]
+    assert leading == {"dynamodb:LeadingKeys": ["JOBTYPES", "JOBTYPE#*"]}
     assert grants("ReconcilerFunction", KmsKeyArn=KEY_ARN)[KEY_ARN] == {"kms:Decrypt"}
     assert via_services("ReconcilerFunction", "UseTableKey") == {f"dynamodb.{REGION}.amazonaws.com"}
     (schedule,) = RESOURCES["ReconcilerFunction"]["Properties"]["Events"].values()
@@ -612,7 +615,7 @@ def webhook(text: str) -> None:
     rule = properties("WebhookRule", **parameters)
     assert rule["EventPattern"] == {
         "source": ["aijobs"],
-        "detail-type": ["Job Succeeded", "Job Failed", "Job Cancelled"],
+        "detail-type": ["Job Succeeded", "Job Failed", "Job Cancelled", "Job Reviewed"],
     }
     (target,) = rule["Targets"]
     assert target["RetryPolicy"]["MaximumEventAgeInSeconds"] == 86_400

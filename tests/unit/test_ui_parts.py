@@ -81,7 +81,7 @@ def test_a_jobs_query_reads_its_filters_and_writes_them_back() -> None:
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ({"status": "done"}, "status: 'done' is not one of queued, running, succeeded, failed, cancelled"),
+        ({"status": "done"}, "status: 'done' is not one of queued, running, waiting, succeeded, failed, cancelled"),
         ({"user": "<script>"}, "user: '<script>' is not a user id"),
         ({"type": "Bad Type"}, "type: 'Bad Type' is not a job type name"),
         ({"lane": "fast"}, "lane: 'fast' is not one of interactive, background"),
@@ -228,10 +228,10 @@ def test_the_overview_counts_every_state_and_each_failure_code_and_stacks_them_b
     assert figures.by_status == [
         (JobStatus.QUEUED, 1),
         (JobStatus.RUNNING, 0),
+        (JobStatus.WAITING, 0),
         (JobStatus.SUCCEEDED, 2),
         (JobStatus.FAILED, 3),
         (JobStatus.CANCELLED, 0),
-        (JobStatus.WAITING, 0),
     ]
     assert figures.by_error == [(ErrorCode.PROVIDER_REJECTED, 2), (ErrorCode.DEADLINE_EXCEEDED, 1)]
     # and the chart has a bar an hour from 10:00 the day before to 10:00, the 10:00 one the highest

@@ -36,7 +36,8 @@ class JobStatus(StrEnum):
 TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
 
 # The state machine (docs/architecture.md). `failed -> queued` is the explicit retry; `running ->
-# waiting` a pipeline's step started, `waiting -> queued` its children ended (docs/pipelines.md).
+# waiting` a pipeline's step started, `waiting -> queued` its children ended, `cancelled -> queued` a
+# pipeline's child cancelled with its parent, run again by its parent's retry (docs/pipelines.md).
 ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.CANCELLED, JobStatus.FAILED}),
     JobStatus.RUNNING: frozenset(
@@ -51,7 +52,7 @@ ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     ),
     JobStatus.SUCCEEDED: frozenset(),
     JobStatus.FAILED: frozenset({JobStatus.QUEUED}),
-    JobStatus.CANCELLED: frozenset(),
+    JobStatus.CANCELLED: frozenset({JobStatus.QUEUED}),
     JobStatus.WAITING: frozenset({JobStatus.QUEUED, JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED}),
 }
 
@@ -116,6 +117,18 @@ class Usage:
             reasoning_tokens=self.reasoning_tokens + attempt.reasoning_tokens,
         )
 
+    def add(self, other: Usage, sign: int = 1) -> Usage:
+        """This usage with another's added (sign 1) or taken away (sign -1): a pipeline's children's."""
+        return Usage(
+            input_tokens=self.input_tokens + sign * other.input_tokens,
+            output_tokens=self.output_tokens + sign * other.output_tokens,
+            cost_usd=self.cost_usd + sign * other.cost_usd,
+            attempts=self.attempts + sign * other.attempts,
+            cached_input_tokens=self.cached_input_tokens + sign * other.cached_input_tokens,
+            cache_write_input_tokens=self.cache_write_input_tokens + sign * other.cache_write_input_tokens,
+            reasoning_tokens=self.reasoning_tokens + sign * other.reasoning_tokens,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class ChildOf:
@@ -156,6 +169,8 @@ class PipelineState:
     failed: frozenset[int] = frozenset()
     counts: tuple[int, ...] = ()
     review: Review | None = None
+    # Set by `aijobs retry` of a failed pipeline: its next claim runs again what did not succeed.
+    rerun: bool = False
 
     @property
     def step_ended(self) -> bool:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from engine.core.job import JobErrorInfo, JobStatus, Review
+from engine.core.job import JobErrorInfo, JobStatus, Review, Usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +42,10 @@ class Waits:
     # The children each step so far made, this one's last (what lists a pipeline's children).
     counts: tuple[int, ...] = ()
     review: Review | None = None
+    # A step run again (a retried pipeline): the parts that ended already (its succeeded children, kept),
+    # and what the parent's usage gains or loses so that it stays its children's sum (engine.pipelines).
+    ended: frozenset[int] = frozenset()
+    usage: Usage = field(default_factory=Usage)
 
 
 Outcome = Succeeded | Failed | Released | Cancelled | Waits

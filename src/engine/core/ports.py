@@ -253,7 +253,8 @@ class AdminStore(Protocol):
 class PipelineStore(WorkerStore, AdminStore, Protocol):
     """What moving pipelines on needs (engine.pipelines, docs/pipelines.md): a worker's claims and
     finishes and a client's creates and cancels (children made and cancelled), the children read, a
-    child's end counted on its parent once, the parent moved on once, a review decided once."""
+    child's end counted on its parent once, the parent moved on once, a review decided once, and a
+    retried pipeline's children that did not succeed run again."""
 
     def get_jobs(self, job_ids: Sequence[str]) -> dict[str, Job]: ...
 
@@ -275,6 +276,11 @@ class PipelineStore(WorkerStore, AdminStore, Protocol):
         now_ms: int,
     ) -> Job:
         """End a pipeline waiting for its review, fenced on the job as read (PipelineStateError if it changed)."""
+        ...
+
+    def rerun_child(self, child: Job, deadline_at: int, now_ms: int) -> bool:
+        """A child that did not succeed back to `queued` with a fresh attempt budget (its parent retried),
+        fenced on the child as read; False when it changed."""
         ...
 
 

@@ -21,6 +21,10 @@ prompt, rules and limits. Three steps use it:
   the rule's message). The validators and the CEL programs are compiled once, here; no example
   runs (the document was checked at push).
 
+A file may declare `steps` instead of a prompt: a pipeline (engine.definitions.data_steps checks its
+steps at push and builds them), compiled into a `DataPipelineDefinition` that the worker and the events
+function run as they run the built-in pipelines; it has no prompt, rules or model settings of its own.
+
 The prompt's `user` template substitutes each field as a JSON literal (engine.definitions.base.Prompt);
 a field the input lacks renders as `null`. `system` is sent as it is written. `reuse_seconds` (§16)
 is refused: this stack does not serve it yet (docs/jobtypes.md).
@@ -49,7 +53,16 @@ from engine.core.errors import (
     SchemaValidationError,
 )
 from engine.definitions.base import MAX_INPUT_BYTES, JobDefinition, ModelTier, Prompt, distinct, one_line_error
+from engine.definitions.data_steps import (
+    JobTypeLookup,
+    StepFile,
+    build_steps,
+    check_map_lengths,
+    check_steps,
+    map_fields,
+)
 from engine.definitions.json_schemas import check_schema, instance_problem, validator
+from engine.definitions.pipelines import PipelineDefinition, pipeline_prompt
 from engine.definitions.rules import MAX_CHECK_CHARS, MAX_MESSAGE_CHARS, CompiledRule, compile_rule
 from engine.messages import MAX_DEADLINE_SECONDS, MIN_DEADLINE_SECONDS, JobTypeName, MaxAttempts
 from engine.text import json_value_problem, key_label, one_line
@@ -117,7 +130,9 @@ class JobTypeFile(BaseModel):
     description: Annotated[str, Field(max_length=1000)] = ""
     input_schema: dict[str, Any]
     output_schema: dict[str, Any]
-    prompt: PromptFile
+    # A job type that calls a model has a prompt; a pipeline has steps instead (engine.definitions.data_steps).
+    prompt: PromptFile | None = None
+    steps: list[StepFile] | None = None
     rules: Annotated[list[RuleFile], Field(max_length=MAX_RULES)] = []
     model_tier: ModelTier = "primary"
     max_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS)] = 1024
@@ -129,7 +144,7 @@ class JobTypeFile(BaseModel):
 
     def document(self) -> dict[str, Any]:
         """The canonical stored form: every field as JSON, the absent optional ones left out."""
-        return self.model_dump(mode="json", exclude_none=True)
+        return self.model_dump(mode="json", exclude_none=True, by_alias=True)
 
     @property
     def sha256(self) -> str:
@@ -139,7 +154,8 @@ class JobTypeFile(BaseModel):
     @property
     def template_fields(self) -> tuple[str, ...]:
         """The fields the user template substitutes, in order of first use (the file is checked)."""
-        names = (name for _, name, _, _ in string.Formatter().parse(self.prompt.user) if name)
+        user = self.prompt.user if self.prompt is not None else ""
+        names = (name for _, name, _, _ in string.Formatter().parse(user) if name)
         return tuple(dict.fromkeys(names))
 
 
@@ -147,8 +163,11 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def check_job_type(document: Mapping[str, Any], code_names: Collection[str] = ()) -> JobTypeFile:
-    """The checked file; JobTypeFileError (one line: what is wrong, and where) for anything refused."""
+def check_job_type(
+    document: Mapping[str, Any], code_names: Collection[str] = (), job_types: JobTypeLookup | None = None
+) -> JobTypeFile:
+    """The checked file; JobTypeFileError (one line: what is wrong, and where) for anything refused.
+    `job_types` says what a pipeline's steps may run (None: their names are not checked)."""
     if not isinstance(document, Mapping):
         raise JobTypeFileError(f"a job type file is a mapping of its fields, not a {type(document).__name__}")
     for key, value in document.items():
@@ -169,13 +188,31 @@ def check_job_type(document: Mapping[str, Any], code_names: Collection[str] = ()
     if file.name in code_names:
         raise JobTypeFileError(f"name: {file.name} is a code job type")
     check_schema(file.input_schema, "input_schema", strict=False)
-    check_schema(file.output_schema, "output_schema", strict=True)
-    _check_template(file)
-    _check_attachments(file)
-    for index, rule in enumerate(file.rules):
-        compile_rule(rule.check, rule.message, f"rules[{index}].check")
+    if file.steps is not None:
+        # A pipeline's output is its last step's, never a model's answer: no strict structured output.
+        _check_pipeline_fields(document)
+        check_schema(file.output_schema, "output_schema", strict=False)
+        check_steps(file.name, file.steps, file.input_schema, file.output_schema, job_types)
+    else:
+        if file.prompt is None:
+            raise JobTypeFileError("prompt: a job type has a prompt (or, a pipeline, steps)")
+        check_schema(file.output_schema, "output_schema", strict=True)
+        _check_template(file)
+        _check_attachments(file)
+        for index, rule in enumerate(file.rules):
+            compile_rule(rule.check, rule.message, f"rules[{index}].check")
     check_examples(file)
     return file
+
+
+# What a pipeline's file may not have: it calls no model itself, its steps' job types do.
+_MODEL_FIELDS = ("prompt", "rules", "model_tier", "max_tokens", "timeout_seconds", "attachments")
+
+
+def _check_pipeline_fields(document: Mapping[str, Any]) -> None:
+    for name in _MODEL_FIELDS:
+        if name in document:
+            raise JobTypeFileError(f"{name}: a pipeline (steps) calls no model itself, its steps do: remove {name}")
 
 
 def check_examples(file: JobTypeFile) -> None:
@@ -193,10 +230,26 @@ def check_examples(file: JobTypeFile) -> None:
                 raise JobTypeFileError(one_line(f"{where}: rules[{number}] fails ({problem}): {rule.message}"))
 
 
-def compile_job_type(document: Mapping[str, Any], version: int) -> DataJobDefinition:
+def compile_job_type(document: Mapping[str, Any], version: int) -> DataJobDefinition | DataPipelineDefinition:
     """The definition of a stored (checked) file's `version`: cheap, no example runs."""
     file = JobTypeFile.model_validate(dict(document))
     compiled = _Compiled.of(file)
+    if file.steps is not None:
+        return DataPipelineDefinition(
+            name=file.name,
+            input_model=DataInput,
+            output_model=DataOutput,
+            prompt=pipeline_prompt(file.name),
+            job_type_version=version,
+            steps=build_steps(file.steps),
+            file=file,
+            input_validator=compiled.input_validator,
+            output_validator=compiled.output_validator,
+            map_fields=map_fields(file.steps),
+            max_attempts=_or_default(file.max_attempts, "max_attempts"),
+            deadline_seconds=_or_default(file.deadline_seconds, "deadline_seconds"),
+        )
+    assert file.prompt is not None
     policy = file.attachments.policy() if file.attachments is not None else AttachmentPolicy()
     return DataJobDefinition(
         name=file.name,
@@ -244,13 +297,7 @@ class DataJobDefinition(JobDefinition):
         object.__setattr__(self, "output_json_schema", self.file.output_schema)
 
     def parse_input(self, raw: Mapping[str, Any]) -> BaseModel:
-        size = len(json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode())
-        if size > MAX_INPUT_BYTES:
-            raise InputValidationError(f"input is {size} bytes; the limit is {MAX_INPUT_BYTES}")
-        job_input = dict(raw)
-        if problem := instance_problem(self.input_validator, job_input, "input"):
-            raise InputValidationError(problem)
-        return DataInput.model_validate(job_input)
+        return DataInput.model_validate(_checked_input(self.input_validator, raw))
 
     def validate_output(self, job_input: BaseModel, content: str) -> BaseModel:
         """The answer: bounded, strict JSON, valid against the output schema, then true on every rule."""
@@ -269,6 +316,31 @@ class DataJobDefinition(JobDefinition):
         return DataOutput.model_validate(output)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataPipelineDefinition(PipelineDefinition):
+    """A pipeline compiled from a file's steps: its input checked by the input schema (and each map's
+    list bounded), an output a review edited by the output schema."""
+
+    file: JobTypeFile = field(repr=False, compare=False)
+    input_validator: Draft202012Validator = field(repr=False, compare=False)
+    output_validator: Draft202012Validator = field(repr=False, compare=False)
+    map_fields: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        super(DataPipelineDefinition, self).__post_init__()
+        object.__setattr__(self, "output_json_schema", self.file.output_schema)
+
+    def parse_input(self, raw: Mapping[str, Any]) -> BaseModel:
+        job_input = _checked_input(self.input_validator, raw)
+        check_map_lengths(self.map_fields, job_input)
+        return DataInput.model_validate(job_input)
+
+    def edited_output(self, job_input: BaseModel, output: dict[str, Any]) -> dict[str, Any]:
+        if problem := instance_problem(self.output_validator, output, "output"):
+            raise ValueError(problem)
+        return dict(output)
+
+
 @dataclass(frozen=True, slots=True)
 class _Compiled:
     input_validator: Draft202012Validator
@@ -281,6 +353,17 @@ class _Compiled:
             compile_rule(rule.check, rule.message, f"rules[{index}].check") for index, rule in enumerate(file.rules)
         )
         return cls(validator(file.input_schema), validator(file.output_schema), rules)
+
+
+def _checked_input(checker: Draft202012Validator, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A data job's input: bounded, and valid against its input schema (InputValidationError, one line)."""
+    size = len(json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > MAX_INPUT_BYTES:
+        raise InputValidationError(f"input is {size} bytes; the limit is {MAX_INPUT_BYTES}")
+    job_input = dict(raw)
+    if problem := instance_problem(checker, job_input, "input"):
+        raise InputValidationError(problem)
+    return job_input
 
 
 def _or_default(value: Any, name: str) -> Any:
@@ -317,6 +400,7 @@ def _check_size(document: dict[str, Any]) -> None:
 
 
 def _check_template(file: JobTypeFile) -> None:
+    assert file.prompt is not None
     properties = file.input_schema.get("properties", {})
     try:
         parsed = list(string.Formatter().parse(file.prompt.user))

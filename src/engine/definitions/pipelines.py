@@ -8,8 +8,8 @@ batches, budgets, fallback, attempts and usage apply to every call. Its steps:
 The pipeline's output is its last step's: the one child's output of a ThenStep or a map of one
 part, or the output a review approved.
 
-Built in: `summarize_long` (a text of up to 5 MB: `summarize` over its parts, then `summarize` the
-summaries) and `extract_reviewed` (`extract`, then a review).
+Built in: `summarize_long` (a text of up to 5 MB, or a PDF by page ranges: `summarize` over its parts,
+then `summarize` the summaries) and `extract_reviewed` (`extract`, then a review).
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from engine.core.attachments import AttachmentPolicy, MediaType
 from engine.definitions.base import JobDefinition, Prompt
 from engine.definitions.extract import EXTRACT, ExtractInput
 from engine.definitions.summarize import SummarizeOutput
@@ -35,9 +36,21 @@ SUMMARIES_WORDS = 8_000
 MAX_REVIEW_SECONDS = 30 * 86_400
 # summarize_long's input: a text of up to 5,000,000 characters, submitted (a message carries 1 MiB).
 LONG_INPUT_BYTES = 24 * 1024 * 1024
+# Or a PDF, each part of which is a range of this many pages (well within any provider's pages a request).
+PART_PAGES = 20
+ONE_PDF_OR_TEXT = AttachmentPolicy(max_count=1, media_types=frozenset({MediaType.PDF}), required_unless="text")
 
 Parts = Callable[[BaseModel], list[dict[str, Any]]]
 Then = Callable[[BaseModel, list[dict[str, Any]]], dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PagesMap:
+    """A map over a PDF attachment's pages: one child a range of `pages` pages, as a PDF of its own
+    (engine.attachments.pages), with the input `input` gives from the pipeline's and the parts' count."""
+
+    pages: int
+    input: Callable[[BaseModel, int], dict[str, Any]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,6 +59,8 @@ class MapStep:
     run: str  # the job type each part runs
     parts: Parts  # the children's inputs, from the pipeline's input
     max_failed: int = 0  # children that may fail without failing the pipeline
+    # With a PDF attached to the pipeline's job: its page ranges are the parts instead.
+    pages: PagesMap | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,6 +107,16 @@ class PipelineDefinition(JobDefinition):
     def child_types(self) -> set[str]:
         return {step.run for step in self.steps if not isinstance(step, ReviewStep)}
 
+    def edited_output(self, job_input: BaseModel, output: dict[str, Any]) -> dict[str, Any]:
+        """An output a review edited, as it is kept; ValueError (one line: where, and what) when the
+        pipeline's output schema refuses it."""
+        try:
+            return review_output_model(self, job_input).model_validate(output).model_dump(mode="json")
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "output"
+            raise ValueError(f"{where}: {first['msg']}") from exc
+
 
 def pipeline_prompt(name: str) -> Prompt:
     return Prompt(key=name, version="1", system=_NO_PROMPT, user=_NO_PROMPT)
@@ -130,15 +155,24 @@ def split_text(text: str, part_tokens: int = PART_TOKENS, overlap_tokens: int = 
 class SummarizeLongInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    text: Annotated[str, Field(min_length=1, max_length=5_000_000)]
+    # Empty only when a PDF attachment carries what is summarized (engine.intake.check_something_to_read).
+    text: Annotated[str, Field(max_length=5_000_000)] = ""
     max_words: Annotated[int, Field(ge=10, le=1000)] = 200
+
+
+def _part_words(parts: int) -> int:
+    """Each part's word budget: the summaries' SUMMARIES_WORDS shared out, 30 to 200 words each."""
+    return max(30, min(200, SUMMARIES_WORDS // parts))
 
 
 def _summarize_parts(job_input: BaseModel) -> list[dict[str, Any]]:
     assert isinstance(job_input, SummarizeLongInput)
     parts = split_text(job_input.text)
-    words = max(30, min(200, SUMMARIES_WORDS // len(parts)))
-    return [{"text": part, "max_words": words} for part in parts]
+    return [{"text": part, "max_words": _part_words(len(parts))} for part in parts]
+
+
+def _summarize_pages(job_input: BaseModel, parts: int) -> dict[str, Any]:
+    return {"text": "", "max_words": _part_words(parts)}
 
 
 def _summarize_summaries(job_input: BaseModel, outputs: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -153,8 +187,14 @@ SUMMARIZE_LONG = PipelineDefinition(
     output_model=SummarizeOutput,
     prompt=pipeline_prompt("summarize_long"),
     max_input_bytes=LONG_INPUT_BYTES,
+    attachments=ONE_PDF_OR_TEXT,
     steps=(
-        MapStep(name="parts", run="summarize", parts=_summarize_parts),
+        MapStep(
+            name="parts",
+            run="summarize",
+            parts=_summarize_parts,
+            pages=PagesMap(pages=PART_PAGES, input=_summarize_pages),
+        ),
         ThenStep(name="summary", run="summarize", input=_summarize_summaries),
     ),
 )

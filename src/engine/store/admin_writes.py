@@ -15,7 +15,7 @@ from engine.core.errors import (
     JobStateError,
 )
 from engine.store.expressions import Expression
-from engine.store.items import INPUT_SK, OPEN_SHARD, input_item, job_from_item, job_key, open_shard, to_item
+from engine.store.items import input_item, job_from_item, job_key, to_item
 from engine.store.table import JobTable, creation_attributes, is_condition_failure
 
 
@@ -97,21 +97,17 @@ class AdminWrites(JobTable):
 
         Only a job whose input is stored can run again; the input's lifetime restarts with the new
         deadline (its item's TTL, and its payload's when it is in the bucket). The caller enqueues
-        its message.
+        its message. A pipeline is marked to run again what did not succeed (`pipeline_rerun`, read by
+        its next claim: engine.pipelines).
         """
         response = self._client.get_item(TableName=self.table_name, Key=job_key(job_id), ConsistentRead=True)
         if "Item" not in response:
             raise JobNotFoundError(job_id)
         job = job_from_item(response["Item"])
         deadline_at = now_ms + (job.deadline_seconds or DEFAULT_DEADLINE_SECONDS) * 1000
-        expr = Expression()
-        expr.set("status", JobStatus.QUEUED.value)
-        expr.set("updated_at", now_ms)
-        expr.set("attempt_count", 0)
-        expr.set("cancel_requested", False)
-        expr.set("deadline_at", deadline_at)
-        expr.set(OPEN_SHARD, open_shard(job_id))
-        expr.remove("error", "finished_at", "expires_at")
+        expr = self._requeued(job_id, deadline_at, now_ms)
+        if job.pipeline is not None:
+            expr.set("pipeline_rerun", True)
         expr.condition = (
             f"{expr.name('status')} = {expr.value('failed', JobStatus.FAILED.value)}"
             f" AND {expr.name('input_stored')} = {expr.value('true', True)}"
@@ -141,20 +137,3 @@ class AdminWrites(JobTable):
         except ConditionRefusedError:
             return False
         return True
-
-    def _extend_input(self, job_id: str, expires_at: int) -> None:
-        """Keep a requeued job's input until `expires_at`; its payload's lifetime restarts too."""
-        expr = Expression()
-        expr.set("expires_at", expires_at)
-        expr.condition = f"attribute_exists({expr.name('pk')})"
-        try:
-            response = self._client.update_item(
-                **expr.update_params(self.table_name, job_key(job_id, INPUT_SK)), ReturnValues="ALL_NEW"
-            )
-        except ClientError as exc:
-            if is_condition_failure(exc):
-                return  # no input item: the worker ends the job with a clear error
-            raise
-        payload_key = response.get("Attributes", {}).get("input_key", {}).get("S")
-        if payload_key:
-            self._payload_store().refresh(payload_key)

@@ -199,6 +199,7 @@ def _pipeline(data: dict[str, Any]) -> PipelineState | None:
         failed=frozenset(int(part) for part in data.get("pipeline_failed", ())),
         counts=tuple(int(count) for count in data.get("pipeline_counts", ())),
         review=review_from_document(review) if review else None,
+        rerun=bool(data.get("pipeline_rerun", False)),
     )
 
 

@@ -7,12 +7,13 @@ ready for its next step once, and a person's review decided once.
 - make_ready: `waiting -> queued`, conditional on the step: however many callers see the step end,
   one moves the parent on (and sends its message).
 - decide_review: `waiting -> succeeded | failed`, fenced on the job as it was read.
+- rerun_child: a child that did not succeed (`failed`, or `cancelled` with its parent) back to `queued`
+  with a fresh attempt budget, for its parent's retry; fenced on the child as it was read.
 """
 
 from __future__ import annotations
 
 import json
-from decimal import Decimal
 
 from engine.core import Counted, Job, JobErrorInfo, JobStatus, Review
 from engine.core.errors import ConditionRefusedError, PipelineStateError
@@ -32,14 +33,7 @@ class PipelineWrites(JobTable):
         expr.add("pipeline_ended", part)
         if child.status is not JobStatus.SUCCEEDED:
             expr.add("pipeline_failed", part)
-        usage = child.usage
-        expr.add("input_tokens", usage.input_tokens)
-        expr.add("output_tokens", usage.output_tokens)
-        expr.add("cost_usd", Decimal(usage.cost_usd))
-        expr.add("usage_attempts", usage.attempts)
-        for name in ("cached_input_tokens", "cache_write_input_tokens", "reasoning_tokens"):
-            if count := getattr(usage, name):
-                expr.add(name, count)
+        self._add_children_usage(expr, child.usage)
         expr.set("updated_at", now_ms)
         ended = expr.name("pipeline_ended")
         expr.condition = (
@@ -90,3 +84,18 @@ class PipelineWrites(JobTable):
         except ConditionRefusedError as exc:
             now = exc.job.status.value if exc.job else "gone"
             raise PipelineStateError(f"job {job.job_id} changed while its review was decided (now {now})") from exc
+
+    def rerun_child(self, child: Job, deadline_at: int, now_ms: int) -> bool:
+        """Put a child that did not succeed back to `queued` with a fresh attempt budget and `deadline_at`
+        (its retried parent sends its message); False when it changed since it was read."""
+        assert child.status in (JobStatus.FAILED, JobStatus.CANCELLED)
+        expr = self._requeued(child.job_id, deadline_at, now_ms)
+        expr.condition = (
+            self._fenced_on_read(expr, child) + f" AND {expr.name('input_stored')} = {expr.value('t', True)}"
+        )
+        try:
+            self._update(expr, child.job_id)
+        except ConditionRefusedError:
+            return False
+        self._extend_input(child.job_id, self._expiry(deadline_at))
+        return True

@@ -17,11 +17,12 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from engine.aws_errors import CONDITION_FAILED, cancellation_codes
-from engine.core import AttemptRecord, Job, JobErrorInfo, JobStatus, NewJob, Settlement
+from engine.core import AttemptRecord, Job, JobErrorInfo, JobStatus, NewJob, Settlement, Usage
 from engine.core.attachments import ref_documents
 from engine.core.errors import ConditionRefusedError, ConfigurationError
 from engine.store.expressions import Expression
 from engine.store.items import (
+    INPUT_SK,
     OPEN_SHARD,
     Item,
     budget_day_key,
@@ -193,6 +194,47 @@ class JobTable:
         for name in ("cached_input_tokens", "cache_write_input_tokens", "reasoning_tokens", "reasks"):
             if count := getattr(attempt, name):
                 expr.add(name, count)
+
+    @staticmethod
+    def _add_children_usage(expr: Expression, usage: Usage) -> None:
+        """A pipeline's children's usage added to (or, negative, taken from) its own: every kind it has."""
+        expr.add("input_tokens", usage.input_tokens)
+        expr.add("output_tokens", usage.output_tokens)
+        expr.add("cost_usd", Decimal(usage.cost_usd))
+        expr.add("usage_attempts", usage.attempts)
+        for name in ("cached_input_tokens", "cache_write_input_tokens", "reasoning_tokens"):
+            if count := getattr(usage, name):
+                expr.add(name, count)
+
+    @staticmethod
+    def _requeued(job_id: str, deadline_at: int, now_ms: int) -> Expression:
+        """A retry's parts: back to `queued` and open, a fresh attempt budget and deadline, no error."""
+        expr = Expression()
+        expr.set("status", JobStatus.QUEUED.value)
+        expr.set("updated_at", now_ms)
+        expr.set("attempt_count", 0)
+        expr.set("cancel_requested", False)
+        expr.set("deadline_at", deadline_at)
+        expr.set(OPEN_SHARD, open_shard(job_id))
+        expr.remove("error", "finished_at", "expires_at")
+        return expr
+
+    def _extend_input(self, job_id: str, expires_at: int) -> None:
+        """Keep a requeued job's input until `expires_at`; its payload's lifetime restarts too."""
+        expr = Expression()
+        expr.set("expires_at", expires_at)
+        expr.condition = f"attribute_exists({expr.name('pk')})"
+        try:
+            response = self._client.update_item(
+                **expr.update_params(self.table_name, job_key(job_id, INPUT_SK)), ReturnValues="ALL_NEW"
+            )
+        except ClientError as exc:
+            if is_condition_failure(exc):
+                return  # no input item: the worker ends the job with a clear error
+            raise
+        payload_key = response.get("Attributes", {}).get("input_key", {}).get("S")
+        if payload_key:
+            self._payload_store().refresh(payload_key)
 
     @staticmethod
     def _fenced_on_read(expr: Expression, job: Job) -> str:

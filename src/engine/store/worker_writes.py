@@ -22,6 +22,7 @@ from engine.core import (
     Released,
     Settlement,
     Succeeded,
+    Usage,
     Waits,
     can_transition,
     explain_claim_refusal,
@@ -123,17 +124,27 @@ class WorkerWrites(JobTable):
                 expr.remove("error")
             case Released(refund_attempt=True):
                 expr.add("attempt_count", -1)
-            case Waits(step=step, children=children, counts=counts, review=review):
+            case Waits(step=step, children=children, counts=counts, review=review, ended=ended, usage=usage):
                 # Moving a pipeline on is not an attempt at a model: the claim is refunded.
                 expr.add("attempt_count", -1)
                 expr.set("pipeline_step", step)
                 expr.set("pipeline_children", children)
                 expr.set("pipeline_counts", list(counts))
-                expr.remove("pipeline_ended", "pipeline_failed")
+                expr.remove("pipeline_failed")
+                if ended:  # (a step run again keeps its succeeded children: a number set is never empty)
+                    expr.set("pipeline_ended", set(ended))
+                else:
+                    expr.remove("pipeline_ended")
+                if usage != Usage():
+                    self._add_children_usage(expr, usage)
                 if review is not None:
                     expr.set("review", review_document(review))
+                else:
+                    expr.remove("review")
         if attempt:
             self._add_usage(expr, attempt)
+        if job.pipeline is not None and job.pipeline.rerun:
+            expr.remove("pipeline_rerun")  # the retried pipeline's claim has read it
         if attachments_read:
             expr.set("attachments_read", [info.document() for info in attachments_read])
         if job.job_type_version is not None:

@@ -29,11 +29,13 @@ from engine.core.errors import (
     JobNotFoundError,
     JobStateError,
     LeaseLostError,
+    PipelineStateError,
 )
 from engine.core.job import (
     DEFAULT_DEADLINE_SECONDS,
     AttemptRecord,
     BatchTerms,
+    Counted,
     DeadLetter,
     DeadLetterEntry,
     Job,
@@ -43,13 +45,15 @@ from engine.core.job import (
     JobStatus,
     Lane,
     NewJob,
+    PipelineState,
+    Review,
     Settlement,
     can_transition,
     claimable,
     explain_claim_refusal,
 )
 from engine.core.open_jobs import OpenJobKey, OpenJobsWalk
-from engine.core.outcomes import Cancelled, Outcome, Released, Succeeded, outcome_error, target_status
+from engine.core.outcomes import Cancelled, Outcome, Released, Succeeded, Waits, outcome_error, target_status
 from engine.text import MAX_REASON_CHARS, bounded, one_line, valid_text
 
 # What the DynamoDB store (engine.store, which the fakes do not import) does with sizes:
@@ -202,6 +206,10 @@ class InMemoryJobStore:
                     finished = replace(finished, output=output, output_hash=output_hash, error=None)
                 case Released(refund_attempt=True):
                     finished = replace(finished, attempt_count=finished.attempt_count - 1)
+                case Waits():
+                    finished = _waiting(finished, outcome)
+            if finished.pipeline is not None and finished.pipeline.rerun:
+                finished = replace(finished, pipeline=replace(finished.pipeline, rerun=False))
             if settlement is not None:  # first: a budget that refuses it leaves the job as it was
                 finished = self._settle(finished, settlement)
             if attachments_read:
@@ -369,7 +377,9 @@ class InMemoryJobStore:
             job = self._jobs.get(job_id)
             if job is None:
                 raise JobNotFoundError(job_id)
-            if job.status is JobStatus.QUEUED or (job.status is JobStatus.RUNNING and job.batch is not None):
+            if job.status in (JobStatus.QUEUED, JobStatus.WAITING) or (
+                job.status is JobStatus.RUNNING and job.batch is not None
+            ):
                 cancelled = _transition(job, JobStatus.CANCELLED, None, now_ms)
                 job = replace(cancelled, cancel_requested=True)
             elif job.status is JobStatus.RUNNING:
@@ -395,6 +405,7 @@ class InMemoryJobStore:
                 deadline_at=now_ms + (job.deadline_seconds or DEFAULT_DEADLINE_SECONDS) * 1000,
                 error=None,
                 finished_at=None,
+                pipeline=replace(job.pipeline, rerun=True) if job.pipeline is not None else None,
             )
             self._jobs[job_id] = requeued
             return requeued
@@ -405,6 +416,97 @@ class InMemoryJobStore:
             if current is None or (current.status, current.claim_count) != (job.status, job.claim_count):
                 return False
             self._jobs[job.job_id] = replace(current, updated_at=now_ms)
+            return True
+
+    # --- pipelines (engine.store.pipeline_writes) ----------------------------------------------
+
+    def count_child(self, child: Job, now_ms: int) -> Counted:
+        assert child.parent is not None
+        assert child.status.is_terminal
+        of = child.parent
+        with self._lock:
+            parent = self._jobs.get(of.parent_id)
+            state = parent.pipeline if parent is not None else None
+            if (
+                parent is None
+                or state is None
+                or parent.status is not JobStatus.WAITING
+                or state.step != of.step_index
+                or of.part in state.ended
+            ):
+                return Counted(parent, False)
+            failed = state.failed | ({of.part} if child.status is not JobStatus.SUCCEEDED else set())
+            counted = replace(
+                parent,
+                pipeline=replace(state, ended=state.ended | {of.part}, failed=frozenset(failed)),
+                usage=parent.usage.add(child.usage),
+                updated_at=now_ms,
+            )
+            self._jobs[parent.job_id] = counted
+            return Counted(counted, True)
+
+    def make_ready(self, parent: Job, now_ms: int) -> bool:
+        assert parent.pipeline is not None
+        with self._lock:
+            current = self._jobs.get(parent.job_id)
+            if (
+                current is None
+                or current.status is not JobStatus.WAITING
+                or current.pipeline is None
+                or current.pipeline.step != parent.pipeline.step
+            ):
+                return False
+            self._jobs[parent.job_id] = _transition(current, JobStatus.QUEUED, None, now_ms)
+            return True
+
+    def decide_review(
+        self,
+        job: Job,
+        review: Review,
+        output: dict[str, Any] | None,
+        output_hash: str | None,
+        error: JobErrorInfo | None,
+        now_ms: int,
+    ) -> Job:
+        status = JobStatus.SUCCEEDED if error is None else JobStatus.FAILED
+        kept = _as_json(output) if output is not None and output_hash is not None else None
+        with self._lock:
+            current = self._jobs.get(job.job_id)
+            if (
+                current is None
+                or (current.status, current.claim_count) != (job.status, job.claim_count)
+                or current.pipeline is None
+                or current.pipeline.review is None
+            ):
+                now = current.status.value if current else "gone"
+                raise PipelineStateError(f"job {job.job_id} changed while its review was decided (now {now})")
+            decided = _transition(current, status, error, now_ms)
+            decided = replace(decided, pipeline=replace(current.pipeline, review=review))
+            if kept is not None:
+                decided = replace(decided, output=kept, output_hash=output_hash)
+            self._jobs[job.job_id] = decided
+            return decided
+
+    def rerun_child(self, child: Job, deadline_at: int, now_ms: int) -> bool:
+        assert child.status in (JobStatus.FAILED, JobStatus.CANCELLED)
+        with self._lock:
+            current = self._jobs.get(child.job_id)
+            if (
+                current is None
+                or (current.status, current.claim_count) != (child.status, child.claim_count)
+                or not current.input_stored
+            ):
+                return False
+            self._jobs[child.job_id] = replace(
+                current,
+                status=JobStatus.QUEUED,
+                updated_at=now_ms,
+                attempt_count=0,
+                cancel_requested=False,
+                deadline_at=deadline_at,
+                error=None,
+                finished_at=None,
+            )
             return True
 
     # --- parts -------------------------------------------------------------------------------
@@ -487,6 +589,7 @@ def _created(job_id: str, new_job: NewJob, now_ms: int, status: JobStatus) -> Jo
         lane=new_job.lane,
         attachments=new_job.attachments,
         job_type_version=new_job.job_type_version,
+        parent=new_job.parent,
     )
 
 
@@ -527,3 +630,9 @@ def _transition(job: Job, status: JobStatus, error: JobErrorInfo | None, now_ms:
     if status.is_terminal:
         changed = replace(changed, finished_at=now_ms)
     return changed
+
+
+def _waiting(job: Job, waits: Waits) -> Job:
+    """A pipeline whose step started: where it is, the claim refunded, its children's usage adjusted."""
+    state = PipelineState(waits.step, waits.children, waits.ended, frozenset(), waits.counts, waits.review)
+    return replace(job, pipeline=state, attempt_count=job.attempt_count - 1, usage=job.usage.add(waits.usage))
