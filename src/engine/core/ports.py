@@ -78,8 +78,8 @@ class PaidAnswers(Protocol):
     """Answers already paid for, kept under their request's key (engine.reuse, docs/reuse.md)."""
 
     def paid_answer(self, key: str) -> PaidAnswer | None:
-        """The answer last kept under a request's key, or None: one read, which may lag a write by a
-        moment (a lagging read is a miss, or the answer kept before)."""
+        """The answer last kept under a request's key, or None: one read, which sees every write that
+        ended before it began."""
         ...
 
 

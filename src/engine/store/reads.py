@@ -65,10 +65,10 @@ class JobReads(JobTable):
         return loaded
 
     def paid_answer(self, key: str) -> PaidAnswer | None:
-        """The answer last kept under a request's key: one GetItem, eventually consistent (half the read
-        units; a read that lags a write finds nothing, or the answer before), and an S3 GetObject for an
-        answer kept in the payload bucket."""
-        item = self._client.get_item(TableName=self.table_name, Key=reuse_key(key)).get("Item")
+        """The answer last kept under a request's key: one GetItem, strongly consistent (a job that starts
+        after another's end finds that job's answer), and an S3 GetObject for an answer kept in the
+        payload bucket."""
+        item = self._client.get_item(TableName=self.table_name, Key=reuse_key(key), ConsistentRead=True).get("Item")
         if not item:
             return None
         if "answer_key" in item:
