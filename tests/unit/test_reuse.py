@@ -44,7 +44,9 @@ from engine.runner import JobRunner
 from engine.testing import InMemoryJobStore, MemoryAttachments
 from engine.views import JobView
 from tests.support.attachment_files import READ_FILES, pdf
+from tests.support.batch_fleet import Fleet
 from tests.support.clock import Clock
+from tests.support.events import job_message
 from tests.support.providers import FakeProvider, valid_answer
 from tests.unit.test_runner_decisions import delivery
 
@@ -493,3 +495,48 @@ def test_any_part_of_the_request_changed_changes_the_key(part: str, text: str) -
         return request_key(of["definition"], of["prompt"], of["provider"], of["model"], of["schema"], of["attachments"])
 
     assert key(changed) != key(parts)
+
+
+# --- the worker's batch paths ------------------------------------------------------------------------
+
+
+def reusing_fleet(cap: str | None = None) -> Fleet:
+    """A background worker with batches (and a daily cap), its classify reusing answers for a day."""
+    return Fleet(cap=cap, registry=JobRegistry([replace(CLASSIFY, reuse_seconds=86_400)]))
+
+
+def test_a_batch_s_answer_is_kept_and_a_repeat_finishes_at_its_claim_joining_no_batch() -> None:
+    # Given a background job its provider's batch answered
+    fleet = reusing_fleet()
+    [paid] = fleet.submit(1)
+    fleet.gather()
+    fleet.end_batch()
+
+    # When the same request comes in the background lane
+    disposition = fleet.deliver(job_message("classify", "repeat", lane="background"))
+
+    # Then it ends at its claim with the batch's answer: no part written, no call of either kind
+    assert disposition == Ack(Fate.SUCCEEDED)
+    repeat = fleet.job("repeat")
+    assert (repeat.status, repeat.reused_from, repeat.batch) == (JobStatus.SUCCEEDED, paid, None)
+    assert repeat.output == fleet.job(paid).output
+    assert fleet.files.parts() == []
+    assert fleet.realtime.calls == 0
+    assert only_attempt(fleet.store, repeat).via is Via.REUSE
+
+
+def test_a_reused_answer_reserves_and_spends_nothing_of_its_user_s_budget() -> None:
+    # Given a capped user whose batched job paid for an answer
+    fleet = reusing_fleet(cap="1.00")
+    fleet.submit(1)
+    fleet.gather()
+    fleet.end_batch()
+    before = dict(fleet.budget_days.days)
+
+    # When the user's next job is the same request
+    disposition = fleet.deliver(job_message("classify", "repeat", lane="background"))
+
+    # Then it succeeds with no reservation and no spend
+    assert disposition == Ack(Fate.SUCCEEDED)
+    assert fleet.budget_days.days == before
+    assert fleet.job("repeat").usage == Usage(attempts=1)
