@@ -122,25 +122,11 @@ def attempt_record(job: Job, execution: Execution, started_ms: int, finished_ms:
 
 
 def reused_attempt(job: Job, reused: Reused, started_ms: int, finished_ms: int) -> AttemptRecord:
-    """The record of an attempt that took another job's answer: no call, no tokens, no cost; the answer's
-    provider and model, the prompt it answers, and the job that paid for it."""
-    return AttemptRecord(
-        job_id=job.job_id,
-        lane=job.lane,
-        attempt=job.claim_count,
-        user_id=job.user_id,
-        job_type=job.job_type,
-        started_at=started_ms,
-        finished_at=finished_ms,
-        outcome=AttemptOutcome.SUCCEEDED,
-        provider=reused.provider,
-        model=reused.model,
-        prompt_key=reused.prompt.key,
-        prompt_version=reused.prompt.version,
-        via=Via.REUSE,
-        job_type_version=job.job_type_version,
-        reused_from=reused.paid.job_id,
-    )
+    """The record of an attempt that took another job's answer: an execution of no call (no tokens, no
+    cost) by the answer's provider and model, for the prompt it answers, naming the job that paid."""
+    answered = Execution(reused.prompt, reused.provider, tier="", model=reused.model)
+    record = attempt_record(job, answered, started_ms, finished_ms)
+    return replace(record, tier=None, via=Via.REUSE, reused_from=reused.paid.job_id)
 
 
 def decide(
