@@ -38,6 +38,7 @@ from engine.decisions import decide_reused, output_hash
 from engine.definitions import JobDefinition, JobRegistry, RenderedPrompt
 from engine.definitions.classify import CLASSIFY
 from engine.definitions.data import check_job_type, compile_job_type
+from engine.definitions.pipelines import SUMMARIZE_LONG
 from engine.gateway import CompletionRequest, ModelGateway, ModelTiers
 from engine.reuse import Reused, request_key
 from engine.runner import JobRunner
@@ -540,3 +541,17 @@ def test_a_reused_answer_reserves_and_spends_nothing_of_its_user_s_budget() -> N
     assert disposition == Ack(Fate.SUCCEEDED)
     assert fleet.budget_days.days == before
     assert fleet.job("repeat").usage == Usage(attempts=1)
+
+
+# --- the setting ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seconds", [0, -1, MAX_REUSE_SECONDS + 1, True, 60.0])
+def test_a_code_job_type_s_reuse_seconds_out_of_bounds_fails_its_definition_naming_it(seconds: Any) -> None:
+    with pytest.raises(ValueError, match=r"^job type 'classify': reuse_seconds is a whole number from 1 to 2592000$"):
+        replace(CLASSIFY, reuse_seconds=seconds)
+
+
+def test_a_pipeline_cannot_reuse_answers_its_steps_job_types_do() -> None:
+    with pytest.raises(ValueError, match="calls no model"):
+        replace(SUMMARIZE_LONG, reuse_seconds=REUSE_SECONDS)
