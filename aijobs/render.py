@@ -125,11 +125,14 @@ def attachments_table(attachments: Sequence[AttachmentView]) -> Table:
 
 
 def via_text(view: JobView) -> str:
-    """How the job runs or ran: "realtime", "batch batch_abc", "batch: waiting for its batch (...)", or "-"."""
+    """How the job runs or ran: "realtime", "batch batch_abc", "batch: waiting for its batch (...)",
+    "reuse of job-1" (an answer already paid for), or "-"."""
     if view.via is None:
         return "-"
     if view.in_batch:
         return f"batch: waiting for its batch (window of {view.batch_window_at})"
+    if view.reused_from is not None:
+        return f"{view.via.value} of {view.reused_from}: its answer, no call made"
     return f"{view.via.value} {view.batch}" if view.batch else view.via.value
 
 
@@ -232,6 +235,11 @@ def attempts_table(attempts: Sequence[AttemptView], counted: int) -> Table:
     attempts counted against the budget, which leave out the rate-limited ones (and those before an
     `aijobs retry`); the caption says so when they differ, and names the batches (their ids are long)."""
     notes = [f"#{attempt.attempt} ran in batch {attempt.batch_id}" for attempt in attempts if attempt.batch_id]
+    notes += [
+        f"#{attempt.attempt} took the answer job {attempt.reused_from} paid for"
+        for attempt in attempts
+        if attempt.reused_from
+    ]
     if attempts and len(attempts) != counted:
         why = (
             "rate-limited calls, and attempts before a retry, are not counted"
@@ -381,18 +389,23 @@ USAGE_COLUMNS = (
     ("cost", "cost_usd"),
     ("cache saved", "cache_savings_usd"),
     ("unpriced", "unpriced_attempts"),
+    ("reused", "reused"),
 )
 UNPRICED_NOTE = (
     "unpriced: attempt records of a model with no price, whose cost is unknown and counted as 0 (AIJOBS_PRICES)"
 )
+REUSED_NOTE = "reused: jobs that took an answer already paid for, with no call (among the records, at no cost)"
+# Columns shown only when some row has one, each with its note under the table.
+USAGE_NOTES = {"unpriced_attempts": UNPRICED_NOTE, "reused": REUSED_NOTE}
 
 
 def usage_table(rows: Sequence[UsageRow], title: str) -> Table:
     """Rows by user, job type, model and lane; then each lane's total (when there are two), and the total.
-    The unpriced column shows only when some attempt was unpriced."""
+    The unpriced and reused columns show only when some attempt was unpriced, or reused an answer."""
     total = _sum(rows)
-    columns = [(title, name) for title, name in USAGE_COLUMNS if name != "unpriced_attempts" or total.unpriced_attempts]
-    table = Table(title=title, caption=UNPRICED_NOTE if total.unpriced_attempts else None)
+    shown = [name for name in USAGE_NOTES if getattr(total, name)]
+    columns = [(title, name) for title, name in USAGE_COLUMNS if name not in USAGE_NOTES or name in shown]
+    table = Table(title=title, caption="; ".join(USAGE_NOTES[name] for name in shown) or None)
     for column in ("user", "job type", "model", "lane"):
         table.add_column(column)
     for column, _ in columns:

@@ -32,7 +32,7 @@ from aijobs.local.devstack import LOCAL_CREDENTIALS
 from aijobs.local.lambda_events import InvocationContext, sqs_event, sqs_record
 from aijobs.local.provider import LocalProvider
 from aijobs.stack import StackResources, create_stack_resources
-from bench import attachments, batches, events, fleet, job_types, lanes, limited, pipelines, ui
+from bench import attachments, batches, events, fleet, job_types, lanes, limited, pipelines, reuse, ui
 from bench.capacity import Index, WriteMeter, item_size, units
 from bench.report import Figure, quiet_engine, render
 from bench.shapes import message
@@ -84,6 +84,7 @@ class Sizes:
     job_type_jobs: int = job_types.JOBS
     pipeline_text_bytes: int = pipelines.TEXT_BYTES
     pipeline_parents: int = pipelines.PARENTS
+    reuse_jobs: int = reuse.JOBS
 
 
 # Every figure at small sizes, to show that the bench runs (a few minutes on 2 cores; `make test` runs
@@ -109,6 +110,7 @@ QUICK = Sizes(
     job_type_jobs=5,
     pipeline_text_bytes=40_000,
     pipeline_parents=2,
+    reuse_jobs=3,
 )
 
 
@@ -675,6 +677,7 @@ def measure(console: Console, sizes: Sizes) -> list[Figure]:
     figures += attachments.attachments_figures(console)
     figures += job_types.job_types_figures(console, sizes.job_type_refresh_seconds, sizes.job_type_jobs)
     figures += pipelines.pipelines_figures(console, sizes.pipeline_text_bytes, sizes.pipeline_parents)
+    figures += reuse.reuse_figures(console, sizes.reuse_jobs)
     return figures
 
 

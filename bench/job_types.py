@@ -34,7 +34,7 @@ from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
 from engine.definitions.catalog import DEFAULT_REFRESH_SECONDS, DataJobTypes
 from engine.definitions.data import check_job_type, compile_job_type
-from engine.gateway import Completion, CompletionRequest, ModelGateway, ModelTiers
+from engine.gateway import Completion, CompletionRequest, ModelGateway, ModelProvider, ModelTiers
 from engine.runner import JobRunner
 from engine.store import DynamoJobStore
 from engine.store.job_types import JobTypeTable
@@ -56,12 +56,15 @@ class TopicProvider:
         return Completion(json.dumps({"topic": "billing"}), request.model, 80, 6, latency_ms=0)
 
 
-def fleet_worker(table_name: str, client: Any, refresh_seconds: float) -> JobRunner:
-    """One worker as engine.wiring builds it: its own catalog (heads kept for a refresh period) and store."""
+def fleet_worker(
+    table_name: str, client: Any, refresh_seconds: float, provider: ModelProvider | None = None
+) -> JobRunner:
+    """One worker as engine.wiring builds it: its own catalog (heads kept for a refresh period) and store;
+    its provider a TopicProvider unless given."""
     store = DynamoJobStore(table_name, client=client)
     catalog = DataJobTypes(JobTypeTable(table_name, client), compile_job_type, refresh_seconds=refresh_seconds)
     registry = JobRegistry(data=catalog)
-    gateway = ModelGateway(TopicProvider(), ModelTiers("gpt-4o-mini"))
+    gateway = ModelGateway(provider or TopicProvider(), ModelTiers("gpt-4o-mini"))
     return JobRunner(store, gateway, registry, DeadLetterRecorder(store, registry), rng=random.Random(1))
 
 

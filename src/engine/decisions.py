@@ -26,6 +26,7 @@ from engine.core import (
     Outcome,
     Released,
     Retry,
+    Reusable,
     Succeeded,
     Via,
 )
@@ -43,6 +44,7 @@ from engine.fleet.admission import Hold
 from engine.gateway import Execution
 from engine.intake import canonical_json, sha256_hex
 from engine.retry import MAX_DELAY_SECONDS, reach_floor_seconds, retry_delay_seconds
+from engine.reuse import Reused
 
 # How soon a message comes back when it was put back for a reason that passes quickly.
 RETRY_SOON_SECONDS = 2
@@ -119,19 +121,42 @@ def attempt_record(job: Job, execution: Execution, started_ms: int, finished_ms:
     )
 
 
-def decide(job: Job, definition: JobDefinition, execution: Execution, attempt: AttemptRecord, at: Moment) -> Decision:
-    """From an attempt's execution: its output kept (within the stored bound), or its error ended or retried."""
+def reused_attempt(job: Job, reused: Reused, started_ms: int, finished_ms: int) -> AttemptRecord:
+    """The record of an attempt that took another job's answer: an execution of no call (no tokens, no
+    cost) by the answer's provider and model, for the prompt it answers, naming the job that paid."""
+    answered = Execution(reused.prompt, reused.provider, tier="", model=reused.model)
+    record = attempt_record(job, answered, started_ms, finished_ms)
+    return replace(record, tier=None, via=Via.REUSE, reused_from=reused.paid.job_id)
+
+
+def decide(
+    job: Job,
+    definition: JobDefinition,
+    execution: Execution,
+    attempt: AttemptRecord,
+    at: Moment,
+    kept: Reusable | None = None,
+) -> Decision:
+    """From an attempt's execution: its output kept (within the stored bound; with `kept`, its answer for
+    later jobs of the same request too), or its error ended or retried."""
     if execution.output is not None:
         try:
             output = definition.stored_output(execution.output)
         except PermanentError as exc:
             refused = replace(attempt, outcome=AttemptOutcome.FAILED, error_code=exc.code)
             return Decision(Failed(exc.info()), Ack(Fate.FAILED), refused)
-        return Decision(Succeeded(output, output_hash(output)), Ack(Fate.SUCCEEDED), attempt)
+        return Decision(Succeeded(output, output_hash(output), kept=kept), Ack(Fate.SUCCEEDED), attempt)
     error: JobError = execution.error or InternalError("the gateway returned neither output nor error")
     if isinstance(error, RetryableError):
         return decide_retry(job, error, attempt, at)
     return Decision(Failed(error.info()), Ack(Fate.FAILED), attempt)
+
+
+def decide_reused(job: Job, reused: Reused, started_ms: int, finished_ms: int) -> Decision:
+    """A job that takes the answer another job of the same request paid for (engine.reuse): succeeded
+    through the ordinary finish, which records where the answer came from."""
+    succeeded = Succeeded(reused.output, output_hash(reused.output), reused_from=reused.paid.job_id)
+    return Decision(succeeded, Ack(Fate.SUCCEEDED), reused_attempt(job, reused, started_ms, finished_ms))
 
 
 def decide_retry(job: Job, error: RetryableError, attempt: AttemptRecord | None, at: Moment) -> Decision:

@@ -2,7 +2,9 @@
 
 The spine, one named step each:
 - claim: parse the message and claim its job (one conditional write), or say at once what becomes
-  of the delivery (a duplicate, a bad message, a refused claim);
+  of the delivery (a duplicate, a bad message, a refused claim, or an answer already paid for: a job
+  of a job type with `reuse_seconds` whose request was answered within them is finished with that
+  answer, no call made; engine.reuse);
 - admit: a hold of the shared limits or budgets (engine.fleet), or too little of the invocation left
   for the call, decides without a call;
 - call: now (`run`), or from a provider's batch's answer (`answer`): siblings behind the gateway;
@@ -73,6 +75,7 @@ from engine.decisions import (
     decide_hand_back,
     decide_hold,
     decide_retry,
+    decide_reused,
 )
 from engine.definitions import JobDefinition, JobRegistry
 from engine.definitions.pipelines import PipelineDefinition
@@ -82,6 +85,7 @@ from engine.intake import BadMessageError, JobRequest, parse_message, sha256_hex
 from engine.observability import genai_usage, log_unexpected, logger
 from engine.pipelines import Pipelines
 from engine.retry import DEFAULT_MAX_RECEIVES, MAX_DELAY_SECONDS, backoff_seconds
+from engine.reuse import AnswerReuse
 from engine.telemetry import count_ended, count_latency, count_outcome, count_retry
 
 # Time kept back from the provider call for the finishing write.
@@ -159,6 +163,7 @@ class JobRunner:
         self._max_receives = max_receives
         self._attachments = attachments
         self._pipelines = pipelines
+        self._reuse = AnswerReuse(store, gateway.first_call)
 
     # --- the spine ----------------------------------------------------------------------------
 
@@ -275,7 +280,19 @@ class JobRunner:
             log_unexpected("the claimed job could not be resolved", exc, job_id=job.job_id)
             internal = InternalError(f"internal error: {type(exc).__name__}")
             return self.finish(job, request, decide_retry(job, internal, None, self._moment(delivery.receive_count)))
-        return Claimed(job, request, definition, job_input, delivery, raw_input, attachments)
+        claimed = Claimed(job, request, definition, job_input, delivery, raw_input, attachments)
+        reused = self._reused(claimed)
+        return claimed if reused is None else reused
+
+    def _reused(self, claimed: Claimed) -> Disposition | None:
+        """Finish a job with the answer its request was given within its job type's reuse_seconds, no call
+        made; None when there is none to take (engine.reuse: never an error)."""
+        started = self._now_ms()
+        reused = self._reuse.find(claimed.definition, claimed.job_input, claimed.attachments_read, started)
+        if reused is None:
+            return None
+        decision = decide_reused(claimed.job, reused, started, self._now_ms())
+        return self.finish(claimed.job, claimed.request, decision, read=claimed.attachments_read)
 
     def load_attachments(self, refs: Sequence[AttachmentRef], definition: JobDefinition) -> tuple[Attachment, ...]:
         """Attachments read and checked (AttachmentInvalidError when one cannot go), for a claim that is
@@ -446,7 +463,9 @@ class JobRunner:
 
     def _decide(self, claimed: Claimed, execution: Execution, started_ms: int) -> Decision:
         attempt = attempt_record(claimed.job, execution, started_ms, self._now_ms())
-        return decide(claimed.job, claimed.definition, execution, attempt, self._moment(claimed.delivery.receive_count))
+        kept = self._reuse.kept(claimed.definition, claimed.job_input, claimed.attachments_read, execution)
+        moment = self._moment(claimed.delivery.receive_count)
+        return decide(claimed.job, claimed.definition, execution, attempt, moment, kept)
 
     # --- finish -------------------------------------------------------------------------------
 

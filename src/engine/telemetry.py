@@ -1,11 +1,11 @@
 """What the runner counts per job type and model (engine.observability.job_metrics): outcomes,
-attempts, retries by reason, provider latency, tokens by kind and cost; and per lane, how long jobs
-took from creation to answer. docs/operations.md lists
-each metric and the dashboard and alarms built on them."""
+attempts, retries by reason, provider latency, tokens by kind and cost, answers reused; and per
+lane, how long jobs took from creation to answer. docs/operations.md lists each metric and the
+dashboard and alarms built on them."""
 
 from __future__ import annotations
 
-from engine.core import AttemptRecord, JobStatus, Lane
+from engine.core import AttemptRecord, JobStatus, Lane, Via
 from engine.core.outcomes import Outcome, Released, target_status
 from engine.observability import MetricUnit, job_metrics
 
@@ -38,6 +38,10 @@ def count_outcome(job_type: str | None, outcome: Outcome, attempt: AttemptRecord
     if isinstance(outcome, Released) and outcome.error is not None:
         count_retry(job_type, outcome.error.code.value)
     model = attempt.model
+    if attempt.via is Via.REUSE:
+        # An answer already paid for: no attempt reached the provider; the call it saved is counted.
+        job_metrics.add(job_type, model, "AnswersReused", 1, MetricUnit.Count)
+        return
     job_metrics.add(job_type, model, "Attempts", 1, MetricUnit.Count)
     job_metrics.add(job_type, model, "gen_ai.client.operation.duration", attempt.latency_ms / 1000, MetricUnit.Seconds)
     for name, field in TOKEN_METRICS.items():

@@ -173,8 +173,9 @@ class JobView(BaseModel):
     lane: Lane
     usage: UsageView
     # How the job runs: while it runs, `batch` if it waits in a provider's batch (`batch` is then the
-    # key of the batch window it joined), else `realtime`; once it has stopped, how its latest attempt
-    # ran (and that batch's provider id) where its attempts were read, else null (docs/messages.md).
+    # key of the batch window it joined), else `realtime`; once it has stopped, `reuse` if it took an
+    # answer already paid for, else how its latest attempt ran (and that batch's provider id) where its
+    # attempts were read, else null (docs/messages.md).
     via: Via | None
     batch: str | None
     # From its creation to its end, in milliseconds as the table keeps them (the times above are
@@ -190,6 +191,9 @@ class JobView(BaseModel):
     parent_id: str | None = None
     step: str | None = None
     pipeline: PipelineView | None = None
+    # A job that took the answer another job of the same request paid for (`via` reuse, no call):
+    # that job's id (docs/reuse.md). Null otherwise.
+    reused_from: str | None = None
 
     @classmethod
     def from_job(cls, job: Job, latest: AttemptRecord | None = None) -> JobView:
@@ -229,6 +233,7 @@ class JobView(BaseModel):
             parent_id=job.parent.parent_id if job.parent else None,
             step=job.parent.step if job.parent else None,
             pipeline=PipelineView.of(job.pipeline) if job.pipeline else None,
+            reused_from=job.reused_from,
         )
 
     @property
@@ -248,6 +253,8 @@ class JobView(BaseModel):
 def _how_it_runs(job: Job, latest: AttemptRecord | None) -> tuple[Via | None, str | None]:
     if job.status is JobStatus.RUNNING:
         return (Via.BATCH, job.batch) if job.batch is not None else (Via.REALTIME, None)
+    if job.reused_from is not None:
+        return Via.REUSE, None
     if latest is not None:
         return latest.via, latest.batch_id
     return None, None
@@ -290,6 +297,8 @@ class AttemptView(BaseModel):
     refused_answer: str | None = None
     prompt_sha256: str | None = None
     refused_answer_s3: str | None = None
+    # An attempt that took another job's answer (`via` reuse, no call): that job's id.
+    reused_from: str | None = None
 
     @classmethod
     def from_record(cls, record: AttemptRecord) -> AttemptView:
@@ -322,6 +331,7 @@ class AttemptView(BaseModel):
             refused_answer=record.refused_answer,
             prompt_sha256=record.prompt_sha256,
             refused_answer_s3=record.refused_answer_s3,
+            reused_from=record.reused_from,
         )
 
 

@@ -173,6 +173,7 @@ class Fleet:
         batch_provider: ScriptedBatchProvider | None = None,
         cap: str | None = None,
         attachments: AttachmentLoader | None = None,
+        registry: JobRegistry | None = None,
     ) -> None:
         self.clock = Clock()
         self.budget_days = InMemoryBudgetStore()
@@ -183,7 +184,7 @@ class Fleet:
         self.files = BatchFiles(self.objects)
         self.records = MemoryBatchRecords()
         self.queues = RefusingQueues()
-        self.registry = JobRegistry()
+        self.registry = registry or JobRegistry()
         self.gateway = ModelGateway(self.realtime, ModelTiers(MODEL))
         recorder = DeadLetterRecorder(self.store, self.registry, clock=self.clock)
         self.runner = JobRunner(

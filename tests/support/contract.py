@@ -26,6 +26,7 @@ VIEW_FIELDS = [
     "parent_id",
     "step",
     "pipeline",
+    "reused_from",
 ]
 
 # An attachment of the job view (engine.views.AttachmentView): its reference and name, then what was
@@ -59,6 +60,7 @@ USAGE_ROW_FIELDS = [
     "cost_usd",
     "cache_savings_usd",
     "unpriced_attempts",
+    "reused",
 ]
 
 # A batch of `aijobs batches --json` (docs/batches.md).

@@ -17,7 +17,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from engine.core.batches import BatchRecord
 from engine.core.errors import ProviderRejectedError, ProviderUnavailableError
 from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
+from engine.definitions.classify import CLASSIFY
 from engine.gateway import Answered, Completion, ModelGateway, ModelTiers
 from engine.runner import Claimed, JobRunner
 from engine.store import DynamoJobStore
@@ -117,6 +118,25 @@ class Jobs:
             self.run(job_id, ProviderRejectedError("the provider refused the request (HTTP 400)", 400))
             made.append(job_id)
         return made
+
+    def paid_and_reused(self) -> tuple[str, str]:
+        """Two new jobs of one request (of a user of their own), their job type reusing answers: the first
+        calls the model, the second takes its answer (docs/reuse.md). Their ids."""
+        registry = JobRegistry([replace(CLASSIFY, reuse_seconds=3_600)])
+        gateway = ModelGateway(FakeProvider(), ModelTiers("gpt-4o-mini"))
+        runner = JobRunner(self.store, gateway, registry, DeadLetterRecorder(self.store, registry))
+        made = []
+        for role in ("paid", "reused"):
+            job_id = f"{role}-{uuid.uuid4().hex[:6]}"
+            message = {
+                "job_id": job_id,
+                "job_type": "classify",
+                "user_id": f"{self.user}-reuse",
+                "input": CLASSIFY_INPUT,
+            }
+            runner.process(Delivery(uuid.uuid4().hex, json.dumps(message)))
+            made.append(job_id)
+        return made[0], made[1]
 
     @property
     def background(self) -> list[str]:

@@ -403,3 +403,29 @@ def test_each_page_is_one_read_of_the_table(dashboard: DashboardServer, jobs: Jo
     # The health strip, on its own: each queue's depth (each lane's, the dead-letter queue), and the dead
     # letters of the two UTC days in 24 h
     assert requests("health") == {"sqs GetQueueAttributes": 3, "dynamodb Query": 2}
+
+
+def test_a_job_that_took_a_paid_answer_names_the_job_that_paid_for_it(
+    page: Page, dashboard: DashboardServer, jobs: Jobs, screenshots: Path
+) -> None:
+    # Given two jobs of one request, of a user of their own: the second took the first's answer
+    paid, reused = jobs.paid_and_reused()
+
+    # When the second's page is read
+    page.goto(f"{dashboard.url}jobs/{reused}")
+
+    # Then it says how it got its answer, from which job, at no cost, over one attempt that made no call
+    via = page.locator(".facts dt", has_text="via").locator("xpath=following-sibling::dd[1]")
+    expect(via).to_have_text(f"reuse: the answer job {paid} paid for, no call made")
+    expect(page.locator(".facts")).to_contain_text("$0.000000 over 1 attempt records")
+    [attempt] = page.locator(".timeline .attempt").all()
+    expect(attempt.locator("dt", has_text="via").locator("xpath=following-sibling::dd[1]")).to_have_text(
+        f"reuse of {paid}"
+    )
+    expect(attempt.locator("dt", has_text="calls").locator("xpath=following-sibling::dd[1]")).to_have_text("0")
+    page.screenshot(path=screenshots / "job-reused.png", full_page=True)
+
+    # And the job it names is a link to the job that paid: a real-time call
+    via.get_by_role("link", name=paid).click()
+    page.wait_for_url(f"{dashboard.url}jobs/{paid}")
+    expect(page.locator(".timeline .attempt")).to_contain_text("realtime")

@@ -24,6 +24,7 @@ from aijobs import job_types as reader
 from aijobs.demo_canary import FILE
 from aijobs.job_types import document_yaml, parse_document, read_job_type
 from engine.core.errors import JobTypeFileError
+from engine.core.reuse import MAX_REUSE_SECONDS, MIN_REUSE_SECONDS
 from engine.definitions import json_schemas
 from engine.definitions.data import (
     MAX_EXAMPLES,
@@ -31,10 +32,10 @@ from engine.definitions.data import (
     MAX_NUMBER_DIGITS,
     MAX_RULES,
     MAX_TEMPLATE_CHARS,
-    UNSERVED_FIELDS,
     JobTypeFile,
     canonical_json,
     check_job_type,
+    compile_job_type,
 )
 from engine.definitions.json_schemas import (
     DRAFT_2020_12,
@@ -742,11 +743,43 @@ def test_an_unknown_field_is_refused_naming_it(fields: dict[str, Any], expected:
     assert refusal(file_with(**fields)).startswith(expected)
 
 
-@pytest.mark.parametrize("field", sorted(UNSERVED_FIELDS))
-def test_a_field_this_stack_does_not_serve_is_refused_with_its_reason(field: str) -> None:
-    # Given an otherwise valid file naming a field the stack does not serve, with a plausible value
-    # When it is checked, then the line names the field and says why
-    assert refusal(file_with(**{field: 3600})) == f"{field}: {UNSERVED_FIELDS[field]}"
+@pytest.mark.parametrize("seconds", [MIN_REUSE_SECONDS, 3600, MAX_REUSE_SECONDS])
+def test_reuse_seconds_within_its_bounds_is_kept_and_compiled(seconds: int) -> None:
+    # Given the demo's file reusing answers for `seconds`
+    # When it is checked and compiled
+    file = check_job_type(file_with(reuse_seconds=seconds))
+    definition = compile_job_type(file.document(), 1)
+
+    # Then the stored form keeps it (a new version's content), and the definition reuses for that long
+    assert file.document()["reuse_seconds"] == seconds
+    assert file.sha256 != check_job_type(file_with()).sha256
+    assert definition.reuse_seconds == seconds
+
+
+def test_a_file_without_reuse_seconds_reuses_nothing() -> None:
+    file = check_job_type(file_with())
+
+    assert "reuse_seconds" not in file.document()
+    assert compile_job_type(file.document(), 1).reuse_seconds is None
+
+
+@pytest.mark.parametrize(
+    ("seconds", "expected"),
+    [
+        (0, f"reuse_seconds: Input should be greater than or equal to {MIN_REUSE_SECONDS}"),
+        (-60, f"reuse_seconds: Input should be greater than or equal to {MIN_REUSE_SECONDS}"),
+        (MAX_REUSE_SECONDS + 1, f"reuse_seconds: Input should be less than or equal to {MAX_REUSE_SECONDS}"),
+        (10**MAX_NUMBER_DIGITS, f"reuse_seconds: is a number of more than {MAX_NUMBER_DIGITS} digits"),
+        (60.5, "reuse_seconds: Input should be a valid integer"),
+        ("3600", "reuse_seconds: Input should be a valid integer"),
+        (True, "reuse_seconds: Input should be a valid integer"),
+    ],
+    ids=["zero", "negative", "past-30-days", "huge", "fraction", "text", "boolean"],
+)
+def test_reuse_seconds_out_of_its_bounds_or_not_a_whole_number_is_refused_in_one_line(
+    seconds: Any, expected: str
+) -> None:
+    assert refusal(file_with(reuse_seconds=seconds)) == expected
 
 
 @pytest.mark.parametrize(
@@ -1010,11 +1043,11 @@ SPOTS: list[tuple[str | int, ...]] = [
 
 @st.composite
 def mutated_files(draw: st.DrawFn) -> dict[str, Any]:
-    """The demo's file with one top-level field (known, optional, unserved or random) set to a random value."""
+    """The demo's file with one top-level field (known, optional or random) set to a random value."""
     document = file_with()
     field = draw(
         st.one_of(
-            st.sampled_from([*FILE, "timeout_seconds", "max_attempts", "attachments", *UNSERVED_FIELDS]),
+            st.sampled_from([*FILE, "timeout_seconds", "max_attempts", "attachments", "reuse_seconds"]),
             st.text(max_size=8),
         )
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -99,7 +100,20 @@ def test_the_view_of_a_succeeded_job_matches_the_spec_example() -> None:
         "parent_id": None,
         "step": None,
         "pipeline": None,
+        "reused_from": None,
     }
+
+
+def test_the_view_of_a_job_that_took_a_paid_answer_says_so_without_its_attempts() -> None:
+    # Given a job that took the answer job-0 paid for (its attempts not read, as `aijobs status` shows it)
+    job = replace(succeeded_job(), usage=Usage(attempts=1), reused_from="job-0")
+
+    # When it is viewed
+    dumped = json.loads(JobView.from_job(job).model_dump_json())
+
+    # Then it says how it got its answer, from whom, and that it cost nothing
+    assert (dumped["via"], dumped["batch"], dumped["reused_from"]) == ("reuse", None, "job-0")
+    assert (dumped["usage"]["input_tokens"], dumped["usage"]["output_tokens"], dumped["usage"]["cost_usd"]) == (0, 0, 0)
 
 
 def test_the_view_leaves_internal_fields_out() -> None:

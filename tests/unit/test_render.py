@@ -20,6 +20,7 @@ from aijobs.client import RedriveOutcome, RedriveResult
 from aijobs.events import event_line
 from aijobs.render import (
     COMPACT,
+    REUSED_NOTE,
     budgets_table,
     dead_letters_table,
     inspection_group,
@@ -28,6 +29,7 @@ from aijobs.render import (
     json_line,
     redrive_json,
     redrive_line,
+    usage_json,
     usage_table,
 )
 from engine.core import (
@@ -40,6 +42,7 @@ from engine.core import (
     JobHistory,
     JobStatus,
     Usage,
+    Via,
 )
 from engine.fleet.budgets import BudgetDay
 from engine.store import UsageRow
@@ -253,6 +256,60 @@ def test_usage_counts_attempt_records_under_their_own_name() -> None:
     assert "records" in header
     assert "attempts" not in header
     assert "$0.0000001" in text
+
+
+def reused_inspection() -> JobInspection:
+    """job-2, which took the answer job-1 paid for: one attempt record, no call, no cost."""
+    paid = replace(
+        attempt(1, AttemptOutcome.SUCCEEDED),
+        job_id="job-2",
+        calls=0,
+        input_tokens=0,
+        output_tokens=0,
+        cached_input_tokens=0,
+        reasoning_tokens=0,
+        cost_usd=Decimal(0),
+        via=Via.REUSE,
+        reused_from="job-1",
+    )
+    reused = job(
+        JobStatus.SUCCEEDED,
+        job_id="job-2",
+        attempt_count=1,
+        claim_count=1,
+        finished_at=NOW,
+        output={"label": "spam"},
+        usage=Usage(attempts=1),
+        reused_from="job-1",
+    )
+    return JobInspection.of(reused, JobHistory(attempts=[paid], dead_letters=[]), NOW)
+
+
+def test_status_and_inspect_of_a_reused_answer_name_the_job_that_paid_for_it() -> None:
+    inspection = reused_inspection()
+
+    rows = rows_of(text_of(job_table(inspection.job, inspection.attempts)))
+    text = text_of(inspection_group(inspection))
+
+    assert rows["via"] == "reuse of job-1: its answer, no call made"
+    assert (rows["calls"], rows["tokens"], rows["cost"]) == ("0", "0 in / 0 out", "$0.000000")
+    assert "#1 took the answer job job-1 paid for" in text
+
+
+def test_usage_counts_reused_jobs_and_says_what_they_are_only_when_there_are_some() -> None:
+    called = UsageRow("u-1", "classify", "gpt-4o-mini", "interactive", attempts=3, cost_usd=Decimal("0.0003"))
+    reused = replace(called, user_id="u-2", attempts=2, cost_usd=Decimal(0), reused=2)
+
+    with_reuse = text_of(usage_table([called, reused], title="usage"))
+    without = text_of(usage_table([called], title="usage"))
+
+    header = next(line for line in with_reuse.splitlines() if "user" in line and "model" in line)
+    assert header.split()[-2:] == ["reused", "┃"]
+    assert REUSED_NOTE in with_reuse
+    total = next(line for line in with_reuse.splitlines() if "total" in line).split("│")
+    assert (total[5].strip(), total[-2].strip()) == ("5", "2")  # 5 records, 2 of them reused
+    assert "reused" not in without
+    assert usage_json(reused)["reused"] == 2
 
 
 # --- costs and JSON numbers ----------------------------------------------------------------------

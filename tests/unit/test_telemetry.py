@@ -4,12 +4,13 @@ invocation's attempts add up to, written as one EMF document per (job type, mode
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
-from engine.core import AttemptOutcome, AttemptRecord, ErrorCode, JobErrorInfo, Lane
+from engine.core import AttemptOutcome, AttemptRecord, ErrorCode, JobErrorInfo, Lane, Via
 from engine.core.outcomes import Failed, Released, Succeeded
 from engine.observability import job_metrics, metrics
 from engine.telemetry import count_latency, count_outcome, count_retry
@@ -88,3 +89,23 @@ def test_the_time_to_answer_is_one_document_per_lane(capsys: pytest.CaptureFixtu
     assert by_lane["interactive"]["JobLatency"] == [1.5, 2.5]  # each value kept, for percentiles
     assert by_lane["background"]["JobLatency"] == [600.0]
     assert "job_type" not in by_lane["background"]
+
+
+def test_a_reused_answer_counts_as_a_success_and_a_reuse_never_as_an_attempt(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Given a job that succeeded with an answer another job paid for (no call), and one that called
+    job_metrics.clear()
+    metrics.clear_metrics()
+    reused = replace(attempt("classify", "gpt-4o-mini", 0, "0"), calls=0, via=Via.REUSE, reused_from="j0")
+    count_outcome("classify", Succeeded({}, "h", reused_from="j0"), reused)
+    count_outcome("classify", Succeeded({}, "h"), attempt("classify", "gpt-4o-mini", 400, "0.0001"))
+
+    job_metrics.flush()
+    by_key = {(doc["job_type"], doc.get("model")): doc for doc in documents(capsys.readouterr().out)}
+
+    # Then both succeeded; one reached the provider, with its latency and cost; one reused an answer
+    calls = by_key[("classify", "gpt-4o-mini")]
+    assert (calls["Attempts"], calls["AnswersReused"], calls["gen_ai.client.operation.duration"]) == ([1], [1], [0.4])
+    assert by_key[("classify", None)]["Jobs_succeeded"] == [2]
+    metrics.clear_metrics()

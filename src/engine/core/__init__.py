@@ -5,6 +5,7 @@
 - errors.py: the error taxonomy
 - outcomes.py: how an attempt ends, as a store writes it
 - deliveries.py: a delivery of a message and what becomes of it
+- reuse.py: answers already paid for, kept and read back for later jobs of the same request
 - ports.py: the Protocols the runner, reconciler, recorder and client depend on (stores, dead letters)
 - batches.py: a provider batch's record and states, and what keeps the records
 - open_jobs.py, days.py: the reconciler's walk of open jobs; UTC days
@@ -49,6 +50,7 @@ from engine.core.outcomes import (
     outcome_error,
     target_status,
 )
+from engine.core.reuse import PaidAnswer, Reusable
 
 __all__ = [
     "ALLOWED_TRANSITIONS",
@@ -78,9 +80,11 @@ __all__ = [
     "Lane",
     "NewJob",
     "Outcome",
+    "PaidAnswer",
     "PipelineState",
     "Released",
     "Retry",
+    "Reusable",
     "Review",
     "Settlement",
     "Succeeded",

@@ -70,10 +70,12 @@ class Lane(StrEnum):
 
 
 class Via(StrEnum):
-    """How an attempt's first call was made: at once, or in a provider's batch (docs/batches.md)."""
+    """How an attempt's first call was made: at once, or in a provider's batch (docs/batches.md); or
+    how an attempt got its answer with no call: another job's of the same request (docs/reuse.md)."""
 
     REALTIME = "realtime"
     BATCH = "batch"
+    REUSE = "reuse"
 
 
 class AttemptOutcome(StrEnum):
@@ -272,6 +274,8 @@ class Job:
     # A pipeline's child: its parent and step; a pipeline: where it is (docs/pipelines.md).
     parent: ChildOf | None = None
     pipeline: PipelineState | None = None
+    # A job that took the answer another job of the same request paid for: that job's id (docs/reuse.md).
+    reused_from: str | None = None
 
     @property
     def attempts_left(self) -> int:
@@ -325,6 +329,8 @@ class AttemptRecord:
     refused_answer: str | None = None
     prompt_sha256: str | None = None
     refused_answer_s3: str | None = None
+    # An attempt that took another job's answer (`via` reuse, no call): that job's id.
+    reused_from: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

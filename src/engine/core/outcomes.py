@@ -6,12 +6,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.core.job import JobErrorInfo, JobStatus, Review, Usage
+from engine.core.reuse import Reusable
 
 
 @dataclass(frozen=True, slots=True)
 class Succeeded:
+    """The answer kept as the job's output. With `reused_from`, it is the answer that job paid for (no
+    call was made); with `kept`, one paid for now, kept for later jobs of the same request too."""
+
     output: dict[str, Any]
     output_hash: str
+    reused_from: str | None = None
+    kept: Reusable | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from engine.core.job import (
 from engine.core.job_types import Guard, JobTypeHead, StoredVersion, VersionStats
 from engine.core.open_jobs import OpenJobsWalk
 from engine.core.outcomes import Outcome
+from engine.core.reuse import PaidAnswer
 
 
 class JobReader(Protocol):
@@ -73,8 +74,18 @@ class JobReader(Protocol):
         ...
 
 
-class WorkerStore(Protocol):
-    """The worker's path: the claim, the finish, and ending a job a refused claim found spent."""
+class PaidAnswers(Protocol):
+    """Answers already paid for, kept under their request's key (engine.reuse, docs/reuse.md)."""
+
+    def paid_answer(self, key: str) -> PaidAnswer | None:
+        """The answer last kept under a request's key, or None: one read, which sees every write that
+        ended before it began."""
+        ...
+
+
+class WorkerStore(PaidAnswers, Protocol):
+    """The worker's path: the claim, the read of an answer already paid for, the finish, and ending a job
+    a refused claim found spent."""
 
     def claim_job(
         self,
@@ -109,6 +120,10 @@ class WorkerStore(Protocol):
         """Write the attempt's outcome, its record and (for a failed job) its input, fenced on `job`'s lease;
         with `settlement` (a batched claim's), its user's budget in the same write; with
         `attachments_read`, what the attempt read of the job's attachments.
+
+        A `Succeeded` outcome with `reused_from` records the job whose answer it took; one with `kept`
+        also keeps its answer for later jobs of the same request (docs/reuse.md), replacing any kept
+        under that key, in the same write.
 
         Raises CancelRequestedError when a cancel was requested meanwhile, LeaseLostError (with the
         job as it is) when this lease ended.

@@ -19,6 +19,7 @@ from engine.core.errors import (
     ReferenceValidationError,
     SchemaValidationError,
 )
+from engine.core.reuse import MAX_REUSE_SECONDS, MIN_REUSE_SECONDS
 from engine.text import key_label
 
 # The largest input a job takes, as compact JSON: what one SQS message can carry. Inputs too large
@@ -119,6 +120,20 @@ def one_line_error(exc: ValidationError, prefix: str) -> str:
     return f"{location}: {first['msg']}{more}"
 
 
+def check_reuse_seconds(name: str, seconds: int | None) -> None:
+    """A job type's reuse_seconds is unset or a whole number of seconds within the bounds."""
+    if seconds is None:
+        return
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int)
+        or not MIN_REUSE_SECONDS <= seconds <= MAX_REUSE_SECONDS
+    ):
+        raise ValueError(
+            f"job type {name!r}: reuse_seconds is a whole number from {MIN_REUSE_SECONDS} to {MAX_REUSE_SECONDS}"
+        )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobDefinition:
     name: str
@@ -152,10 +167,14 @@ class JobDefinition:
     # The largest input it takes, as compact UTF-8 JSON: what one message carries, unless the job
     # type reads more (summarize_long: a submission stores it, in the payload bucket past 256 KiB).
     max_input_bytes: int = MAX_INPUT_BYTES
+    # How long an answer it paid for is taken by later jobs of the same request instead of a call
+    # (docs/reuse.md): from MIN_REUSE_SECONDS to MAX_REUSE_SECONDS; None: never (the default).
+    reuse_seconds: int | None = None
     output_json_schema: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "output_json_schema", self.output_model.model_json_schema())
+        check_reuse_seconds(self.name, self.reuse_seconds)
         instead = self.attachments.required_unless
         if instead is not None and (not self.attachments.takes_any or instead not in self.input_model.model_fields):
             raise ValueError(

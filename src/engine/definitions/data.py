@@ -26,8 +26,8 @@ steps at push and builds them), compiled into a `DataPipelineDefinition` that th
 function run as they run the built-in pipelines; it has no prompt, rules or model settings of its own.
 
 The prompt's `user` template substitutes each field as a JSON literal (engine.definitions.base.Prompt);
-a field the input lacks renders as `null`. `system` is sent as it is written. `reuse_seconds` (§16)
-is refused: this stack does not serve it yet (docs/jobtypes.md).
+a field the input lacks renders as `null`. `system` is sent as it is written. `reuse_seconds` makes
+later jobs of the same request take an answer already paid for (docs/reuse.md).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from engine.core.errors import (
     OutputTooLargeError,
     SchemaValidationError,
 )
+from engine.core.reuse import MAX_REUSE_SECONDS, MIN_REUSE_SECONDS
 from engine.definitions.base import MAX_INPUT_BYTES, JobDefinition, ModelTier, Prompt, distinct, one_line_error
 from engine.definitions.data_steps import (
     JobTypeLookup,
@@ -77,7 +78,6 @@ MAX_TIMEOUT_SECONDS = 900
 # Integers of more digits than a DynamoDB number keeps are refused (and Python's int-to-text limit never met).
 MAX_NUMBER_DIGITS = 38
 _TOO_MANY_DIGITS = 10**MAX_NUMBER_DIGITS
-UNSERVED_FIELDS = {"reuse_seconds": "this stack does not serve answer reuse yet (docs/jobtypes.md); remove it"}
 
 # The limits of a code job type, which a file that names none keeps.
 _DEFAULTS: dict[str, Any] = {spec.name: spec.default for spec in fields(JobDefinition)}
@@ -140,6 +140,7 @@ class JobTypeFile(BaseModel):
     max_attempts: MaxAttempts | None = None
     deadline_seconds: Annotated[int, Field(ge=MIN_DEADLINE_SECONDS, le=MAX_DEADLINE_SECONDS)] | None = None
     attachments: AttachmentsFile | None = None
+    reuse_seconds: Annotated[int, Field(ge=MIN_REUSE_SECONDS, le=MAX_REUSE_SECONDS)] | None = None
     examples: Annotated[list[ExampleFile], Field(max_length=MAX_EXAMPLES)] = []
 
     def document(self) -> dict[str, Any]:
@@ -177,8 +178,6 @@ def check_job_type(
             raise JobTypeFileError(f"the field {key_label(key)} has a name holding a lone surrogate: not valid text")
         if problem := _not_json(value, key_label(key)) or json_value_problem(value, key_label(key)):
             raise JobTypeFileError(problem)
-        if key in UNSERVED_FIELDS:
-            raise JobTypeFileError(f"{key}: {UNSERVED_FIELDS[key]}")
     _check_size(dict(document))
     try:
         file = JobTypeFile.model_validate(dict(document))
@@ -268,6 +267,7 @@ def compile_job_type(document: Mapping[str, Any], version: int) -> DataJobDefini
         timeout_seconds=_or_default(file.timeout_seconds, "timeout_seconds"),
         max_attempts=_or_default(file.max_attempts, "max_attempts"),
         deadline_seconds=_or_default(file.deadline_seconds, "deadline_seconds"),
+        reuse_seconds=file.reuse_seconds,
     )
 
 

@@ -98,6 +98,8 @@ class PipelineDefinition(JobDefinition):
         super(PipelineDefinition, self).__post_init__()
         if not self.steps:
             raise ValueError(f"pipeline {self.name!r} has no steps")
+        if self.reuse_seconds is not None:
+            raise ValueError(f"pipeline {self.name!r} calls no model: its steps' job types reuse answers, not it")
         if isinstance(self.steps[0], ReviewStep):
             raise ValueError(f"pipeline {self.name!r}: a review reviews a step's output, so it cannot come first")
         for step in self.steps[:-1]:

@@ -205,12 +205,16 @@ class ModelGateway:
             dict.fromkeys(model for model in (self._models.primary, self._models.fallback) if model)
         )
 
+    def first_call(self, definition: JobDefinition) -> tuple[str, str]:
+        """Who answers an attempt's first call: (the provider, the first model of its job type's tier)."""
+        return self._provider.name, self._models.chain(definition.model_tier)[0][1]
+
     def batch_request(
         self, definition: JobDefinition, job_input: BaseModel, attachments: Sequence[Attachment] = ()
     ) -> CompletionRequest:
         """An attempt's first call, as a line of a provider's batch: to the first model of its chain."""
         prompt = definition.render_prompt(job_input, len(attachments))
-        model = self._models.chain(definition.model_tier)[0][1]
+        _, model = self.first_call(definition)
         schema = definition.output_schema(job_input)
         return self._request(definition, prompt, schema, model, definition.timeout_seconds, (), attachments)
 

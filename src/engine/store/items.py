@@ -2,7 +2,8 @@
 
 One table holds a job's small state item (`JOB`), its input stored once (`INPUT`), one record per
 attempt (`ATTEMPT#0001`...), and dead letters: the message kept (`DEADLETTER#<id>`), its entry in
-the day's listing (`DEADLETTERS#<day>`) and, when it names a job, a pointer in the job's partition.
+the day's listing (`DEADLETTERS#<day>`) and, when it names a job, a pointer in the job's partition;
+and answers already paid for, one item per request's key (`REUSE#<key>`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from engine.core import (
     JobErrorInfo,
     JobStatus,
     Lane,
+    PaidAnswer,
     PipelineState,
+    Reusable,
     Review,
     Usage,
     Via,
@@ -177,6 +180,7 @@ def job_from_item(item: Item) -> Job:
         job_type_version=_int(data.get("job_type_version")),
         parent=_child_of(data),
         pipeline=_pipeline(data),
+        reused_from=data.get("reused_from"),
     )
 
 
@@ -309,6 +313,7 @@ def attempt_item(record: AttemptRecord, expires_at: int) -> Item:
             else bounded(record.refused_answer, MAX_REFUSED_ANSWER_CHARS),
             "prompt_sha256": _name(record.prompt_sha256),
             "refused_answer_s3": record.refused_answer_s3,
+            "reused_from": record.reused_from,
             "expires_at": expires_at,
         }
     )
@@ -348,6 +353,7 @@ def attempt_from_item(item: Item) -> AttemptRecord:
         refused_answer=data.get("refused_answer"),
         prompt_sha256=data.get("prompt_sha256"),
         refused_answer_s3=data.get("refused_answer_s3"),
+        reused_from=data.get("reused_from"),
     )
 
 
@@ -389,4 +395,32 @@ def input_item(job_id: str, stored: dict[str, str], request_hash: str | None, ex
     """The input item: `stored` holds the JSON itself (`input`) or its payload key (`input_key`)."""
     return job_key(job_id, INPUT_SK) | to_item(
         {"job_id": job_id, **stored, "request_hash": request_hash, "expires_at": expires_at}
+    )
+
+
+REUSE_SK = "REUSE"
+
+
+def reuse_key(key: str) -> Item:
+    """Where the answer last paid for a request's key is kept (engine.reuse, docs/reuse.md)."""
+    return {"pk": {"S": f"REUSE#{key}"}, "sk": {"S": REUSE_SK}}
+
+
+def reuse_item(kept: Reusable, job_id: str, stored: dict[str, str], answered_at: int, until: int) -> Item:
+    """The answer kept: `stored` holds its JSON (`answer`) or its payload key (`answer_key`). `until` (ms)
+    is the last moment it may be reused; its TTL (`expires_at`, seconds) the first second after it."""
+    return reuse_key(kept.key) | to_item(
+        {"job_id": job_id, **stored, "answered_at": answered_at, "until": until, "expires_at": until // 1000 + 1}
+    )
+
+
+def paid_answer_from_item(item: Item, answer: str | None = None) -> PaidAnswer:
+    """An answer kept from its item; `answer` when it was read back from the payload bucket."""
+    data = from_item(item)
+    return PaidAnswer(
+        key=str(data["pk"]).removeprefix("REUSE#"),
+        job_id=data["job_id"],
+        answer=answer if answer is not None else data["answer"],
+        answered_at=int(data["answered_at"]),
+        until=int(data["until"]),
     )

@@ -1,10 +1,11 @@
 """PayloadStore: the only code that talks to S3.
 
 It keeps what is too large for a DynamoDB item (which stops at 400 KB): job inputs and raw
-dead-letter bodies past `INLINE_BYTES`, and the files of Bedrock batch inference jobs (their input,
-and the results Bedrock writes back: engine.gateway.bedrock_batch). The table's items reference them
-by key; the bucket's lifecycle expires them with the table's retention. Jobs waiting for a
-provider's batch are kept there too, under `batches/` (engine.batching.files).
+dead-letter bodies past `INLINE_BYTES`, answers kept for reuse past `REUSE_INLINE_BYTES`, and the
+files of Bedrock batch inference jobs (their input, and the results Bedrock writes back:
+engine.gateway.bedrock_batch). The table's items reference them by key; the bucket's lifecycle
+expires them with the table's retention. Jobs waiting for a provider's batch are kept there too,
+under `batches/` (engine.batching.files).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
 # Larger inputs and dead-letter bodies go to S3: the item keeps headroom below 400 KB, and each
 # write of an item costs a write unit per KB.
 INLINE_BYTES = 256 * 1024
+# A paid answer kept for reuse (docs/reuse.md) goes to S3 past this: its item is put in the finish's
+# transaction, at two write units per KB, where one PUT costs what about 4 KB of it would.
+REUSE_INLINE_BYTES = 16 * 1024
 
 # DeleteObjects takes at most this many keys.
 DELETE_KEYS = 1000
@@ -39,6 +43,12 @@ class PayloadDeleteError(AiJobsError):
 
 def input_key(job_id: str) -> str:
     return f"inputs/{job_id}.json"
+
+
+def reused_answer_key(key: str, job_id: str) -> str:
+    """Where a paid answer past REUSE_INLINE_BYTES is kept for reuse: by the job that paid for it, so that
+    two jobs of one request finishing at once never write each other's."""
+    return f"answers/{key}/{job_id}.json"
 
 
 def refused_answer_key(job_id: str, attempt: int) -> str:

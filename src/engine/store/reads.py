@@ -1,4 +1,5 @@
-"""Reads of jobs in DynamoDB: one job, its input, attempts and history, dead letters, and the open jobs."""
+"""Reads of jobs in DynamoDB: one job, its input, attempts and history, dead letters, the open jobs, and
+an answer already paid for."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from engine.core import AttemptRecord, DeadLetter, DeadLetterEntry, Job, JobDetails, JobHistory
+from engine.core import AttemptRecord, DeadLetter, DeadLetterEntry, Job, JobDetails, JobHistory, PaidAnswer
 from engine.core.days import utc_days
 from engine.core.open_jobs import OpenJobsWalk
 from engine.store.items import (
@@ -24,6 +25,8 @@ from engine.store.items import (
     dead_letter_listing_range,
     job_from_item,
     job_key,
+    paid_answer_from_item,
+    reuse_key,
 )
 from engine.store.open_jobs import OpenJobsIndex
 from engine.store.retries import BATCH_GET_KEYS, batch_get_jobs
@@ -60,6 +63,17 @@ class JobReads(JobTable):
         else:
             loaded = json.loads(item["input"]["S"])
         return loaded
+
+    def paid_answer(self, key: str) -> PaidAnswer | None:
+        """The answer last kept under a request's key: one GetItem, strongly consistent (a job that starts
+        after another's end finds that job's answer), and an S3 GetObject for an answer kept in the
+        payload bucket."""
+        item = self._client.get_item(TableName=self.table_name, Key=reuse_key(key), ConsistentRead=True).get("Item")
+        if not item:
+            return None
+        if "answer_key" in item:
+            return paid_answer_from_item(item, self._payload_store().get(item["answer_key"]["S"]).decode())
+        return paid_answer_from_item(item)
 
     def attempts(self, job_id: str) -> list[AttemptRecord]:
         """The job's attempt records, oldest first: one Query of its partition."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from engine.core import Via
 from engine.core.days import utc_days
 from engine.store.expressions import index_query
 from engine.store.items import USAGE_DAY_SHARDS, from_item, usage_day_partition
@@ -39,6 +40,8 @@ class UsageRow:
     cache_savings_usd: Decimal = Decimal(0)
     # Attempts that called a model with no price: their cost is unknown, counted as 0.
     unpriced_attempts: int = 0
+    # Jobs that took an answer already paid for (their attempt `via` reuse: no call, no cost).
+    reused: int = 0
 
     def plus(self, record: dict[str, Any]) -> UsageRow:
         """This row with one more attempt record (an item of the UsageByDay index) added."""
@@ -46,6 +49,7 @@ class UsageRow:
             self,
             attempts=self.attempts + 1,
             unpriced_attempts=self.unpriced_attempts + bool(record.get("unpriced")),
+            reused=self.reused + (record.get("via") == Via.REUSE.value),
             **{name: getattr(self, name) + int(record.get(name, 0)) for name in _COUNTS},
             **{name: getattr(self, name) + Decimal(record.get(name, 0)) for name in _AMOUNTS},
         )
@@ -55,6 +59,7 @@ class UsageRow:
         return replace(
             self,
             attempts=self.attempts + other.attempts,
+            reused=self.reused + other.reused,
             **{name: getattr(self, name) + getattr(other, name) for name in (*_COUNTS, *_AMOUNTS)},
         )
 

@@ -20,6 +20,7 @@ from engine.core import (
     NewJob,
     Outcome,
     Released,
+    Reusable,
     Settlement,
     Succeeded,
     Usage,
@@ -34,13 +35,14 @@ from engine.core.errors import (
     CancelRequestedError,
     ClaimRefusedError,
     ConditionRefusedError,
+    ConfigurationError,
     JobNotFoundError,
     LeaseLostError,
 )
 from engine.observability import log_unexpected
 from engine.store.expressions import Expression
-from engine.store.items import MAX_REFUSED_ANSWER_CHARS, attempt_item, job_key, review_document
-from engine.store.payloads import refused_answer_key
+from engine.store.items import MAX_REFUSED_ANSWER_CHARS, Item, attempt_item, job_key, reuse_item, review_document
+from engine.store.payloads import REUSE_INLINE_BYTES, refused_answer_key, reused_answer_key
 from engine.store.table import JobTable, creation_attributes
 
 
@@ -110,18 +112,21 @@ class WorkerWrites(JobTable):
         """Write the attempt's outcome, fenced on this worker's lease: one request.
 
         The job update, the attempt record, (for a failed job whose input only the message held) the
-        input and (for a batched claim) its budget's settlement go together in one TransactWriteItems;
-        alone, the update is an UpdateItem. `job.job_type_version` is recorded when the item lacks one.
+        input, (for a batched claim) its budget's settlement and (for an answer kept for reuse) the
+        answer's item go together in one TransactWriteItems; alone, the update is an UpdateItem.
+        `job.job_type_version` is recorded when the item lacks one.
         """
         target = target_status(outcome)
         if not can_transition(job.status, target):
             raise ValueError(f"job {job.job_id}: {job.status} -> {target} is not a transition")
         expr = self._transition(target, outcome_error(outcome), now_ms)
         match outcome:
-            case Succeeded(output=output, output_hash=output_hash):
+            case Succeeded(output=output, output_hash=output_hash, reused_from=reused_from):
                 expr.set("output", json.dumps(output, separators=(",", ":"), ensure_ascii=False))
                 expr.set("output_hash", output_hash)
                 expr.remove("error")
+                if reused_from is not None:
+                    expr.set("reused_from", reused_from)
             case Released(refund_attempt=True):
                 expr.add("attempt_count", -1)
             case Waits(step=step, children=children, counts=counts, review=review, ended=ended, usage=usage):
@@ -159,6 +164,8 @@ class WorkerWrites(JobTable):
             # A cancel requested meanwhile wins over any other outcome (docs/architecture.md).
             expr.condition += f" AND {expr.name('cancel_requested')} = {expr.value('false', False)}"
         puts = [attempt_item(self._kept_whole(attempt), self._expiry(now_ms))] if attempt else []
+        if isinstance(outcome, Succeeded) and outcome.kept is not None:
+            puts += self._kept_answer(outcome.kept, job.job_id, now_ms)
         try:
             self._write(expr, job, puts, store_input, now_ms, settlement)
         except ConditionRefusedError as exc:
@@ -182,6 +189,24 @@ class WorkerWrites(JobTable):
             log_unexpected("a refused answer could not be kept whole; its record keeps its start", exc)
             return attempt
         return replace(attempt, refused_answer_s3=f"s3://{self._payloads.bucket}/{key}")
+
+    def _kept_answer(self, kept: Reusable, job_id: str, now_ms: int) -> list[Item]:
+        """The item keeping a paid answer for reuse, put over any kept under its key: until its job type's
+        reuse_seconds pass, within the table's retention (which the payload bucket's lifecycle follows).
+        Past REUSE_INLINE_BYTES the answer goes to the payload bucket first; one that cannot go is not
+        kept, and the finish is written all the same (a later job of the request calls the model)."""
+        until = now_ms + min(kept.seconds * 1000, self._retention_ms)
+        data = kept.answer.encode("utf-8", "replace")
+        stored = {"answer": kept.answer}
+        if len(data) > REUSE_INLINE_BYTES:
+            key = reused_answer_key(kept.key, job_id)
+            try:
+                self._payload_store().put(key, data)
+            except (BotoCoreError, ClientError, ConfigurationError) as exc:
+                log_unexpected("a paid answer could not be kept for reuse; the job finishes all the same", exc)
+                return []
+            stored = {"answer_key": key}
+        return [reuse_item(kept, job_id, stored, now_ms, until)]
 
     def end_job(
         self,

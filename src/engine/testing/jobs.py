@@ -3,8 +3,9 @@
 It enforces the same conditions as the DynamoDB store (docs/protocol.md) and answers refusals the
 same way, so that the runner's, the reconciler's and the dead-letter recorder's decisions can be
 tested in milliseconds; tests/contract runs one suite against both stores so that this one cannot
-lie. It keeps no expiry (TTL) and no index shards: open jobs are walked in one segment, oldest
-deadline first, from where the last saved walk stopped.
+lie. It keeps no expiry (TTL), no retention (an answer kept for reuse lasts its job type's time) and
+no index shards: open jobs are walked in one segment, oldest deadline first, from where the last
+saved walk stopped.
 Inputs and outputs are kept as their JSON, as DynamoDB keeps them, so that they read back the same.
 """
 
@@ -54,6 +55,7 @@ from engine.core.job import (
 )
 from engine.core.open_jobs import OpenJobKey, OpenJobsWalk
 from engine.core.outcomes import Cancelled, Outcome, Released, Succeeded, Waits, outcome_error, target_status
+from engine.core.reuse import PaidAnswer
 from engine.text import MAX_REASON_CHARS, bounded, one_line, valid_text
 
 # What the DynamoDB store (engine.store, which the fakes do not import) does with sizes:
@@ -81,6 +83,8 @@ class InMemoryJobStore:
         self._attempts: dict[str, dict[int, AttemptRecord]] = {}
         self._dead_letters: dict[str, DeadLetter] = {}
         self._open_jobs_positions: dict[int, OpenJobKey] = {}
+        # request key -> the answer last kept under it (docs/reuse.md)
+        self._answers: dict[str, PaidAnswer] = {}
         # key -> document: dead letters the table could not take, as the payload bucket keeps them
         self.unrecorded: dict[str, bytes] = {}
 
@@ -131,6 +135,10 @@ class InMemoryJobStore:
 
     def open_jobs(self, limit: int) -> OpenJobsWalk:
         return OpenJobsWalk(MemoryOpenJobs(self), limit)
+
+    def paid_answer(self, key: str) -> PaidAnswer | None:
+        with self._lock:
+            return self._answers.get(key)
 
     # --- the worker's path -------------------------------------------------------------------
 
@@ -202,8 +210,10 @@ class InMemoryJobStore:
                 raise LeaseLostError(f"job {job.job_id}: the lease of {job.lease_owner} was lost", current)
             finished = _transition(current, target, outcome_error(outcome), now_ms)
             match outcome:
-                case Succeeded(output_hash=output_hash):
+                case Succeeded(output_hash=output_hash, reused_from=reused_from):
                     finished = replace(finished, output=output, output_hash=output_hash, error=None)
+                    if reused_from is not None:
+                        finished = replace(finished, reused_from=reused_from)
                 case Released(refund_attempt=True):
                     finished = replace(finished, attempt_count=finished.attempt_count - 1)
                 case Waits():
@@ -219,6 +229,9 @@ class InMemoryJobStore:
             if attempt is not None:
                 finished = self._record_attempt(finished, attempt)
             self._keep_input(finished, input_text)
+            if isinstance(outcome, Succeeded) and (kept := outcome.kept) is not None:
+                until = now_ms + kept.seconds * 1000
+                self._answers[kept.key] = PaidAnswer(kept.key, job.job_id, kept.answer, now_ms, until)
 
     def end_job(
         self,
