@@ -154,6 +154,7 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
         "label is number, but triage answers it as string",
     ),
     ("a prompt too", changed(prompt={"system": "s", "user": "u"}), "prompt: a pipeline (steps) calls no model itself"),
+    ("reuse too", changed(reuse_seconds=600), "reuse_seconds: a pipeline (steps) calls no model itself"),
     ("neither", {k: v for k, v in invoice_reviewed().items() if k != "steps"}, "prompt: a job type has a prompt"),
     (
         "a review's extra",

@@ -204,8 +204,9 @@ def check_job_type(
     return file
 
 
-# What a pipeline's file may not have: it calls no model itself, its steps' job types do.
-_MODEL_FIELDS = ("prompt", "rules", "model_tier", "max_tokens", "timeout_seconds", "attachments")
+# What a pipeline's file may not have: it calls no model itself, its steps' job types do (and reuse
+# their answers by their own reuse_seconds).
+_MODEL_FIELDS = ("prompt", "rules", "model_tier", "max_tokens", "timeout_seconds", "attachments", "reuse_seconds")
 
 
 def _check_pipeline_fields(document: Mapping[str, Any]) -> None:
