@@ -57,8 +57,17 @@ class Deliveries:
         return False
 
 
-def streamed(stack: StackResources, handler: Deliveries, copies: StreamCopies) -> TableStream:
-    return TableStream(stack.table_name, handler, boto3.Session(), None, poll_seconds=0.05, copies=copies)
+def stream_until_each_came(stack: StackResources, handler: Deliveries, copies: StreamCopies) -> TableStream:
+    """Run the table's stream until the handler took every record as many times as `copies` says (one)."""
+    (times,) = copies.copies
+    stream = TableStream(stack.table_name, handler, boto3.Session(), None, poll_seconds=0.05, copies=copies)
+    stream.start()
+    try:
+        complete = handler.until(lambda done: len(done) == RECORDS and set(done.values()) == {times})
+    finally:
+        stream.stop()
+    assert complete, handler.done
+    return stream
 
 
 def test_every_record_is_delivered_as_many_times_as_its_copies_each_time_in_another_batch(
@@ -66,16 +75,11 @@ def test_every_record_is_delivered_as_many_times_as_its_copies_each_time_in_anot
 ) -> None:
     put_jobs(stack.table_name, RECORDS)
     handler = Deliveries()
-    stream = streamed(stack, handler, StreamCopies(copies=(3,), spread_seconds=0.5, seed=1)).start()
-    try:
-        # When the stream runs until every record has come three times
-        complete = handler.until(lambda done: len(done) == RECORDS and set(done.values()) == {3})
-    finally:
-        stream.stop()
+
+    # When the stream runs until every record has come three times
+    stream = stream_until_each_came(stack, handler, StreamCopies(copies=(3,), spread_seconds=0.5, seed=1))
 
     # Then each came exactly three times, never twice in one batch, and in order within each batch
-    assert complete, handler.done
-    assert set(handler.done.values()) == {3}
     assert all(len(batch) == len(set(batch)) for batch in handler.batches)
     assert all(batch == sorted(batch, key=int) for batch in handler.batches)
     assert stream.delivered == RECORDS
@@ -96,14 +100,11 @@ def test_a_batch_of_copies_that_fails_is_delivered_again_from_its_failed_record(
         return first
 
     handler = Deliveries(fail_once)
-    stream = streamed(stack, handler, StreamCopies(copies=(2,), spread_seconds=0.2, seed=2)).start()
-    try:
-        complete = handler.until(lambda done: len(done) == RECORDS and set(done.values()) == {2})
-    finally:
-        stream.stop()
 
-    # Then every record still came twice without failing, and some copy was refused on the way
-    assert complete, handler.done
+    # When the stream runs until every record has come twice without failing
+    stream_until_each_came(stack, handler, StreamCopies(copies=(2,), spread_seconds=0.2, seed=2))
+
+    # Then some copy was refused on the way, and came again
     assert refused
 
 
