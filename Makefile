@@ -80,12 +80,14 @@ build: $(SAM)
 clean:
 	rm -rf $(VENV) $(SAM_VENV) $(RUNTIME_VENV) $(LITELLM_VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
 
-# The soak (not part of `make test`): 1000 jobs in both lanes, a fifth of them through the provider's
-# batch API, one in five with an injected fault of every class, each message delivered 2-3 times,
-# through a moto server, the local provider, each lane's local event source mapping, the batcher and
-# the events function on the table's stream; prints one table and fails on any broken check (usage
-# reconciled with the provider's log, one completion event per job included). About 4 minutes on 2
-# cores; `make soak SOAK_ARGS="--jobs 200"` for a quicker run (python -m bench.soak --help for the rest).
+# The soak (`make test` runs a small one: tests/e2e/test_soak.py): 1000 jobs in both lanes, a fifth of
+# them through the provider's batch API, one in five with an injected fault of every class, each message
+# delivered 2-3 times, and 50 pipelines, through a moto server, the local provider, each lane's local
+# event source mapping, the batcher and the events function on the table's stream (which repeats every
+# record), some invocations killed mid-way; prints one table and fails on any broken check (usage
+# reconciled with the provider's log, one completion event per job, no pipeline step advanced twice
+# included). About 6 minutes on 2 cores; `make soak SOAK_ARGS="--jobs 200"` for a quicker run
+# (python -m bench.soak --help for the rest).
 .PHONY: soak
 soak: $(STAMP)
 	$(BIN)/python -m bench.soak $(SOAK_ARGS)

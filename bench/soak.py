@@ -1,5 +1,5 @@
-"""The soak: N jobs in both lanes, some through a provider's batch, with injected faults and duplicated
-deliveries, through the whole stack in one process.
+"""The soak: N jobs and pipelines in both lanes, some through a provider's batch, with injected faults,
+duplicated deliveries and killed invocations, through the whole stack in one process.
 
 A moto server holds the template's queues and table, the local OpenAI-compatible provider answers
 (its Files and Batches APIs too), and the worker runs behind one local event source mapping per
@@ -12,10 +12,18 @@ a message the engine must reject, so each job's final status, error code, lane, 
 provider calls (and which of them a batch made) are known in advance. Every message is sent two or
 three times, the extra copies delayed a little. The run ends when every job is terminal (or the time
 budget passes); the queues are then drained, the completion events the events function made from
-the table's stream are counted (exactly one per job, of the job's lane), and one table compares what
-happened with the plan: every job ended as planned and by its deadline, and its recorded tokens and
-cost equal the calls the provider's log shows for it, a batch's line at the batch price (AIJOBS_PRICES'
-`batch` factor) and its re-asks in real time. The exit status is 1 when any check fails.
+the table's stream are counted (exactly one per job, of the job's lane, told apart by their event_id as
+a consumer does), and one table compares what happened with the plan: every job ended as planned and
+by its deadline, and its recorded tokens and cost equal the calls the provider's log shows for it, a
+batch's line at the batch price (AIJOBS_PRICES' `batch` factor) and its re-asks in real time. The exit
+status is 1 when any check fails.
+
+Pipelines (bench.soak_pipelines) go among them: `summarize_long` and `extract_reviewed` jobs, some of
+whose children fail, reviewed by the soak or left to time out, while the events function's stream
+delivers every record two or three times (aijobs.local.streams.StreamCopies) and some invocations of
+the worker and of the events function die mid-way (aijobs.local.kills), each once, their batches
+delivered again. The table adds the pipelines' checks: each ended as planned, no step advanced twice,
+no child run twice at once, and usage summed exactly.
 
 Concessions to the harness, none to the engine (the table's caption repeats them):
 - moto is fitted as everywhere else (aijobs.local.moto_patches): DynamoDB operations one at a time
@@ -29,10 +37,13 @@ Concessions to the harness, none to the engine (the table's caption repeats them
   system message, and the local provider answers from it alone, the soak's own quick classify type
   (1 s timeout, for the hangs) like any other;
 - the batcher runs every second (every minute in AWS), and the local provider answers a batch two
-  seconds after its creation (most real batches take minutes).
+  seconds after its creation (most real batches take minutes);
+- a killed worker invocation's messages come back after --visibility-clamp seconds (the queue's
+  visibility timeout, 30 minutes in AWS), and one that dies before its pipeline waits had 15 s left
+  (bench.soak_pipelines.KILLED_INVOCATION_SECONDS), so that the lease it leaves ends within the run.
 
-Usage: python -m bench.soak [--jobs 1000] [--batch-share 0.2] [--background-share 0.2] [--budget 300]
-[--seed 7] (or make soak; make soak SOAK_ARGS="--jobs 200" for a short run)
+Usage: python -m bench.soak [--jobs 1000] [--pipelines N] [--batch-share 0.2] [--background-share 0.2]
+[--budget 420] [--seed 7] (or make soak; make soak SOAK_ARGS="--jobs 200" for a short run)
 """
 
 from __future__ import annotations
@@ -49,7 +60,7 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from enum import StrEnum
@@ -57,8 +68,8 @@ from typing import Any
 
 import boto3
 from rich.console import Console
-from rich.table import Table
 
+from aijobs.client import AiJobsClient
 from aijobs.events import EventsTap
 from aijobs.local.aws import LocalAws
 from aijobs.local.devstack import LOCAL_BATCHER_SECONDS, local_session
@@ -66,18 +77,44 @@ from aijobs.local.faults import prompt_hash
 from aijobs.local.poller import EventSourceMapping
 from aijobs.local.provider import LocalProvider, ServedRequest
 from aijobs.local.schedule import Schedule
-from aijobs.local.streams import TableStream
+from aijobs.local.streams import StreamCopies, TableStream
 from aijobs.stack import batching_window, create_stack_resources, function_timeout, load_template
+from bench.soak_ledger import (
+    BATCH_PRICE_SHARE,
+    PRICES,
+    CallTally,
+    Report,
+    TableContents,
+    call_cost,
+    format_tokens,
+    item_tokens,
+    logged_tokens,
+    read_table,
+    recorded_batch_attempts,
+    total_tokens,
+    usage_tokens,
+)
+from bench.soak_pipelines import (
+    KILLED_INVOCATION_SECONDS,
+    Decision,
+    PipelineKills,
+    Reviewer,
+    evaluate_pipelines,
+    explain_pipeline,
+    plan_pipelines,
+    prompt_keys,
+    read_stream,
+    stream_history,
+)
 from engine.batching.files import MANIFESTS_PREFIX, PARTS_PREFIX
 from engine.config import Settings, load_settings
-from engine.core import ErrorCode, Job, JobStatus, Lane, Usage
+from engine.core import ErrorCode, Job, JobStatus, Lane
 from engine.core.batches import BatchPhase
 from engine.definitions import BUILTIN_DEFINITIONS, JobRegistry
 from engine.definitions.classify import CLASSIFY
 from engine.queue import JobQueue, JobQueues
-from engine.store.batches import BATCHES_PK
-from engine.store.items import from_item, job_from_item, job_key
-from engine.wiring import Aws, build_batcher, build_events, build_worker
+from engine.store.items import job_key
+from engine.wiring import Aws, build_batcher, build_events, build_store, build_worker
 from handlers.events import events_handler
 from handlers.invocation import scheduled
 from handlers.worker import WorkerHandler
@@ -85,12 +122,6 @@ from handlers.worker import WorkerHandler
 API_KEY = "sk-soak"
 MODEL = "local-model"
 REGION = "us-east-1"
-# USD per million input, cached input and output tokens of the local model, so that costs reconcile
-# too; the local provider's prompt cache and reasoning tokens make every kind count.
-PRICES = {"input": Decimal("0.15"), "cached_input": Decimal("0.075"), "output": Decimal("0.60")}
-# What a line of a provider's batch costs, as a share of the same call in real time (AIJOBS_PRICES'
-# `batch`): not the engine's default (half), so that the reconciliation shows the configured one applied.
-BATCH_PRICE_SHARE = Decimal("0.4")
 REASONING_TOKENS = 8
 # classify with a 1 s provider timeout: a hanging provider (3 s) costs an attempt about a second.
 QUICK_CLASSIFY = replace(CLASSIFY, name="soak_quick_classify", timeout_seconds=1.0)
@@ -110,6 +141,9 @@ BATCH_DELAY_SECONDS = 2.0
 BATCHED_DEADLINE_SECONDS = 240
 NEAR_DEADLINE_SECONDS = 120
 DRAIN_SECONDS = 30.0
+# Pipelines among the jobs (bench.soak_pipelines): one per JOBS_PER_PIPELINE jobs, at least one of each plan.
+JOBS_PER_PIPELINE = 20
+MIN_PIPELINES = 9
 # Every ended job's completion event has arrived within this long after the queue drained.
 EVENTS_WAIT_SECONDS = 30.0
 PROGRESS_SECONDS = 5.0
@@ -338,6 +372,30 @@ def build_soak_worker(
     return worker, list(queues.values())
 
 
+class WorkerFunction:
+    """The worker function, an execution environment of its own per poller thread, as Lambda runs one
+    invocation at a time in each: a batch's records each have a thread at once. So an invocation killed in
+    a pipeline's advance stops there for that pipeline only; it dies once its other records are done (none
+    claimed and left unrun), and its batch comes back whole."""
+
+    def __init__(self, settings: Settings, session: boto3.Session, clamp_seconds: int) -> None:
+        self._settings = settings
+        self._session = session
+        self._clamp_seconds = clamp_seconds
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self.queues: list[ClampedQueue] = []
+
+    def handle(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        handler: WorkerHandler | None = getattr(self._local, "handler", None)
+        if handler is None:
+            with self._lock:  # a boto3 session makes one client at a time
+                handler, queues = build_soak_worker(self._settings, self._session, self._clamp_seconds)
+                self.queues += queues
+            self._local.handler = handler
+        return handler.handle(event, context)
+
+
 class LogTally(logging.Handler):
     """Counts the engine's warnings and errors, and remembers the first lines of each kind."""
 
@@ -372,23 +430,33 @@ def engine_output_to(path: str, tally: LogTally) -> Iterator[None]:
 
 
 @dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A job's message, the queue it goes to and how many times it is sent."""
+
+    queue_url: str
+    message: dict[str, Any]
+    copies: int
+
+
+@dataclass(frozen=True, slots=True)
 class Delivery:
     queue_url: str
     body: str
     delay_seconds: int
 
 
-def delivery_order(jobs: Sequence[PlannedJob], queues: Mapping[Route, str], rng: random.Random) -> list[Delivery]:
+def delivery_order(messages: Sequence[Outgoing], rng: random.Random) -> list[Delivery]:
     """Every job's message 2-3 times, to its route's queue: a second copy close behind the first (it
     meets the job held or just finished), a third anywhere later (it meets the job long finished);
     extra copies delayed 0-3 s."""
     keyed: list[tuple[float, Delivery]] = []
-    for position, job in enumerate(rng.sample(list(jobs), len(jobs))):
-        queue_url, body = queues[job.route], json.dumps(job.message)
+    for position, outgoing in enumerate(rng.sample(list(messages), len(messages))):
+        queue_url, body = outgoing.queue_url, json.dumps(outgoing.message)
         keyed.append((position, Delivery(queue_url, body, 0)))
-        later = (rng.uniform(0, 20), rng.uniform(0, len(jobs)))
+        later = (rng.uniform(0, 20), rng.uniform(0, len(messages)))
         keyed.extend(
-            (position + later[copy - 1], Delivery(queue_url, body, rng.randint(0, 3))) for copy in range(1, job.copies)
+            (position + later[copy - 1], Delivery(queue_url, body, rng.randint(0, 3)))
+            for copy in range(1, outgoing.copies)
         )
     keyed.sort(key=lambda pair: pair[0])
     return [delivery for _, delivery in keyed]
@@ -475,6 +543,16 @@ class StatusReader:
         return len(self.pending)
 
 
+def reveal(sqs: Any, queue_url: str, event: Mapping[str, Any], seconds: int) -> None:
+    """Make the messages of an invocation's batch visible again after `seconds`."""
+    entries = [
+        {"Id": str(index), "ReceiptHandle": record["receiptHandle"], "VisibilityTimeout": seconds}
+        for index, record in enumerate(event.get("Records", []))
+    ]
+    if entries:
+        sqs.change_message_visibility_batch(QueueUrl=queue_url, Entries=entries)
+
+
 def queue_depth(sqs: Any, queue_url: str) -> int:
     """Messages on the queue: visible, in flight and delayed."""
     names = [f"ApproximateNumberOfMessages{kind}" for kind in ("", "NotVisible", "Delayed")]
@@ -498,154 +576,16 @@ def wait_for(predicate: Callable[[], bool], seconds: float, on_tick: Callable[[]
 # --- the outcome -----------------------------------------------------------------------------------
 
 
-@dataclass
-class TableContents:
-    jobs: dict[str, Job] = field(default_factory=dict)
-    attempts: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
-    dead_letters: int = 0
-    # The records of the batches (engine.core.batches), as items.
-    batches: list[dict[str, Any]] = field(default_factory=list)
-
-
-def read_table(client: Any, table_name: str) -> TableContents:
-    contents = TableContents()
-    kwargs: dict[str, Any] = {"TableName": table_name, "ConsistentRead": True}
-    while True:
-        page = client.scan(**kwargs)
-        for raw in page.get("Items", []):
-            sk, pk = raw["sk"]["S"], raw["pk"]["S"]
-            if sk == "JOB":
-                job = job_from_item(raw)
-                contents.jobs[job.job_id] = job
-            elif sk.startswith("ATTEMPT#"):
-                item = from_item(raw)
-                contents.attempts[str(item["job_id"])].append(item)
-            elif pk.startswith("DEADLETTER#"):
-                contents.dead_letters += 1
-            elif pk == BATCHES_PK:
-                contents.batches.append(from_item(raw))
-        if "LastEvaluatedKey" not in page:
-            return contents
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-
-
-@dataclass
-class CallTally:
-    """A prompt's calls in the provider's log."""
-
-    calls: int = 0
-    valid_answers: int = 0
-    tokens: Tokens = (0, 0, 0, 0)
-    cost: Decimal = Decimal(0)
-    # Its calls that were lines of a provider's batch.
-    batch_calls: int = 0
-    # Its calls in the log's order.
-    entries: list[ServedRequest] = field(default_factory=list)
-
-    def add(self, entry: ServedRequest) -> None:
-        self.calls += 1
-        self.valid_answers += entry.status == 200 and entry.fault is None
-        self.tokens = add_tokens(self.tokens, logged_tokens(entry))
-        self.cost += call_cost(entry)
-        self.batch_calls += entry.batch_id is not None
-        self.entries.append(entry)
-
-    def batch_attempts(self) -> dict[str, tuple[Tokens, Decimal]]:
-        """The attempts a batch answered, by batch id: the tokens and cost of its line (at the batch
-        price) and of the re-asks made in real time after it, as the engine must record them."""
-        attempts: dict[str, list[ServedRequest]] = {}
-        current: list[ServedRequest] | None = None
-        for entry in self.entries:
-            if entry.batch_id is not None and entry.status == 200:
-                current = attempts[entry.batch_id] = [entry]
-            elif current is not None and entry.batch_id is None and entry.repair:
-                current.append(entry)
-            else:
-                current = None
-        return {
-            batch_id: (total_tokens(logged_tokens(entry) for entry in calls), sum(map(call_cost, calls), Decimal(0)))
-            for batch_id, calls in attempts.items()
-        }
-
-
-def recorded_batch_attempts(attempts: Iterable[Mapping[str, Any]]) -> dict[str, tuple[Tokens, Decimal]] | None:
-    """A job's attempt items made through a batch, by batch id: their tokens and cost. None when an
-    item's `via` does not say whether it has a batch id."""
-    if any((attempt.get("via") == "batch") != bool(attempt.get("batch_id")) for attempt in attempts):
-        return None
-    return {
-        str(attempt["batch_id"]): (item_tokens(attempt), Decimal(attempt["cost_usd"]))
-        for attempt in attempts
-        if attempt.get("batch_id")
-    }
-
-
-# Token counts as (input, output, cached input, reasoning): how the engine records them, and how
-# the provider's log bills them.
-Tokens = tuple[int, int, int, int]
-TOKEN_KINDS = ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens")
-
-
-def logged_tokens(entry: ServedRequest) -> Tokens:
-    return (entry.prompt_tokens, entry.completion_tokens, entry.cached_tokens, entry.reasoning_tokens)
-
-
-def usage_tokens(usage: Usage) -> Tokens:
-    return (usage.input_tokens, usage.output_tokens, usage.cached_input_tokens, usage.reasoning_tokens)
-
-
-def item_tokens(attempt: Mapping[str, Any]) -> Tokens:
-    """The token kinds of an attempt item (kinds it did not have are absent from it)."""
-    input_tokens, output_tokens, cached, reasoning = (int(attempt.get(name, 0)) for name in TOKEN_KINDS)
-    return (input_tokens, output_tokens, cached, reasoning)
-
-
-def add_tokens(a: Tokens, b: Tokens) -> Tokens:
-    return (a[0] + b[0], a[1] + b[1], a[2] + b[2], a[3] + b[3])
-
-
-def total_tokens(counts: Iterable[Tokens]) -> Tokens:
-    total = (0, 0, 0, 0)
-    for item in counts:
-        total = add_tokens(total, item)
-    return total
-
-
-class Report:
-    """The rows of the table: a check (expected vs actual) or a figure (no expectation)."""
-
-    def __init__(self) -> None:
-        self.rows: list[tuple[str, str, str, bool | None]] = []
-
-    def check(self, name: str, expected: object, actual: object, ok: bool | None = None) -> None:
-        self.rows.append((name, str(expected), str(actual), (expected == actual) if ok is None else ok))
-
-    def figure(self, name: str, value: object) -> None:
-        self.rows.append((name, "", str(value), None))
-
-    @property
-    def passed(self) -> bool:
-        return all(ok is not False for *_, ok in self.rows)
-
-    def table(self, title: str, caption: str) -> Table:
-        table = Table(title=title, caption=caption, caption_justify="left")
-        table.add_column("check")
-        table.add_column("expected", justify="right")
-        table.add_column("actual", justify="right")
-        table.add_column("", justify="center")
-        for name, expected, actual, ok in self.rows:
-            mark = "" if ok is None else "[green]ok[/green]" if ok else "[bold red]FAIL[/bold red]"
-            table.add_row(name, expected, actual, mark)
-        return table
-
-
 def evaluate(
     report: Report,
     jobs: Sequence[PlannedJob],
     contents: TableContents,
     provider_log: Sequence[ServedRequest],
+    children: Sequence[Job] = (),
 ) -> list[str]:
-    """Add the outcome's rows to `report`; the ids of the jobs that broke a per-job check."""
+    """Add the outcome's rows to `report`; the ids of the jobs that broke a per-job check. The usage of
+    the pipelines' `children` joins the jobs' in the reconciliation with the provider's log (a pipeline's
+    own is theirs again: bench.soak_pipelines checks it)."""
     by_prompt: dict[str, CallTally] = defaultdict(CallTally)
     for entry in provider_log:
         by_prompt[entry.prompt_hash].add(entry)
@@ -710,7 +650,8 @@ def evaluate(
     )
 
     billed = total_tokens(logged_tokens(entry) for entry in provider_log)
-    on_jobs = total_tokens(usage_tokens(job.usage) for job in found if job)
+    calling = [*(job for job in found if job), *children]
+    on_jobs = total_tokens(usage_tokens(job.usage) for job in calling)
     all_attempts = [attempt for items in contents.attempts.values() for attempt in items]
     on_attempts = total_tokens(item_tokens(attempt) for attempt in all_attempts)
     report.check(
@@ -722,9 +663,7 @@ def evaluate(
         format_tokens(on_attempts),
     )
     priced = sum((call_cost(entry) for entry in provider_log), Decimal(0))
-    report.check(
-        "cost USD: jobs' usage = provider log x price", priced, sum(job.usage.cost_usd for job in found if job)
-    )
+    report.check("cost USD: jobs' usage = provider log x price", priced, sum(job.usage.cost_usd for job in calling))
     report.check(
         "cost USD: attempt items = provider log x price",
         priced,
@@ -733,7 +672,7 @@ def evaluate(
     report.check(
         "attempts: jobs' usage = attempt items",
         len(all_attempts),
-        sum(job.usage.attempts for job in found if job),
+        sum(job.usage.attempts for job in calling),
     )
     report.check("jobs whose usage (tokens, cost) differs from their calls", 0, len(off_usage))
     report.check(
@@ -811,30 +750,18 @@ def explain(job: PlannedJob, contents: TableContents, provider_log: Sequence[Ser
     return lines
 
 
-def call_cost(entry: ServedRequest, batch_price: bool = True) -> Decimal:
-    """What one logged call costs at the soak's prices (a batch's line at the batch price, unless not
-    `batch_price`), rounded as the engine's price table rounds."""
-    uncached = entry.prompt_tokens - entry.cached_tokens
-    share = BATCH_PRICE_SHARE if entry.batch_id is not None and batch_price else Decimal(1)
-    cost = (
-        (
-            uncached * PRICES["input"]
-            + entry.cached_tokens * PRICES["cached_input"]
-            + entry.completion_tokens * PRICES["output"]
-        )
-        * share
-        / 1_000_000
-    )
-    return cost.quantize(Decimal("0.000000001"))
+def explained(console: Console, what: str, job_ids: Sequence[str], explain: Callable[[str], list[str]]) -> None:
+    """The first few of `job_ids`, each as `explain` tells what happened to it."""
+    if job_ids:
+        console.print(f"{what}: {len(job_ids)}; the first few:")
+        for job_id in job_ids[:5]:
+            for line in explain(job_id):
+                console.print(f"  {line}", markup=False, highlight=False)
 
 
 def ended_in_time(job: Job) -> bool:
     """Whether a job ended by its deadline (a job failed for its message before it had one has none)."""
     return job.finished_at is not None and (job.deadline_at is None or job.finished_at <= job.deadline_at)
-
-
-def format_tokens(counts: tuple[int, ...]) -> str:
-    return " / ".join(f"{count:,}" for count in counts)
 
 
 # --- the run ---------------------------------------------------------------------------------------
@@ -843,6 +770,12 @@ def format_tokens(counts: tuple[int, ...]) -> str:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=1000, help="number of jobs (default 1000)")
+    parser.add_argument(
+        "--pipelines",
+        type=int,
+        default=None,
+        help=f"pipelines sent among the jobs (default: one per {JOBS_PER_PIPELINE} jobs, at least {MIN_PIPELINES})",
+    )
     parser.add_argument("--fault-share", type=float, default=0.2, help="share of jobs given a fault (default 0.2)")
     parser.add_argument(
         "--batch-share", type=float, default=0.2, help="share of jobs sent as background jobs to batch (default 0.2)"
@@ -859,7 +792,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--background-concurrency", type=int, default=2, help="pollers of the background queue (default 2)"
     )
-    parser.add_argument("--budget", type=float, default=300.0, help="seconds until every job must be terminal")
+    parser.add_argument(
+        "--budget", type=float, default=420.0, help="seconds until every job must be terminal (default 420)"
+    )
     parser.add_argument("--visibility-clamp", type=int, default=2, help="cap on the visibility the engine sets (s)")
     parser.add_argument("--queue-depth", type=int, default=200, help="messages kept on the queues while feeding")
     parser.add_argument("--seed", type=int, default=7)
@@ -867,6 +802,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     shares = (args.fault_share, args.batch_share, args.background_share)
     if args.jobs < 1 or min(args.concurrency, args.background_concurrency) < 1 or args.visibility_clamp < 0:
         parser.error("--jobs and the concurrencies must be positive, the clamp >= 0")
+    if args.pipelines is None:
+        args.pipelines = max(MIN_PIPELINES, args.jobs // JOBS_PER_PIPELINE)
+    if args.pipelines < 0:
+        parser.error("--pipelines must be 0 or more")
     if not all(0 <= share <= 1 for share in shares) or args.batch_share + args.background_share > 1:
         parser.error("the shares must be within 0..1, --batch-share and --background-share 1 at most together")
     return args
@@ -895,6 +834,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ).start()
     report = Report()
     suspects: list[str] = []
+    broken: list[str] = []
     try:
         environment = (
             {"AWS_ENDPOINT_URL": endpoint}
@@ -919,6 +859,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         registry = JobRegistry([*BUILTIN_DEFINITIONS, QUICK_CLASSIFY])
         shares = Shares(args.fault_share, args.batch_share, args.background_share)
         jobs = plan_jobs(args.jobs, shares, rng, registry)
+        # Their own random numbers: the jobs' plans stay those of the same seed without pipelines.
+        pipelines = plan_pipelines(args.pipelines, random.Random(args.seed + 1))
+        kills = PipelineKills(pipelines)
         sqs = session.client("sqs", endpoint_url=endpoint)
         dynamodb = session.client("dynamodb", endpoint_url=endpoint)
         queue_urls = {
@@ -926,16 +869,36 @@ def main(argv: Sequence[str] | None = None) -> int:
             Route.BACKGROUND: stack.background_queue_url,
             Route.BATCH: stack.background_queue_url,
         }
-        deliveries = delivery_order(jobs, queue_urls, rng)
+        lane_urls = {Lane.INTERACTIVE: stack.queue_url, Lane.BACKGROUND: stack.background_queue_url}
+        deliveries = delivery_order(
+            [Outgoing(queue_urls[job.route], job.message, job.copies) for job in jobs]
+            + [Outgoing(lane_urls[pipeline.lane], pipeline.message, pipeline.copies) for pipeline in pipelines],
+            rng,
+        )
         feeder = Feeder(sqs, deliveries, args.queue_depth)
+        children_ids = [job_id for pipeline in pipelines for job_id in pipeline.children]
+        all_ids = [*(job.job_id for job in jobs), *(pipeline.job_id for pipeline in pipelines), *children_ids]
+        # The soak's own reads and reviews, on a session of its own.
+        store = build_store(settings, Aws(settings, session))
+        reviewer = Reviewer(AiJobsClient.from_settings(settings, session), store, pipelines)
 
         with engine_output_to(log_path, tally):
-            worker, queues = build_soak_worker(settings, session, args.visibility_clamp)
+            # The worker and the events function on sessions of their own, where their kills are armed.
+            worker_session, events_session = local_session(), local_session()
+            kills.worker.install(worker_session)
+            kills.events.install(events_session)
+            worker = WorkerFunction(settings, worker_session, args.visibility_clamp)
+
+            def revealed(queue_url: str) -> Callable[[dict[str, Any]], None]:
+                """What Lambda does with a dead invocation's batch: it comes back, here after the clamp
+                rather than the queue's visibility timeout."""
+                return lambda event: reveal(sqs, queue_url, event, args.visibility_clamp)
+
             # One worker function with an event source mapping per lane, as the template has them.
             mappings = [
                 EventSourceMapping(
                     queue_url,
-                    worker.handle,
+                    kills.worker_function(worker.handle, revealed(queue_url)),
                     sqs_client=sqs,
                     concurrency=concurrency,
                     wait_seconds=1,
@@ -954,9 +917,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 function_timeout(template, "BatchFunction"),
                 "soak-batches",
             )
-            # The events function on the table's stream, as deployed: one completion event per job.
-            events = TableStream(stack.table_name, events_handler(*build_events(settings, session)), session, endpoint)
-            reader = StatusReader(stack.table_name, dynamodb, [job.job_id for job in jobs])
+            # The events function on the table's stream, as deployed: one completion event per job (every
+            # record delivered two or three times).
+            events = TableStream(
+                stack.table_name,
+                kills.events_function(events_handler(*build_events(settings, events_session))),
+                session,
+                endpoint,
+                copies=StreamCopies(seed=args.seed),
+            )
+            reader = StatusReader(stack.table_name, dynamodb, all_ids)
             started = time.monotonic()
 
             def show_progress() -> None:
@@ -965,7 +935,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 stats = [mapping.stats for mapping in mappings]
                 progress.print(
                     f"  {time.monotonic() - started:5.0f}s  sent {feeder.sent}/{len(deliveries)}"
-                    f"  terminal {len(jobs) - len(reader.pending)}/{len(jobs)}"
+                    f"  terminal {len(all_ids) - len(reader.pending)}/{len(all_ids)}"
                     f"  invocations {sum(stat.batches for stat in stats)}"
                     f"  records {sum(stat.records for stat in stats)}  deleted {sum(stat.deleted for stat in stats)}"
                     f"  batcher passes {batcher.invocations}  provider calls {len(provider.log)}",
@@ -982,16 +952,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 mapping.start()
             batcher.start()
             events.start()
+            reviewer.start()
             try:
                 # Reading 1000 jobs' status holds moto's lock for a while: only once all are sent.
                 all_terminal = wait_for(lambda: feeder.done and reader.refresh() == 0, args.budget, show_progress)
                 terminal_at = time.monotonic() - started
                 drained = wait_for(lambda: feeder.done and queues_empty(), DRAIN_SECONDS, show_progress)
                 events_read = EventsTap(sqs, stack.events_queue_url).collect(
-                    {job.job_id for job in jobs}, EVENTS_WAIT_SECONDS, late_seconds=2
+                    set(all_ids), EVENTS_WAIT_SECONDS, late_seconds=2
                 )
-                per_job = Counter(event["detail"]["job_id"] for event in events_read)
             finally:
+                reviewer.stop()
                 feeder.stop()
                 batcher.stop()
                 for mapping in mappings:
@@ -1001,6 +972,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         contents = read_table(dynamodb, stack.table_name)
         provider_log = provider.log
+        children = [job for job_id in children_ids if (job := contents.jobs.get(job_id)) is not None]
+        history = stream_history(read_stream(session, endpoint, stack.table_name))
         routes = Counter(job.route for job in jobs)
         report.figure(
             "jobs: interactive / background in real time / background to batch",
@@ -1008,6 +981,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f" / {routes[Route.BACKGROUND]} / {routes[Route.BATCH]}",
         )
         planned_lanes = Counter(job.route.lane for job in jobs)
+        for pipeline in pipelines:
+            planned_lanes[pipeline.lane] += 1 + len(pipeline.children)
         recorded_lanes = Counter(job.lane for job in contents.jobs.values())
         report.check(
             "jobs per lane: interactive / background",
@@ -1015,7 +990,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             " / ".join(str(recorded_lanes[lane]) for lane in Lane),
         )
         report.check("messages sent (2-3 copies a job, some delayed)", len(deliveries), feeder.sent)
-        suspects = evaluate(report, jobs, contents, provider_log)
+        suspects = evaluate(report, jobs, contents, provider_log, children)
+        keys = prompt_keys(store, registry, children)
+        broken = evaluate_pipelines(report, pipelines, contents, provider_log, history, keys)
+        report.check(
+            "invocations killed as planned: worker / events function",
+            f"{kills.planned['worker']} / {kills.planned['events']}",
+            f"{kills.made['worker']} / {kills.made['events']}",
+        )
+        report.figure(
+            "events function: records delivered / copies delivered again",
+            f"{events.delivered} / {events.copies_delivered}",
+        )
+        report.figure(
+            "reviews decided by the soak: " + " / ".join(decision.value for decision in Decision),
+            " / ".join(str(reviewer.decided[decision]) for decision in Decision),
+        )
+        report.check("reviews the soak could not give", 0, len(reviewer.errors))
         s3 = session.client("s3", endpoint_url=endpoint)
         files_left = sum(
             s3.list_objects_v2(Bucket=stack.payload_bucket, Prefix=prefix)["KeyCount"]
@@ -1029,7 +1020,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             0,
             queue_depth(sqs, stack.queue_url) + queue_depth(sqs, stack.background_queue_url),
         )
-        report.check("invocations failed as a whole", 0, sum(mapping.stats.batch_errors for mapping in mappings))
+        report.check(
+            "worker invocations failed as a whole (the killed ones)",
+            kills.deaths["worker"],
+            sum(mapping.stats.batch_errors for mapping in mappings),
+        )
         for lane, mapping in zip(Lane, mappings, strict=True):
             stats = mapping.stats
             report.figure(
@@ -1037,7 +1032,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{stats.batches} / {stats.records} / {stats.deleted} / {stats.failed}",
             )
         report.figure("batcher passes", batcher.invocations)
-        asked = sum((queue.asked for queue in queues), Counter[int]())
+        asked = sum((queue.asked for queue in worker.queues), Counter[int]())
         clamped = sum(count for seconds, count in asked.items() if seconds > args.visibility_clamp)
         report.figure(
             f"visibility changes / capped at {args.visibility_clamp}s (longest asked)",
@@ -1051,17 +1046,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         report.figure("engine warnings / errors logged", f"{tally.levels['WARNING']} / {tally.levels['ERROR']}")
         report.figure("all terminal after", f"{terminal_at:.1f}s" if all_terminal else "never (budget spent)")
         report.check("queues drained", True, drained)
-        report.check("jobs with exactly one completion event", len(jobs), sum(per_job[job.job_id] == 1 for job in jobs))
-        lanes = {job.job_id: job.route.lane.value for job in jobs}
+        # Delivery is at least once (the stream's copies repeat events): a consumer tells them apart by event_id.
+        distinct = list({event["detail"]["event_id"]: event for event in events_read}.values())
+        per_job = Counter(event["detail"]["job_id"] for event in distinct)
+        report.figure("completion events received / distinct", f"{len(events_read)} / {len(distinct)}")
+        report.check(
+            "jobs with exactly one completion event (pipelines and children too)",
+            len(all_ids),
+            sum(per_job[job_id] == 1 for job_id in all_ids),
+        )
+        lanes = {job.job_id: job.route.lane.value for job in jobs} | {
+            job_id: pipeline.lane.value for pipeline in pipelines for job_id in (pipeline.job_id, *pipeline.children)
+        }
         report.check(
             "completion events not of their job's lane",
             0,
-            sum(1 for event in events_read if event["detail"].get("lane") != lanes.get(event["detail"]["job_id"])),
+            sum(1 for event in distinct if event["detail"].get("lane") != lanes.get(event["detail"]["job_id"])),
         )
         report.check(
             "completion events of jobs not planned",
             0,
-            sum(count for job_id, count in per_job.items() if job_id not in {job.job_id for job in jobs}),
+            sum(count for job_id, count in per_job.items() if job_id not in lanes),
         )
         report.figure("elapsed", f"{elapsed:.1f}s")
     finally:
@@ -1075,19 +1080,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         f" they would wait for its batch's lease); messages fed keeping at most {args.queue_depth} on the queues;"
         f" the batcher run every {LOCAL_BATCHER_SECONDS:g}s (every minute in AWS), batch windows of"
         f" {BATCH_WINDOW_SECONDS}s polled every {BATCH_POLL_SECONDS}s with a rescue time of {BATCH_RESCUE_SECONDS}s,"
-        f" and batches answered {BATCH_DELAY_SECONDS:g}s after their creation. Engine log: {log_path}"
+        f" and batches answered {BATCH_DELAY_SECONDS:g}s after their creation; the events function's stream"
+        f" delivering every record 2-3 times; killed worker invocations' messages back after {args.visibility_clamp}s,"
+        f" one to die before its pipeline waits given {KILLED_INVOCATION_SECONDS:g}s. Engine log: {log_path}"
     )
     title = (
         f"aijobs soak: {args.jobs} jobs, {args.fault_share:.0%} faults, {args.batch_share:.0%} batched,"
-        f" {args.background_share:.0%} background in real time"
+        f" {args.background_share:.0%} background in real time; {args.pipelines} pipelines"
     )
     console.print(report.table(title, caption))
     planned = {job.job_id: job for job in jobs}
-    if suspects:
-        console.print(f"jobs that broke a per-job check: {len(suspects)}; the first few:")
-        for job_id in suspects[:5]:
-            for line in explain(planned[job_id], contents, provider_log):
-                console.print(f"  {line}", markup=False, highlight=False)
+    by_id = {pipeline.job_id: pipeline for pipeline in pipelines}
+    explained(
+        console,
+        "jobs that broke a per-job check",
+        suspects,
+        lambda job_id: explain(planned[job_id], contents, provider_log),
+    )
+    explained(
+        console,
+        "pipelines that broke a check",
+        broken,
+        lambda job_id: explain_pipeline(by_id[job_id], contents, history),
+    )
     top = tally.messages.most_common(5)
     if top:
         console.print("most frequent engine log lines:")

@@ -244,8 +244,12 @@ class Pipelines:
 
     def on_waiting(self, job: Job) -> Disposition:
         """A message of a pipeline that waits: a review's timer (ended `review_timeout` once its time is
-        up, else hidden until then), or a duplicate while its children run."""
+        up, else hidden until then), or a copy while its children run. Such a copy may be the message of
+        an invocation that died after the pipeline waited and before it sent its children's messages:
+        those of the children not counted ended are sent again (a child's claim makes a copy harmless)."""
         review = job.pipeline.review if job.pipeline else None
+        if review is None:
+            self._send_open_children(job)
         if review is None or review.decision is not None:
             return Ack(Fate.DUPLICATE)
         now = self._now_ms()
@@ -280,6 +284,15 @@ class Pipelines:
         if len(inputs) > MAX_PARTS:
             raise InputValidationError(f"step {step.name!r}: {len(inputs)} parts; a map makes at most {MAX_PARTS}")
         return [(child_input, ()) for child_input in inputs]
+
+    def _send_open_children(self, job: Job) -> None:
+        state = job.pipeline
+        steps = children_ids(job)
+        if state is None or state.step >= len(steps):
+            return
+        for part, job_id in enumerate(steps[state.step]):
+            if part not in state.ended:
+                self._queues[job.lane].send({"job_id": job_id}, group_id=job.user_id)
 
     def _child(
         self,

@@ -1,7 +1,9 @@
 """A pipeline moved on exactly once on moto (docs/pipelines.md): every child's end counted on its parent
 once however often and from however many threads its stream record comes, the usage summed exactly,
-the parent queued once; a record of a parent that moved on counts nothing; the reconciler's recount of
-a step whose records were lost; a PDF cut into page ranges in the payload bucket, written once."""
+the parent queued once; a record of a parent that moved on counts nothing; a child that ends after its
+pipeline failed still adds its usage; a copy of a waiting parent's message sends its open children's;
+the reconciler's recount of a step whose records were lost; a PDF cut into page ranges in the payload
+bucket, written once."""
 
 from __future__ import annotations
 
@@ -18,11 +20,25 @@ from pypdf import PdfReader
 
 from aijobs.stack import StackResources
 from engine.attachments.pages import PageRanges, part_key
-from engine.core import AttemptOutcome, AttemptRecord, ChildOf, Job, JobStatus, NewJob, Succeeded, Waits
+from engine.core import (
+    Ack,
+    AttemptOutcome,
+    AttemptRecord,
+    ChildOf,
+    ErrorCode,
+    Failed,
+    Fate,
+    Job,
+    JobErrorInfo,
+    JobStatus,
+    NewJob,
+    Succeeded,
+    Waits,
+)
 from engine.core.attachments import AttachmentRef
 from engine.definitions import JobRegistry
 from engine.intake import request_hash
-from engine.pipelines import ChildEnds, child_id
+from engine.pipelines import ChildEnds, Pipelines, child_id
 from engine.queue import JobQueue, JobQueues
 from engine.reconciler import Reconciled, Reconciler
 from engine.store import DynamoJobStore
@@ -67,7 +83,10 @@ def waiting_parent(store: DynamoJobStore) -> Job:
     return parent
 
 
-def end_child(store: DynamoJobStore, part: int) -> Job:
+INVALID = JobErrorInfo(ErrorCode.SCHEMA_VALIDATION_FAILED, "the answer is not JSON", False)
+
+
+def end_child(store: DynamoJobStore, part: int, succeeded: bool = True) -> Job:
     job_id = child_id("p-1", 0, part)
     claimed = store.claim_job(job_id, f"w-{part}", 60_000, now_ms(), None)
     attempt = AttemptRecord(
@@ -77,12 +96,13 @@ def end_child(store: DynamoJobStore, part: int) -> Job:
         job_type="summarize",
         started_at=now_ms(),
         finished_at=now_ms(),
-        outcome=AttemptOutcome.SUCCEEDED,
+        outcome=AttemptOutcome.SUCCEEDED if succeeded else AttemptOutcome.FAILED,
         input_tokens=100 + part,
         output_tokens=10 + part,
         cost_usd=Decimal("0.000123") * (part + 1),
     )
-    store.finish_job(claimed, Succeeded({"summary": f"summary {part}"}, "h"), now_ms(), attempt)
+    outcome = Succeeded({"summary": f"summary {part}"}, "h") if succeeded else Failed(INVALID)
+    store.finish_job(claimed, outcome, now_ms(), attempt)
     ended = store.get_job(job_id)
     assert ended is not None
     return ended
@@ -215,3 +235,51 @@ def test_a_pdf_is_cut_into_page_ranges_in_the_payload_bucket_each_written_once(
     ]
     counted = [len(PdfReader(io.BytesIO(payloads.get(part.key))).pages) for part in parts]
     assert counted == [20, 20, 5]
+
+
+def test_a_child_that_ends_after_its_pipeline_failed_still_adds_its_usage(
+    store: DynamoJobStore, ends: ChildEnds, sent: SentQueue
+) -> None:
+    # Given a waiting parent whose first child fails: the parent is moved on, and its worker fails it
+    waiting_parent(store)
+    first = end_child(store, 0, succeeded=False)
+    ends.ended([first])
+    assert sent.sent == [{"job_id": "p-1"}]
+    claimed = store.claim_job("p-1", "w-parent", 60_000, now_ms(), None)
+    store.finish_job(claimed, Failed(JobErrorInfo(ErrorCode.STEP_FAILED, "step 'parts' failed", False)), now_ms())
+
+    # When its other children end afterwards, their records delivered twice
+    late = [end_child(store, part) for part in range(1, CHILDREN)]
+    for child in late:
+        ends.ended([child, child])
+
+    # Then the failed pipeline's usage is all its children's, each counted once, and nothing moved it on again
+    parent = store.get_job("p-1")
+    assert parent is not None
+    children = [first, *late]
+    assert parent.status is JobStatus.FAILED
+    assert parent.usage.input_tokens == sum(child.usage.input_tokens for child in children)
+    assert parent.usage.cost_usd == sum((child.usage.cost_usd for child in children), Decimal(0))
+    assert parent.usage.attempts == CHILDREN
+    assert parent.pipeline is not None
+    assert parent.pipeline.ended == frozenset(range(CHILDREN))
+    assert sent.sent == [{"job_id": "p-1"}]
+
+
+def test_a_copy_of_a_waiting_parent_s_message_sends_the_messages_of_its_children_not_counted(
+    store: DynamoJobStore, ends: ChildEnds, sent: SentQueue
+) -> None:
+    # Given a parent that waits on its children (as after an invocation that died before it sent their
+    # messages), five of which have ended and been counted
+    waiting_parent(store)
+    for part in range(5):
+        ends.ended([end_child(store, part)])
+    parent = store.get_job("p-1")
+    assert parent is not None
+
+    # When a copy of its message finds it waiting
+    disposition = Pipelines(store, JobQueues.of(sent), JobRegistry()).on_waiting(parent)
+
+    # Then the messages of the seven others are sent again, and the copy is acknowledged
+    assert disposition == Ack(Fate.DUPLICATE)
+    assert sent.sent == [{"job_id": child_id("p-1", 0, part)} for part in range(5, CHILDREN)]

@@ -2,8 +2,10 @@
 ready for its next step once, and a person's review decided once.
 
 - count_child: one UpdateItem of the parent, adding the child's part to the step's `pipeline_ended`
-  (and `pipeline_failed`) number sets and its usage to the parent's, conditional on the parent
-  waiting on that step and the part not counted yet: a stream record delivered again counts nothing.
+  (and `pipeline_failed`) number sets and its usage to the parent's, conditional on the parent being
+  on that step and the part not counted yet: a stream record delivered again counts nothing. A child
+  that ends after its pipeline ended early (a sibling failed it, or it was cancelled) is still counted:
+  the pipeline's usage is all its children's.
 - make_ready: `waiting -> queued`, conditional on the step: however many callers see the step end,
   one moves the parent on (and sends its message).
 - decide_review: `waiting -> succeeded | failed`, fenced on the job as it was read.
@@ -37,8 +39,7 @@ class PipelineWrites(JobTable):
         expr.set("updated_at", now_ms)
         ended = expr.name("pipeline_ended")
         expr.condition = (
-            f"{expr.name('status')} = {expr.value('waiting', JobStatus.WAITING.value)}"
-            f" AND {expr.name('pipeline_step')} = {expr.value('step', parent.step_index)}"
+            f"{expr.name('pipeline_step')} = {expr.value('step', parent.step_index)}"
             f" AND NOT contains({ended}, {expr.value('part', parent.part)})"
         )
         try:
