@@ -5,7 +5,8 @@ The spine, one named step each:
   of the delivery (a duplicate, a bad message, a refused claim);
 - admit: a hold of the shared limits or budgets (engine.fleet), or too little of the invocation left
   for the call, decides without a call;
-- call: now (`run`), or from a provider's batch's answer (`answer`): siblings behind the gateway;
+- call: now (`run`, at the service tier engine.decisions.decide_tier picks: a background job's at the
+  flex tier when flex is on), or from a provider's batch's answer (`answer`): siblings behind the gateway;
 - decide: engine.decisions, a pure function of the job, the call's execution and the moment;
 - finish: the one place a decision is written (fenced on the lease: a cancel requested meanwhile
   ends the job cancelled, a lost lease discards the result and keeps its usage).
@@ -73,6 +74,7 @@ from engine.decisions import (
     decide_hand_back,
     decide_hold,
     decide_retry,
+    decide_tier,
 )
 from engine.definitions import JobDefinition, JobRegistry
 from engine.definitions.pipelines import PipelineDefinition
@@ -146,6 +148,7 @@ class JobRunner:
         max_receives: int = DEFAULT_MAX_RECEIVES,
         attachments: AttachmentLoader | None = None,
         pipelines: Pipelines | None = None,
+        flex: bool = False,
     ) -> None:
         self._store = store
         self._gateway = gateway
@@ -159,6 +162,8 @@ class JobRunner:
         self._max_receives = max_receives
         self._attachments = attachments
         self._pipelines = pipelines
+        # Background jobs at the provider's flex tier (AIJOBS_FLEX, docs/cost.md).
+        self._flex = flex
 
     # --- the spine ----------------------------------------------------------------------------
 
@@ -397,7 +402,10 @@ class JobRunner:
                 return self.finish(job, request, held)
             started = self._now_ms()
             time_left = _time_left(remaining_ms)
-            execution = self._gateway.execute(claimed.definition, claimed.job_input, time_left, claimed.attachments)
+            tier = decide_tier(job, claimed.definition, self._flex, started)
+            execution = self._gateway.execute(
+                claimed.definition, claimed.job_input, time_left, claimed.attachments, tier
+            )
             if isinstance(verdict, Pass):
                 verdict.record(execution)
             decision = self._decide(claimed, execution, started)

@@ -178,6 +178,7 @@ def build_runner(
         max_receives=settings.aijobs_max_receive_count,
         attachments=build_attachments(settings, aws),
         pipelines=Pipelines(store, queues, registry) if queues is not None else None,
+        flex=settings.aijobs_flex,
     )
 
 

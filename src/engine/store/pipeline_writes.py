@@ -36,6 +36,7 @@ class PipelineWrites(JobTable):
         expr.add("input_tokens", usage.input_tokens)
         expr.add("output_tokens", usage.output_tokens)
         expr.add("cost_usd", Decimal(usage.cost_usd))
+        expr.add("standard_cost_usd", Decimal(usage.standard_cost_usd))
         expr.add("usage_attempts", usage.attempts)
         for name in ("cached_input_tokens", "cache_write_input_tokens", "reasoning_tokens"):
             if count := getattr(usage, name):

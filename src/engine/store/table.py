@@ -188,6 +188,7 @@ class JobTable:
         expr.add("input_tokens", attempt.input_tokens)
         expr.add("output_tokens", attempt.output_tokens)
         expr.add("cost_usd", Decimal(attempt.cost_usd))
+        expr.add("standard_cost_usd", Decimal(attempt.standard_cost_usd))
         expr.add("usage_attempts", 1)
         # Token kinds that an attempt rarely has are written only when it has them: a smaller item.
         for name in ("cached_input_tokens", "cache_write_input_tokens", "reasoning_tokens", "reasks"):
