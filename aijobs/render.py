@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -15,10 +14,10 @@ from rich.text import Text
 
 from aijobs.amounts import usd
 from aijobs.client import JobTypeListing, RedriveOutcome, RedriveResult
-from engine.core import JobStatus
+from engine.core import JobStatus, Via
 from engine.core.job_types import Canary, JobTypeHead, LabelAction, StoredVersion, VersionStats
 from engine.fleet.budgets import BudgetDay
-from engine.store import UsageRow
+from engine.store import UsageRow, by_route
 from engine.views import (
     AttachmentView,
     AttemptView,
@@ -255,7 +254,7 @@ def attempts_table(attempts: Sequence[AttemptView], counted: int) -> Table:
             attempt.started_at or "-",
             f"{attempt.duration_ms} ms" if attempt.duration_ms < 1000 else f"{attempt.duration_ms / 1000:.1f} s",
             Text(f"{model} ({attempt.tier})" if attempt.tier else model),
-            attempt.via.value,
+            via_cell(attempt),
             str(attempt.calls),
             str(attempt.input_tokens),
             str(attempt.cached_input_tokens),
@@ -266,6 +265,14 @@ def attempts_table(attempts: Sequence[AttemptView], counted: int) -> Table:
             attempt.error_code.value if attempt.error_code else "",
         )
     return table
+
+
+def via_cell(attempt: AttemptView) -> str:
+    """How an attempt's first call was made; at the flex tier, with the tier the provider said served it
+    ("flex (default)": asked at flex, served at the standard tier)."""
+    if attempt.via is Via.FLEX and attempt.service_tier:
+        return f"{attempt.via.value} ({attempt.service_tier})"
+    return attempt.via.value
 
 
 def dead_letters_table(letters: Sequence[DeadLetterView], title: str = "dead letters") -> Table:
@@ -385,35 +392,62 @@ USAGE_COLUMNS = (
 UNPRICED_NOTE = (
     "unpriced: attempt records of a model with no price, whose cost is unknown and counted as 0 (AIJOBS_PRICES)"
 )
+ROUTES_NOTE = (
+    "in real time: what the same calls would have cost in real time at the standard tier; saved: that, less "
+    "their cost; prompt cache: what its reads and writes saved against uncached input (docs/cost.md)"
+)
 
 
 def usage_table(rows: Sequence[UsageRow], title: str) -> Table:
-    """Rows by user, job type, model and lane; then each lane's total (when there are two), and the total.
-    The unpriced column shows only when some attempt was unpriced."""
+    """Rows by user, job type, model, lane and route; then each lane's total (when there are two), and the
+    total. The unpriced column shows only when some attempt was unpriced."""
     total = _sum(rows)
     columns = [(title, name) for title, name in USAGE_COLUMNS if name != "unpriced_attempts" or total.unpriced_attempts]
     table = Table(title=title, caption=UNPRICED_NOTE if total.unpriced_attempts else None)
-    for column in ("user", "job type", "model", "lane"):
+    for column in ("user", "job type", "model", "lane", "route"):
         table.add_column(column)
     for column, _ in columns:
         table.add_column(column, justify="right")
     for row in rows:
-        names = (row.user_id or "-", row.job_type or "-", row.model or "-", row.lane or "-")
+        names = (row.user_id or "-", row.job_type or "-", row.model or "-", row.lane or "-", row.via or "-")
         table.add_row(*names, *_usage_cells(row, columns))
     table.add_section()
     lanes = sorted({row.lane for row in rows if row.lane})
     if len(lanes) > 1:
         for lane in lanes:
             lane_total = _sum([row for row in rows if row.lane == lane])
-            table.add_row("total", "", "", lane, *_usage_cells(lane_total, columns))
-    table.add_row("total", "", "", "", *_usage_cells(total, columns))
+            table.add_row("total", "", "", lane, "", *_usage_cells(lane_total, columns))
+    table.add_row("total", "", "", "", "", *_usage_cells(total, columns))
     return table
+
+
+def routes_table(rows: Sequence[UsageRow]) -> Table:
+    """The same attempts by route (real time, batch, flex, reuse) and what the prompt cache saved: each
+    route's cost beside what the same calls would have cost in real time at the standard tier, and the
+    saving; then the total."""
+    table = Table(title="cost by route", caption=ROUTES_NOTE)
+    table.add_column("route")
+    for column in ("records", "cost", "in real time", "saved"):
+        table.add_column(column, justify="right")
+    for route in by_route(rows):
+        table.add_row(route.via or "-", str(route.attempts), *_amounts(route))
+    total = _sum(rows)
+    cached = f"{total.cached_input_tokens} cached tokens"
+    table.add_row("prompt cache", cached, "", "", usd(total.cache_savings_usd))
+    table.add_section()
+    saved = total.saved_usd + total.cache_savings_usd
+    table.add_row("total", str(total.attempts), usd(total.cost_usd), usd(total.standard_cost_usd), usd(saved))
+    return table
+
+
+def _amounts(row: UsageRow) -> tuple[str, str, str]:
+    return usd(row.cost_usd), usd(row.standard_cost_usd), usd(row.saved_usd)
 
 
 def _sum(rows: Sequence[UsageRow]) -> UsageRow:
     total = UsageRow(None, None, None)
     for row in rows:
-        total = replace(total, **{name: getattr(total, name) + getattr(row, name) for _, name in USAGE_COLUMNS})
+        total = total.merged(row)
     return total
 
 
@@ -423,6 +457,8 @@ def _usage_cells(row: UsageRow, columns: Sequence[tuple[str, str]]) -> list[str]
 
 
 def usage_json(row: UsageRow) -> dict[str, Any]:
+    """A row of `aijobs usage --json`: its sums, then its route, what the same calls would have cost in real
+    time at the standard tier, and what the route saved (fields added later come last)."""
     return {
         "user_id": row.user_id,
         "job_type": row.job_type,
@@ -432,6 +468,9 @@ def usage_json(row: UsageRow) -> dict[str, Any]:
             name: float(value) if isinstance(value := getattr(row, name), Decimal) else value
             for _, name in USAGE_COLUMNS
         },
+        "via": row.via,
+        "standard_cost_usd": float(row.standard_cost_usd),
+        "saved_usd": float(row.saved_usd),
     }
 
 
