@@ -557,8 +557,8 @@ def usage(
     as_json: JsonFlag = False,
     stack: StackOption = None,
 ) -> None:
-    """Tokens and cost by user, job type, model, lane and route; then cost by route beside what the same
-    calls would have cost in real time at the standard tier, and the saving."""
+    """Tokens and cost by user, job type, model and lane; then cost by route beside what the same calls
+    would have cost in real time at the standard tier, and the saving (--json: the rows, by route too)."""
     rows = client(stack).usage(parse_duration(since), user_id=checked_user(user))
     if as_json:
         print_json([usage_json(row) for row in rows])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -399,26 +400,36 @@ ROUTES_NOTE = (
 
 
 def usage_table(rows: Sequence[UsageRow], title: str) -> Table:
-    """Rows by user, job type, model, lane and route; then each lane's total (when there are two), and the
-    total. The unpriced column shows only when some attempt was unpriced."""
+    """Rows by user, job type, model and lane (their routes together: `routes_table` splits them); then
+    each lane's total (when there are two), and the total. The unpriced column shows only when some
+    attempt was unpriced."""
     total = _sum(rows)
     columns = [(title, name) for title, name in USAGE_COLUMNS if name != "unpriced_attempts" or total.unpriced_attempts]
     table = Table(title=title, caption=UNPRICED_NOTE if total.unpriced_attempts else None)
-    for column in ("user", "job type", "model", "lane", "route"):
+    for column in ("user", "job type", "model", "lane"):
         table.add_column(column)
     for column, _ in columns:
         table.add_column(column, justify="right")
-    for row in rows:
-        names = (row.user_id or "-", row.job_type or "-", row.model or "-", row.lane or "-", row.via or "-")
+    for row in _across_routes(rows):
+        names = (row.user_id or "-", row.job_type or "-", row.model or "-", row.lane or "-")
         table.add_row(*names, *_usage_cells(row, columns))
     table.add_section()
     lanes = sorted({row.lane for row in rows if row.lane})
     if len(lanes) > 1:
         for lane in lanes:
             lane_total = _sum([row for row in rows if row.lane == lane])
-            table.add_row("total", "", "", lane, "", *_usage_cells(lane_total, columns))
-    table.add_row("total", "", "", "", "", *_usage_cells(total, columns))
+            table.add_row("total", "", "", lane, *_usage_cells(lane_total, columns))
+    table.add_row("total", "", "", "", *_usage_cells(total, columns))
     return table
+
+
+def _across_routes(rows: Sequence[UsageRow]) -> list[UsageRow]:
+    """Rows of the same user, job type, model and lane summed over their routes, costliest first."""
+    merged: dict[tuple[str | None, ...], UsageRow] = {}
+    for row in rows:
+        key = (row.user_id, row.job_type, row.model, row.lane)
+        merged[key] = merged[key].merged(row) if key in merged else replace(row, via=None)
+    return sorted(merged.values(), key=lambda row: -row.cost_usd)
 
 
 def routes_table(rows: Sequence[UsageRow]) -> Table:

@@ -746,6 +746,8 @@ ATTEMPT_FIELDS = [
     "refused_answer",
     "prompt_sha256",
     "refused_answer_s3",
+    "standard_cost_usd",
+    "service_tier",
 ]
 DEAD_LETTER_FIELDS = ["message_id", "recorded_at", "job_id", "receive_count", "reason"]
 

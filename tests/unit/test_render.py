@@ -281,12 +281,16 @@ def route_rows() -> list[UsageRow]:
     ]
 
 
-def test_usage_splits_its_rows_by_route() -> None:
+def test_usage_shows_a_row_per_user_job_type_model_and_lane_whatever_their_routes() -> None:
     text = text_of(usage_table(route_rows(), title="usage"))
 
-    header = next(line for line in text.splitlines() if "user" in line and "model" in line)
-    assert "route" in header
-    assert sum("summarize" in line and "flex" in line for line in text.splitlines()) == 1
+    # summarize's flex, batch and reuse attempts in one row; then classify's realtime and flex ones
+    cells = [[cell.strip() for cell in line.split("│")[1:-1]] for line in text.splitlines()]
+    assert [row[:2] + row[4:5] for row in cells if row and row[0] == "u-1"] == [
+        ["u-1", "summarize", "26"],
+        ["u-1", "classify", "13"],
+    ]
+    assert table_rows(text)["total"][3] == "39"  # every attempt record counted once
 
 
 def table_rows(text: str) -> dict[str, list[str]]:
