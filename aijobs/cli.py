@@ -46,6 +46,7 @@ from aijobs.render import (
     listing_json,
     redrive_json,
     redrive_line,
+    routes_table,
     stats_json,
     usage_json,
     usage_table,
@@ -556,12 +557,14 @@ def usage(
     as_json: JsonFlag = False,
     stack: StackOption = None,
 ) -> None:
-    """Tokens and cost by user, job type, model and lane."""
+    """Tokens and cost by user, job type, model and lane; then cost by route beside what the same calls
+    would have cost in real time at the standard tier, and the saving (--json: the rows, by route too)."""
     rows = client(stack).usage(parse_duration(since), user_id=checked_user(user))
     if as_json:
         print_json([usage_json(row) for row in rows])
     else:
         out.print(usage_table(rows, title=f"usage over the last {since}"))
+        out.print(routes_table(rows))
 
 
 @app.command()
@@ -1024,6 +1027,24 @@ def dev(
             help="A batched job this near its deadline goes back to real time (AIJOBS_BATCH_RESCUE_SECONDS).",
         ),
     ] = None,
+    flex: Annotated[
+        str | None,
+        typer.Option(
+            "--flex",
+            metavar="on|off",
+            help="Background jobs not in a batch at the provider's flex tier (AIJOBS_FLEX).",
+        ),
+    ] = None,
+    flex_latency: Annotated[
+        float | None,
+        typer.Option("--flex-latency", min=0, max=3_600, help="Seconds the local provider takes to answer at flex."),
+    ] = None,
+    flex_refusal_rate: Annotated[
+        float,
+        typer.Option(
+            "--flex-refusal-rate", min=0, max=1, help="Share of flex requests the local provider refuses (429)."
+        ),
+    ] = 0.0,
     answers: Annotated[
         list[Path] | None,
         typer.Option(
@@ -1058,6 +1079,7 @@ def dev(
             "AIJOBS_BATCH_WINDOW_SECONDS": ("--batch-window-seconds", batch_window_seconds),
             "AIJOBS_BATCH_POLL_SECONDS": ("--batch-poll-seconds", batch_poll_seconds),
             "AIJOBS_BATCH_RESCUE_SECONDS": ("--batch-rescue-seconds", batch_rescue_seconds),
+            "AIJOBS_FLEX": ("--flex", flex),
         }
     )
     flags = {
@@ -1077,9 +1099,12 @@ def dev(
         provider_rpm=rpm,
         provider_tpm=tpm,
         provider_reasoning_tokens=reasoning_tokens,
+        provider_flex_refusal_rate=flex_refusal_rate,
     )
     if batch_delay is not None:
         options = replace(options, provider_batch_delay_seconds=batch_delay)
+    if flex_latency is not None:
+        options = replace(options, provider_flex_latency_seconds=flex_latency)
     if answers:
         given: dict[str, list[dict[str, Any]]] = {}
         for path in answers:

@@ -15,10 +15,10 @@ from rich.text import Text
 
 from aijobs.amounts import usd
 from aijobs.client import JobTypeListing, RedriveOutcome, RedriveResult
-from engine.core import JobStatus
+from engine.core import JobStatus, Via
 from engine.core.job_types import Canary, JobTypeHead, LabelAction, StoredVersion, VersionStats
 from engine.fleet.budgets import BudgetDay
-from engine.store import UsageRow
+from engine.store import UsageRow, by_route
 from engine.views import (
     AttachmentView,
     AttemptView,
@@ -263,7 +263,7 @@ def attempts_table(attempts: Sequence[AttemptView], counted: int) -> Table:
             attempt.started_at or "-",
             f"{attempt.duration_ms} ms" if attempt.duration_ms < 1000 else f"{attempt.duration_ms / 1000:.1f} s",
             Text(f"{model} ({attempt.tier})" if attempt.tier else model),
-            attempt.via.value,
+            via_cell(attempt),
             str(attempt.calls),
             str(attempt.input_tokens),
             str(attempt.cached_input_tokens),
@@ -274,6 +274,14 @@ def attempts_table(attempts: Sequence[AttemptView], counted: int) -> Table:
             attempt.error_code.value if attempt.error_code else "",
         )
     return table
+
+
+def via_cell(attempt: AttemptView) -> str:
+    """How an attempt's first call was made; at the flex tier, with the tier the provider said served it
+    ("flex (default)": asked at flex, served at the standard tier)."""
+    if attempt.via is Via.FLEX and attempt.service_tier:
+        return f"{attempt.via.value} ({attempt.service_tier})"
+    return attempt.via.value
 
 
 def dead_letters_table(letters: Sequence[DeadLetterView], title: str = "dead letters") -> Table:
@@ -397,11 +405,16 @@ UNPRICED_NOTE = (
 REUSED_NOTE = "reused: jobs that took an answer already paid for, with no call (among the records, at no cost)"
 # Columns shown only when some row has one, each with its note under the table.
 USAGE_NOTES = {"unpriced_attempts": UNPRICED_NOTE, "reused": REUSED_NOTE}
+ROUTES_NOTE = (
+    "in real time: what the same calls would have cost in real time at the standard tier; saved: that, less "
+    "their cost; prompt cache: what its reads and writes saved against uncached input (docs/cost.md)"
+)
 
 
 def usage_table(rows: Sequence[UsageRow], title: str) -> Table:
-    """Rows by user, job type, model and lane; then each lane's total (when there are two), and the total.
-    The unpriced and reused columns show only when some attempt was unpriced, or reused an answer."""
+    """Rows by user, job type, model and lane (their routes together: `routes_table` splits them); then
+    each lane's total (when there are two), and the total. The unpriced and reused columns show only
+    when some attempt was unpriced, or reused an answer."""
     total = _sum(rows)
     shown = [name for name in USAGE_NOTES if getattr(total, name)]
     columns = [(title, name) for title, name in USAGE_COLUMNS if name not in USAGE_NOTES or name in shown]
@@ -410,7 +423,7 @@ def usage_table(rows: Sequence[UsageRow], title: str) -> Table:
         table.add_column(column)
     for column, _ in columns:
         table.add_column(column, justify="right")
-    for row in rows:
+    for row in _across_routes(rows):
         names = (row.user_id or "-", row.job_type or "-", row.model or "-", row.lane or "-")
         table.add_row(*names, *_usage_cells(row, columns))
     table.add_section()
@@ -423,10 +436,42 @@ def usage_table(rows: Sequence[UsageRow], title: str) -> Table:
     return table
 
 
+def _across_routes(rows: Sequence[UsageRow]) -> list[UsageRow]:
+    """Rows of the same user, job type, model and lane summed over their routes, costliest first."""
+    merged: dict[tuple[str | None, ...], UsageRow] = {}
+    for row in rows:
+        key = (row.user_id, row.job_type, row.model, row.lane)
+        merged[key] = merged[key].merged(row) if key in merged else replace(row, via=None)
+    return sorted(merged.values(), key=lambda row: -row.cost_usd)
+
+
+def routes_table(rows: Sequence[UsageRow]) -> Table:
+    """The same attempts by route (real time, batch, flex, reuse) and what the prompt cache saved: each
+    route's cost beside what the same calls would have cost in real time at the standard tier, and the
+    saving; then the total."""
+    table = Table(title="cost by route", caption=ROUTES_NOTE)
+    table.add_column("route")
+    for column in ("records", "cost", "in real time", "saved"):
+        table.add_column(column, justify="right")
+    for route in by_route(rows):
+        table.add_row(route.via or "-", str(route.attempts), *_amounts(route))
+    total = _sum(rows)
+    cached = f"{total.cached_input_tokens} cached tokens"
+    table.add_row("prompt cache", cached, "", "", usd(total.cache_savings_usd))
+    table.add_section()
+    saved = total.saved_usd + total.cache_savings_usd
+    table.add_row("total", str(total.attempts), usd(total.cost_usd), usd(total.standard_cost_usd), usd(saved))
+    return table
+
+
+def _amounts(row: UsageRow) -> tuple[str, str, str]:
+    return usd(row.cost_usd), usd(row.standard_cost_usd), usd(row.saved_usd)
+
+
 def _sum(rows: Sequence[UsageRow]) -> UsageRow:
     total = UsageRow(None, None, None)
     for row in rows:
-        total = replace(total, **{name: getattr(total, name) + getattr(row, name) for _, name in USAGE_COLUMNS})
+        total = total.merged(row)
     return total
 
 
@@ -436,6 +481,8 @@ def _usage_cells(row: UsageRow, columns: Sequence[tuple[str, str]]) -> list[str]
 
 
 def usage_json(row: UsageRow) -> dict[str, Any]:
+    """A row of `aijobs usage --json`: its sums, then its route, what the same calls would have cost in real
+    time at the standard tier, and what the route saved (fields added later come last)."""
     return {
         "user_id": row.user_id,
         "job_type": row.job_type,
@@ -445,6 +492,9 @@ def usage_json(row: UsageRow) -> dict[str, Any]:
             name: float(value) if isinstance(value := getattr(row, name), Decimal) else value
             for _, name in USAGE_COLUMNS
         },
+        "via": row.via,
+        "standard_cost_usd": float(row.standard_cost_usd),
+        "saved_usd": float(row.saved_usd),
     }
 
 

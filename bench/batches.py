@@ -20,7 +20,7 @@ import argparse
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
@@ -72,11 +72,13 @@ def ticket(job_id: str) -> dict[str, Any]:
     }
 
 
-def send(stack: DevStack, ids: list[str], deadline_seconds: int | None = None) -> None:
-    """Background jobs as full messages on the background queue, ten to a request."""
+def send(stack: DevStack, ids: list[str], deadline_seconds: int | Sequence[int] | None = None) -> None:
+    """Background jobs as full messages on the background queue, ten to a request; with a deadline each
+    (`deadline_seconds`: one for all, or one per job)."""
     sqs = stack.session.client("sqs", endpoint_url=stack.settings.aws_endpoint_url)
     queue_url = stack.settings.jobs_background_queue_url
     assert queue_url is not None
+    deadlines = [deadline_seconds] * len(ids) if not isinstance(deadline_seconds, Sequence) else deadline_seconds
     for start in range(0, len(ids), 10):
         entries = []
         for n, job_id in enumerate(ids[start : start + 10]):
@@ -86,8 +88,8 @@ def send(stack: DevStack, ids: list[str], deadline_seconds: int | None = None) -
                 "user_id": "backfill",
                 "input": ticket(job_id),
             }
-            if deadline_seconds is not None:
-                body["deadline_seconds"] = deadline_seconds
+            if deadlines[start + n] is not None:
+                body["deadline_seconds"] = deadlines[start + n]
             entries.append({"Id": str(n), "MessageBody": json.dumps(body)})
         sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)  # type: ignore[arg-type]
 

@@ -32,7 +32,7 @@ from aijobs.local.devstack import LOCAL_CREDENTIALS
 from aijobs.local.lambda_events import InvocationContext, sqs_event, sqs_record
 from aijobs.local.provider import LocalProvider
 from aijobs.stack import StackResources, create_stack_resources
-from bench import attachments, batches, events, fleet, job_types, lanes, limited, pipelines, reuse, ui
+from bench import attachments, batches, events, fleet, flex, job_types, lanes, limited, pipelines, reuse, ui
 from bench.capacity import Index, WriteMeter, item_size, units
 from bench.report import Figure, quiet_engine, render
 from bench.shapes import message
@@ -77,6 +77,7 @@ class Sizes:
     stalled_jobs: int = batches.STALLED_JOBS
     cache_jobs: int = batches.CACHE_JOBS
     rescue_seconds: int = batches.RESCUE_SECONDS
+    flex_jobs: int = flex.JOBS
     event_jobs: int = events.JOBS
     dashboard_jobs: int = ui.JOBS
     dashboard_rounds: int = ui.ROUNDS
@@ -103,6 +104,7 @@ QUICK = Sizes(
     stalled_jobs=4,
     cache_jobs=4,
     rescue_seconds=15,
+    flex_jobs=10,
     event_jobs=5,
     dashboard_jobs=200,
     dashboard_rounds=2,
@@ -672,6 +674,7 @@ def measure(console: Console, sizes: Sizes) -> list[Figure]:
     figures += batches.batch_figures(
         console, sizes.batch_jobs, sizes.stalled_jobs, sizes.cache_jobs, sizes.rescue_seconds
     )
+    figures += flex.flex_figures(console, sizes.flex_jobs)
     figures += events.events_figures(console, sizes.event_jobs)
     figures += ui.ui_figures(console, sizes.dashboard_jobs, sizes.dashboard_rounds)
     figures += attachments.attachments_figures(console)

@@ -35,7 +35,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from aijobs.local.aws import LocalAws
 from aijobs.local.batches import DEFAULT_BATCH_DELAY_SECONDS
 from aijobs.local.poller import EventSourceMapping, MappingStats
-from aijobs.local.provider import LocalProvider
+from aijobs.local.provider import DEFAULT_FLEX_LATENCY_SECONDS, LocalProvider
 from aijobs.local.schedule import Schedule
 from aijobs.local.streams import TableStream
 from aijobs.stack import (
@@ -97,6 +97,10 @@ class DevStackOptions:
     provider_reasoning_tokens: int = 0
     # How long the local provider's batches take to be answered (aijobs.local.batches).
     provider_batch_delay_seconds: float = DEFAULT_BATCH_DELAY_SECONDS
+    # How long the local provider takes to answer a request for its flex tier, and the share of those it
+    # refuses with 429 "Resource Unavailable" (docs/cost.md).
+    provider_flex_latency_seconds: float = DEFAULT_FLEX_LATENCY_SECONDS
+    provider_flex_refusal_rate: float = 0.0
     # Job types the local provider answers from examples (`aijobs dev --answers FILE`): {name: [{input, output}]}.
     provider_answers: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
     # Pollers of the interactive and the background queues (each lane's MaximumConcurrency).
@@ -208,6 +212,8 @@ class DevStack:
                 reasoning_tokens=options.provider_reasoning_tokens,
                 batch_delay_seconds=options.provider_batch_delay_seconds,
                 answers=options.provider_answers,
+                flex_latency_seconds=options.provider_flex_latency_seconds,
+                flex_refusal_rate=options.provider_flex_refusal_rate,
             ).start()
             # The local provider answers any model id: the one asked for, else one priced like the real one.
             # With AI_PROVIDER=anthropic, through its Anthropic Messages API; else its OpenAI-compatible one.

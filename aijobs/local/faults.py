@@ -25,6 +25,8 @@ class FaultKind(StrEnum):
     BUSINESS_INVALID = "business_invalid"  # 200; breaks the job type's business rule
     REFERENCE_INVALID = "reference_invalid"  # 200; cites a document the input does not hold
     REPAIRABLE = "repairable"  # 200; invalid when first asked, valid when re-asked with the error
+    # 429 "Resource Unavailable" to a request for the flex tier; a request for the standard tier is served.
+    FLEX_UNAVAILABLE = "flex_unavailable"
 
 
 # What a real provider does now and then, and a retry gets past: the default random faults.

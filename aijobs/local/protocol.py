@@ -56,6 +56,13 @@ class ChatRequest:
     cache_prefix: str | None = None
     # The API it came through: "openai" (Chat Completions) or "anthropic" (Messages).
     api: str = "openai"
+    # The service tier it asks for (`service_tier`); None when it names none.
+    service_tier: str | None = None
+
+    @property
+    def flex(self) -> bool:
+        """Whether it asks for the flex tier."""
+        return self.service_tier == "flex"
 
     @property
     def content(self) -> str:
@@ -133,6 +140,7 @@ def parse_chat_body(body: object, job_type: str | None = None) -> ChatRequest:
         max_tokens=_max_tokens(body),
         cache_key=cache_key if isinstance(cache_key := body.get("prompt_cache_key"), str) else None,
         attachments=attachments,
+        service_tier=body.get("service_tier"),
     )
 
 
@@ -151,6 +159,12 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay_seconds: float = 0.0
     content: bytes | None = None
+
+
+def served_tier(asked: str | None) -> str:
+    """The service tier that serves a request asking for `asked`, as OpenAI names it in its answer: flex
+    for flex, priority for priority (or fast), scale for scale, else its standard tier, `default`."""
+    return {"flex": "flex", "priority": "priority", "fast": "priority", "scale": "scale"}.get(asked or "", "default")
 
 
 def error_reply(
@@ -175,14 +189,16 @@ def completion_body(
     number: int,
     cached_tokens: int = 0,
     reasoning_tokens: int = 0,
+    service_tier: str = "default",
 ) -> dict[str, Any]:
     """A chat completion; as OpenAI's, the cached tokens are part of prompt_tokens and the
-    reasoning tokens part of completion_tokens."""
+    reasoning tokens part of completion_tokens, and it names the service tier that served it."""
     return {
         "id": f"chatcmpl-local-{number}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
+        "service_tier": service_tier,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
         "usage": {
             "prompt_tokens": prompt_tokens,

@@ -30,6 +30,12 @@ On the same port it serves Anthropic's Messages API (`POST /v1/messages`, aijobs
 key in `x-api-key`, the answer a tool call or text, usage with cache reads and writes of a prefix
 marked `cache_control`, faults and refusals in Anthropic's shapes) and its Message Batches API
 (aijobs.local.message_batches); `anthropic_url` is their base URL.
+Like OpenAI, it serves `service_tier: "flex"` (flex processing, docs/cost.md): a flex request is
+answered after `flex_latency_seconds` rather than `latency_seconds`, and may be refused with a 429
+"Resource Unavailable" (error code `resource_unavailable`, no charge): always with the marker
+`fault:flex_unavailable` (or `*<count>` times), and at random with probability `flex_refusal_rate`.
+Every answer names the tier that served it (`service_tier`), and a tier that is none of OpenAI's is
+refused as OpenAI refuses it.
 
 It also serves OpenAI's Files and Batches APIs (aijobs.local.batches): a batch's lines are answered
 as chat completion requests are, after `batch_delay_seconds`, with the faults a test picks per batch
@@ -78,6 +84,7 @@ from aijobs.local.protocol import (
     estimate_tokens,
     parse_chat_body,
     parse_chat_request,
+    served_tier,
 )
 from aijobs.local.ratelimit import ProviderRateLimit
 from aijobs.local.refusals import InvalidRequestError
@@ -85,6 +92,8 @@ from engine.gateway.openai import JOB_TYPE_HEADER
 
 DEFAULT_MODEL = "local-model"
 DEFAULT_LATENCY_SECONDS = 0.05
+# A flex request waits for spare capacity: slower than one at the standard tier.
+DEFAULT_FLEX_LATENCY_SECONDS = 0.5
 DEFAULT_HANG_SECONDS = 30.0
 # A hang never outlasts this, so every handler thread ends even when nobody stops the server.
 MAX_HANG_SECONDS = 300.0
@@ -129,6 +138,9 @@ class ServedRequest:
     cache_write_tokens: int = 0
     # Which API it came through: "openai" (Chat Completions) or "anthropic" (Messages).
     api: str = "openai"
+    # The service tier it asked for, and the one that served it (None unless it got a 200 answer).
+    asked_tier: str | None = None
+    service_tier: str | None = None
 
 
 class LocalProvider:
@@ -153,9 +165,13 @@ class LocalProvider:
         batch_delay_seconds: float = DEFAULT_BATCH_DELAY_SECONDS,
         batch_fault: BatchFault | str | None = None,
         answers: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+        flex_latency_seconds: float = DEFAULT_FLEX_LATENCY_SECONDS,
+        flex_refusal_rate: float = 0.0,
     ) -> None:
         if not 0.0 <= fault_rate <= 1.0:
             raise ValueError(f"fault_rate {fault_rate} is not within [0, 1]")
+        if not 0.0 <= flex_refusal_rate <= 1.0:
+            raise ValueError(f"flex_refusal_rate {flex_refusal_rate} is not within [0, 1]")
         if fault_rate and not random_faults:
             raise ValueError("fault_rate is set but random_faults is empty")
         self._port = port
@@ -163,6 +179,8 @@ class LocalProvider:
         # None: any model is served; otherwise others get 404 model_not_found, like a real provider.
         self._models = tuple(models) if models is not None else None
         self._latency_seconds = max(latency_seconds, 0.0)
+        self._flex_latency_seconds = max(flex_latency_seconds, 0.0)
+        self._flex_refusal_rate = flex_refusal_rate
         self._retry_after_seconds = retry_after_seconds
         self._hang_seconds = min(max(hang_seconds, 0.0), MAX_HANG_SECONDS)
         self._fault_rate = fault_rate
@@ -433,8 +451,11 @@ class LocalProvider:
         """The fault this request gets, if any (called under the lock: counts and the RNG are shared)."""
         marker = find_fault_marker(request.content)
         if marker is not None:
-            # A re-ask is the cure a repairable answer waits for; it is never itself refused.
+            # A re-ask is the cure a repairable answer waits for; it is never itself refused. Only a
+            # request for the flex tier can find it unavailable.
             if marker.kind is FaultKind.REPAIRABLE and request.repair:
+                return None
+            if marker.kind is FaultKind.FLEX_UNAVAILABLE and not request.flex:
                 return None
             if marker.count is None:
                 return marker.kind
@@ -445,6 +466,8 @@ class LocalProvider:
         if self._fault_rate and self._rng.random() < self._fault_rate:
             kind = self._rng.choice(self._random_faults)
             return None if kind is FaultKind.REPAIRABLE and request.repair else kind
+        if request.flex and self._flex_refusal_rate and self._rng.random() < self._flex_refusal_rate:
+            return FaultKind.FLEX_UNAVAILABLE
         return None
 
     def _reply(
@@ -471,15 +494,18 @@ class LocalProvider:
             if anthropic:
                 cached, written = self._cache_breakpoint(request)
                 body = message_body(content, request, number, request.prompt_tokens, completion_tokens, cached, written)
+                tier = None
             else:
                 cached = self._cached_tokens(request)
+                tier = served_tier(request.service_tier)
                 body = completion_body(
-                    content, request.model, request.prompt_tokens, completion_tokens, number, cached, reasoning
+                    content, request.model, request.prompt_tokens, completion_tokens, number, cached, reasoning, tier
                 )
-            reply = Reply(200, body, delay_seconds=self._latency_seconds)
+            latency = self._flex_latency_seconds if request.flex else self._latency_seconds
+            reply = Reply(200, body, delay_seconds=latency)
             billed = (request.prompt_tokens, completion_tokens, cached, reasoning, request.attachments.tokens)
         else:
-            billed = (0, 0, 0, 0, 0)
+            billed, tier = (0, 0, 0, 0, 0), None
         prompt_tokens, completion_tokens, cached, reasoning, attachment_tokens = billed
         entry = ServedRequest(
             time.time(),
@@ -497,6 +523,8 @@ class LocalProvider:
             attachment_tokens=attachment_tokens,
             cache_write_tokens=written,
             api=request.api,
+            asked_tier=request.service_tier,
+            service_tier=tier,
         )
         return reply, entry
 
@@ -547,6 +575,9 @@ class LocalProvider:
                 )
             case FaultKind.UNAVAILABLE:
                 return error_reply(503, "The engine is currently overloaded", "server_error", "overloaded", {}, latency)
+            case FaultKind.FLEX_UNAVAILABLE:
+                message = "Resource Unavailable: flex processing has no capacity for this request now"
+                return error_reply(429, message, "resource_unavailable", "resource_unavailable", {}, latency)
             case FaultKind.HANG:
                 return Reply(None, delay_seconds=self._hang_seconds)
             case FaultKind.DROP:

@@ -6,7 +6,8 @@ empty `messages`, a message without a known role, without content (null content 
 turn's only when it makes tool calls), a content part of a type its role does not take or without
 its own fields (a file's data without its `filename`), a `response_format` of an unknown type or a
 json_schema without a valid name, a json_object request whose messages never say "json",
-`max_tokens` / `max_completion_tokens` below 1 and a `temperature` outside [0, 2]. It keeps to such
+`max_tokens` / `max_completion_tokens` below 1, a `temperature` outside [0, 2] and a `service_tier` of
+none of its values. It keeps to such
 refusals, so that a test fails here only on what OpenAI would refuse: a field it does not know
 passes, as OpenAI-compatible servers take fields of their own (OpenAI refuses an unknown parameter;
 tests/unit/test_openai_wire.py holds the engine's bodies to the SDK's types, field by field,
@@ -36,6 +37,8 @@ ANSWERS_TO = {"tool": "tool_call_id", "function": "name"}
 RESPONSE_FORMATS = ("text", "json_schema", "json_object")
 AUDIO_FORMATS = ("wav", "mp3")
 IMAGE_DETAILS = ("auto", "low", "high", "original")
+# The service tiers a request may ask for (`flex`: docs/cost.md).
+SERVICE_TIERS = ("auto", "default", "flex", "scale", "priority", "fast")
 # A structured output's name: what OpenAI takes (and Bedrock for a tool's).
 SCHEMA_NAME = re.compile(r"[a-zA-Z0-9_-]+")
 MAX_SCHEMA_NAME_CHARS = 64
@@ -65,6 +68,9 @@ def check_chat_body(body: object) -> dict[str, Any]:
     for name in ("max_tokens", "max_completion_tokens"):
         _check_count(body.get(name), name)
     _check_temperature(body.get("temperature"))
+    tier = body.get("service_tier")
+    if tier is not None and tier not in SERVICE_TIERS:
+        raise _unsupported(tier, SERVICE_TIERS, "service_tier")
     return body
 
 

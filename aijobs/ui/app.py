@@ -37,6 +37,7 @@ from aijobs.ui.overview import STACKED, overview
 from aijobs.ui.queries import LANES, WINDOWS, BatchesQuery, JobsQuery, user, window
 from engine.core import DeadLetter, JobStatus
 from engine.core.errors import AiJobsError, AttachmentInvalidError, JobNotFoundError, JobTypeLabelError
+from engine.store import by_route
 from engine.store.batches import ENDED_RETENTION_DAYS
 from engine.views import JobView, ReviewView, iso_timestamp
 
@@ -244,6 +245,7 @@ class Dashboard:
             by_type=present.totals_by(report.rows, "job_type"),
             by_model=present.totals_by(report.rows, "model"),
             by_lane=present.totals_by(report.rows, "lane"),
+            by_route=by_route(report.rows),
             budgets=self.client.budgets() if who is None else [day for day in [self.client.budget(who)] if day],
         )
 

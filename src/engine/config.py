@@ -35,6 +35,8 @@ AttachmentLimitName = Literal[
 ModelId = Annotated[str, Field(min_length=1, max_length=256)]
 # US dollars per million tokens: no price list comes near 10,000.
 UsdPerMillion = Annotated[Decimal, Field(ge=0, le=10_000, allow_inf_nan=False)]
+# A discount's price as a share of the list price.
+Share = Annotated[Decimal, Field(gt=0, le=1, allow_inf_nan=False)]
 
 
 # The API each provider kind calls when AI_BASE_URL is not set.
@@ -69,7 +71,10 @@ class PriceSetting(BaseModel):
     cache_write: UsdPerMillion | None = None
     # What a call through the provider's batch API costs, as a share of these (OpenAI, Anthropic and
     # Bedrock sell batches at half price).
-    batch: Annotated[Decimal, Field(gt=0, le=1, allow_inf_nan=False)] | None = None
+    batch: Share | None = None
+    # What a call at the provider's flex tier costs, as a share of these (OpenAI's is the batch price);
+    # given, it also says the model has a flex tier (docs/cost.md).
+    flex: Share | None = None
 
 
 class Settings(BaseModel):
@@ -126,6 +131,9 @@ class Settings(BaseModel):
     aijobs_batch_rescue_seconds: Annotated[int, Field(ge=1, le=86_400)] = 1_800
     # The service role Bedrock's batch inference jobs read their input and write their output with.
     aijobs_batch_role_arn: Annotated[str | None, Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/\S+$")] = None
+    # Background jobs that do not go in a batch are called at the provider's flex tier, where the model
+    # has one (docs/cost.md): "on" or "off".
+    aijobs_flex: bool = False
     # Buckets attachments may name besides the payload bucket (the worker's role reads only these), and
     # the providers' per-request limits on them, over their documented defaults (docs/attachments.md).
     aijobs_attachment_buckets: tuple[BucketName, ...] = ()
@@ -225,7 +233,7 @@ class Settings(BaseModel):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
 
-    @field_validator("aijobs_batch_api", mode="before")
+    @field_validator("aijobs_batch_api", "aijobs_flex", mode="before")
     @classmethod
     def _on_or_off(cls, value: object) -> object:
         if isinstance(value, str):

@@ -1,7 +1,8 @@
 """What becomes of an attempt: a pure function of the job, how its call went, and the moment.
 
-The runner claims a job, admits it, calls the model (now, or from a batch's answer), then asks here
-what to write and what becomes of the message, and only then writes it. Nothing here does I/O, so
+The runner claims a job, admits it, asks here at which service tier to call (`decide_tier`: the flex
+tier for background jobs, docs/cost.md), calls the model (now, or from a batch's answer), then asks
+here what to write and what becomes of the message, and only then writes it. Nothing here does I/O, so
 that every rule (retries and their delays, the attempt budget, the deadline, holds of the shared
 limits and budgets) is a table a unit test reads in microseconds. docs/architecture.md walks through it.
 """
@@ -23,16 +24,17 @@ from engine.core import (
     Fate,
     Job,
     JobErrorInfo,
+    Lane,
     Outcome,
     Released,
     Retry,
     Reusable,
     Succeeded,
-    Via,
 )
 from engine.core.errors import (
     BudgetExceededError,
     DeadlineExceededError,
+    FlexUnavailableError,
     InternalError,
     JobError,
     MaxAttemptsExceededError,
@@ -41,13 +43,18 @@ from engine.core.errors import (
 )
 from engine.definitions import JobDefinition
 from engine.fleet.admission import Hold
-from engine.gateway import Execution
+from engine.gateway import CallTier, Execution
 from engine.intake import canonical_json, sha256_hex
 from engine.retry import MAX_DELAY_SECONDS, reach_floor_seconds, retry_delay_seconds
 from engine.reuse import Reused
 
 # How soon a message comes back when it was put back for a reason that passes quickly.
 RETRY_SOON_SECONDS = 2
+# The longest a try at the flex tier takes: what is left of an invocation, at most the worker's 300 s
+# Timeout (template.yaml).
+FLEX_TRY_SECONDS = 300
+# Calls at the standard tier that a job near its deadline keeps time for, each of its type's timeout.
+FLEX_STANDARD_CALLS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +119,10 @@ def attempt_record(job: Job, execution: Execution, started_ms: int, finished_ms:
         reasoning_tokens=execution.reasoning_tokens,
         cache_savings_usd=execution.cache_savings_usd,
         priced=execution.priced,
-        via=Via.BATCH if execution.batch_id else Via.REALTIME,
+        via=execution.via,
         batch_id=execution.batch_id,
+        standard_cost_usd=execution.standard_cost_usd,
+        service_tier=execution.service_tier,
         job_type_version=job.job_type_version,
         reasks=execution.reasks,
         refused_answer=execution.refused_answer,
@@ -127,6 +136,25 @@ def reused_attempt(job: Job, reused: Reused, started_ms: int, finished_ms: int) 
     answered = Execution(reused.prompt, reused.provider, tier="", model=reused.model)
     record = attempt_record(job, answered, started_ms, finished_ms)
     return replace(record, tier=None, via=Via.REUSE, reused_from=reused.paid.job_id)
+
+
+def flex_margin_ms(definition: JobDefinition) -> int:
+    """How near its deadline a background job stops waiting for the flex tier (docs/cost.md): time for a
+    flex try as long as an invocation, then FLEX_STANDARD_CALLS calls at the standard tier (the one
+    that follows a flex refusal at once, and retries of it should the provider fail it)."""
+    return int((FLEX_TRY_SECONDS + FLEX_STANDARD_CALLS * definition.timeout_seconds) * 1000)
+
+
+def decide_tier(job: Job, definition: JobDefinition, flex: bool, now_ms: int) -> CallTier:
+    """The service tier an attempt of `job` asks for. With flex on (`flex`), a background job asks the
+    flex tier (the gateway asks it of a model that has one): while its deadline is far, a flex refusal
+    ends the attempt and the job waits for flex; within flex_margin_ms of it, the standard tier is
+    called at once instead. Interactive jobs, and every job with flex off, use the standard tier."""
+    if not flex or job.lane is not Lane.BACKGROUND:
+        return CallTier.STANDARD
+    if job.deadline_at is None or job.deadline_at - now_ms < flex_margin_ms(definition):
+        return CallTier.FLEX_OR_STANDARD
+    return CallTier.FLEX
 
 
 def decide(
@@ -147,6 +175,9 @@ def decide(
             return Decision(Failed(exc.info()), Ack(Fate.FAILED), refused)
         return Decision(Succeeded(output, output_hash(output), kept=kept), Ack(Fate.SUCCEEDED), attempt)
     error: JobError = execution.error or InternalError("the gateway returned neither output nor error")
+    if isinstance(error, FlexUnavailableError) and job.deadline_at is not None:
+        # It waits for the flex tier, but comes back while its deadline still leaves room for the standard one.
+        return decide_retry(job, error, attempt, at, back_by_ms=job.deadline_at - flex_margin_ms(definition))
     if isinstance(error, RetryableError):
         return decide_retry(job, error, attempt, at)
     return Decision(Failed(error.info()), Ack(Fate.FAILED), attempt)
@@ -159,8 +190,11 @@ def decide_reused(job: Job, reused: Reused, started_ms: int, finished_ms: int) -
     return Decision(succeeded, Ack(Fate.SUCCEEDED), reused_attempt(job, reused, started_ms, finished_ms))
 
 
-def decide_retry(job: Job, error: RetryableError, attempt: AttemptRecord | None, at: Moment) -> Decision:
-    """A later try, or the end when the job's attempts or its deadline are spent."""
+def decide_retry(
+    job: Job, error: RetryableError, attempt: AttemptRecord | None, at: Moment, back_by_ms: int | None = None
+) -> Decision:
+    """A later try, or the end when the job's attempts or its deadline are spent; with `back_by_ms`, the
+    backoff ends by then at the latest."""
     if error.consumes_attempt and job.attempt_count >= job.max_attempts:
         budget = f"({job.attempt_count} of {job.max_attempts})"
         spent = MaxAttemptsExceededError(f"attempt budget spent {budget}; last error {error.code}: {error.message}")
@@ -169,6 +203,8 @@ def decide_retry(job: Job, error: RetryableError, attempt: AttemptRecord | None,
     # rate-limiting without Retry-After): else a throttled job would come back every second or two
     # and spend the queue's maxReceiveCount in minutes, long before its deadline.
     wanted = retry_delay_seconds(error, max(job.attempt_count, at.receive_count), at.jitter)
+    if back_by_ms is not None:
+        wanted = min(wanted, max(math.ceil((back_by_ms - at.now_ms) / 1000), 1))
     delay = hide_seconds(job, wanted, at)
     if job.deadline_at is not None and at.now_ms + delay * 1000 >= job.deadline_at:
         late = DeadlineExceededError(

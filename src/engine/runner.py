@@ -7,7 +7,8 @@ The spine, one named step each:
   answer, no call made; engine.reuse);
 - admit: a hold of the shared limits or budgets (engine.fleet), or too little of the invocation left
   for the call, decides without a call;
-- call: now (`run`), or from a provider's batch's answer (`answer`): siblings behind the gateway;
+- call: now (`run`, at the service tier engine.decisions.decide_tier picks: a background job's at the
+  flex tier when flex is on), or from a provider's batch's answer (`answer`): siblings behind the gateway;
 - decide: engine.decisions, a pure function of the job, the call's execution and the moment;
 - finish: the one place a decision is written (fenced on the lease: a cancel requested meanwhile
   ends the job cancelled, a lost lease discards the result and keeps its usage).
@@ -76,6 +77,7 @@ from engine.decisions import (
     decide_hold,
     decide_retry,
     decide_reused,
+    decide_tier,
 )
 from engine.definitions import JobDefinition, JobRegistry
 from engine.definitions.pipelines import PipelineDefinition
@@ -150,6 +152,7 @@ class JobRunner:
         max_receives: int = DEFAULT_MAX_RECEIVES,
         attachments: AttachmentLoader | None = None,
         pipelines: Pipelines | None = None,
+        flex: bool = False,
     ) -> None:
         self._store = store
         self._gateway = gateway
@@ -164,6 +167,8 @@ class JobRunner:
         self._attachments = attachments
         self._pipelines = pipelines
         self._reuse = AnswerReuse(store, gateway.first_call)
+        # Background jobs at the provider's flex tier (AIJOBS_FLEX, docs/cost.md).
+        self._flex = flex
 
     # --- the spine ----------------------------------------------------------------------------
 
@@ -416,7 +421,10 @@ class JobRunner:
                 return self.finish(job, request, held)
             started = self._now_ms()
             time_left = _time_left(remaining_ms)
-            execution = self._gateway.execute(claimed.definition, claimed.job_input, time_left, claimed.attachments)
+            tier = decide_tier(job, claimed.definition, self._flex, started)
+            execution = self._gateway.execute(
+                claimed.definition, claimed.job_input, time_left, claimed.attachments, tier
+            )
             if isinstance(verdict, Pass):
                 verdict.record(execution)
             decision = self._decide(claimed, execution, started)

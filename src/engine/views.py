@@ -55,6 +55,8 @@ class UsageView(BaseModel):
     cached_input_tokens: int = 0
     cache_write_input_tokens: int = 0
     reasoning_tokens: int = 0
+    # What the same calls would have cost in real time at the standard tier (docs/cost.md).
+    standard_cost_usd: float = 0.0
 
 
 class ReviewView(BaseModel):
@@ -224,6 +226,7 @@ class JobView(BaseModel):
                 cached_input_tokens=job.usage.cached_input_tokens,
                 cache_write_input_tokens=job.usage.cache_write_input_tokens,
                 reasoning_tokens=job.usage.reasoning_tokens,
+                standard_cost_usd=float(job.usage.standard_cost_usd),
             ),
             via=via,
             batch=batch,
@@ -299,6 +302,10 @@ class AttemptView(BaseModel):
     refused_answer_s3: str | None = None
     # An attempt that took another job's answer (`via` reuse, no call): that job's id.
     reused_from: str | None = None
+    # What the same calls would have cost in real time at the standard tier, and the service tier the
+    # provider said served the answer ("flex", "default", ...; null when it said none): docs/cost.md.
+    standard_cost_usd: float = 0.0
+    service_tier: str | None = None
 
     @classmethod
     def from_record(cls, record: AttemptRecord) -> AttemptView:
@@ -332,6 +339,8 @@ class AttemptView(BaseModel):
             prompt_sha256=record.prompt_sha256,
             refused_answer_s3=record.refused_answer_s3,
             reused_from=record.reused_from,
+            standard_cost_usd=float(record.standard_cost_usd),
+            service_tier=record.service_tier,
         )
 
 

@@ -197,6 +197,7 @@ def build_runner(
         pipelines=Pipelines(store, queues, registry, documents=build_page_ranges(settings, aws))
         if queues is not None
         else None,
+        flex=settings.aijobs_flex,
     )
 
 

@@ -33,6 +33,7 @@ from engine.core import (
     Released,
     Succeeded,
     Usage,
+    Via,
 )
 from engine.core.errors import (
     CancelRequestedError,
@@ -56,6 +57,7 @@ DAY_MS = 86_400_000
 JOB_INPUT: dict[str, Any] = {"text": "Win a free cruise — reply now", "labels": ["spam", "ham"]}
 OUTPUT: dict[str, Any] = {"label": "spam", "confidence": 0.92}
 TIMEOUT = JobErrorInfo(ErrorCode.PROVIDER_TIMEOUT, "the provider timed out", retryable=True)
+RATE_LIMITED = JobErrorInfo(ErrorCode.PROVIDER_RATE_LIMITED, "the provider's flex tier is unavailable", retryable=True)
 REJECTED = JobErrorInfo(ErrorCode.PROVIDER_REJECTED, "refused:\nthe prompt", retryable=False)
 DEAD_LETTERED = JobErrorInfo(ErrorCode.DEAD_LETTERED, "the message was given up on", retryable=False)
 
@@ -392,6 +394,34 @@ def test_cached_cache_write_and_reasoning_tokens_are_kept_per_attempt_and_summed
         cache_write_input_tokens=60,
         reasoning_tokens=12,
     )
+
+
+def test_the_standard_cost_and_served_tier_of_each_attempt_are_kept_and_the_job_sums_the_standard_cost(
+    job_store: JobStore,
+) -> None:
+    # Given a job whose first attempt, at the flex tier, was refused (no cost) and claimed again
+    first = claim(job_store)
+    refused = replace(
+        attempt_of(first, NOW + 1_000, AttemptOutcome.RETRYABLE, input_tokens=0, output_tokens=0, cost_usd="0"),
+        error_code=ErrorCode.PROVIDER_RATE_LIMITED,
+        via=Via.FLEX,
+    )
+    job_store.finish_job(first, Released(RATE_LIMITED, refund_attempt=True), NOW + 1_000, refused)
+    second = claim(job_store, at=NOW + 5_000)
+
+    # When its second attempt is served at flex, at half its standard cost
+    served = replace(
+        attempt_of(second, NOW + 6_000, cost_usd="0.0006"),
+        via=Via.FLEX,
+        standard_cost_usd=Decimal("0.0012"),
+        service_tier="flex",
+    )
+    job_store.finish_job(second, Succeeded(OUTPUT, "hash-out"), NOW + 6_000, served)
+
+    # Then each record reads back as written (a standard cost equal to the cost reads back as it is)
+    assert job_store.attempts("job-1") == [refused, served]
+    usage = current(job_store).usage
+    assert (usage.cost_usd, usage.standard_cost_usd, usage.attempts) == (Decimal("0.0006"), Decimal("0.0012"), 2)
 
 
 def test_finishing_failed_writes_the_error_as_one_line_and_ends_the_job(job_store: JobStore) -> None:

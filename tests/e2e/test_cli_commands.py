@@ -747,6 +747,8 @@ ATTEMPT_FIELDS = [
     "prompt_sha256",
     "refused_answer_s3",
     "reused_from",
+    "standard_cost_usd",
+    "service_tier",
 ]
 DEAD_LETTER_FIELDS = ["message_id", "recorded_at", "job_id", "receive_count", "reason"]
 

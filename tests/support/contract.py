@@ -34,7 +34,7 @@ VIEW_FIELDS = [
 ATTACHMENT_FIELDS = ["s3", "name", "media_type", "bytes", "sha256", "pages", "width", "height"]
 
 # The view's usage fields: the four of the spec's example, then the token kinds that are parts of
-# input_tokens and output_tokens.
+# input_tokens and output_tokens, then what the same calls would have cost in real time.
 USAGE_FIELDS = [
     "input_tokens",
     "output_tokens",
@@ -43,6 +43,7 @@ USAGE_FIELDS = [
     "cached_input_tokens",
     "cache_write_input_tokens",
     "reasoning_tokens",
+    "standard_cost_usd",
 ]
 
 # A row of `aijobs usage --json`.
@@ -61,6 +62,9 @@ USAGE_ROW_FIELDS = [
     "cache_savings_usd",
     "unpriced_attempts",
     "reused",
+    "via",
+    "standard_cost_usd",
+    "saved_usd",
 ]
 
 # A batch of `aijobs batches --json` (docs/batches.md).

@@ -20,6 +20,7 @@ from botocore.stub import ANY, Stubber
 
 from engine.core import ErrorCode
 from engine.core.errors import (
+    FlexUnavailableError,
     JobError,
     ProviderRateLimitedError,
     ProviderRejectedError,
@@ -619,3 +620,61 @@ def test_a_classify_job_runs_through_the_gateway(stubber: Stubber, client: Any) 
     assert execution.cost_usd == Decimal("0.000126")  # (1900 * 0.06 + 50 * 0.24) / 1e6
     assert execution.model == MODEL
     assert factory_timeouts == [13]
+
+
+# --- the flex tier ---------------------------------------------------------------------------------
+
+
+def test_a_flex_request_names_converses_service_tier_and_reads_the_tier_that_served_it(
+    stubber: Stubber, provider: BedrockConverseProvider
+) -> None:
+    # The stubber holds the request and the response to botocore's service model of Converse.
+    stubber.add_response(
+        "converse",
+        converse_response(tool_use({"label": "spam", "confidence": 0.9})) | {"serviceTier": {"type": "flex"}},
+        expected_params={
+            "serviceTier": {"type": "flex"},
+            "modelId": "amazon.nova-pro-v1:0",
+            "system": ANY,
+            "messages": ANY,
+            "inferenceConfig": ANY,
+            "toolConfig": ANY,
+        },
+    )
+
+    completion = provider.complete(support_request("amazon.nova-pro-v1:0", service_tier="flex"))
+
+    assert completion.service_tier == "flex"
+
+
+def test_a_standard_request_names_no_service_tier(stubber: Stubber, provider: BedrockConverseProvider) -> None:
+    stubber.add_response(
+        "converse",
+        converse_response(tool_use({"label": "spam", "confidence": 0.9})) | {"serviceTier": {"type": "default"}},
+        expected_params={"modelId": MODEL, "system": ANY, "messages": ANY, "inferenceConfig": ANY, "toolConfig": ANY},
+    )
+
+    assert provider.complete(completion_request()).service_tier == "default"
+
+
+def test_a_flex_request_the_service_cannot_serve_now_is_flex_unavailable(
+    stubber: Stubber, provider: BedrockConverseProvider
+) -> None:
+    stubber.add_client_error("converse", service_error_code="ServiceUnavailableException", http_status_code=503)
+
+    with pytest.raises(FlexUnavailableError) as caught:
+        provider.complete(completion_request(service_tier="flex"))
+
+    assert caught.value.later
+    assert caught.value.code is ErrorCode.PROVIDER_RATE_LIMITED
+
+
+def test_a_throttled_flex_request_is_a_rate_limit_the_standard_tier_shares(
+    stubber: Stubber, provider: BedrockConverseProvider
+) -> None:
+    stubber.add_client_error("converse", service_error_code="ThrottlingException", http_status_code=429)
+
+    with pytest.raises(ProviderRateLimitedError) as caught:
+        provider.complete(completion_request(service_tier="flex"))
+
+    assert not isinstance(caught.value, FlexUnavailableError)

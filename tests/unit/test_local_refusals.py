@@ -265,6 +265,18 @@ REFUSALS = [
         "decimal_above_max_value",
         sdk_refuses=False,
     ),
+    Refusal(
+        "a service tier of none of OpenAI's",
+        changed(lambda body: body.update(service_tier="cheap")),
+        "service_tier",
+        "invalid_value",
+    ),
+    Refusal(
+        "a service tier that is a number",
+        changed(lambda body: body.update(service_tier=1)),
+        "service_tier",
+        "invalid_value",
+    ),
 ]
 
 TOOL_CALL = {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
@@ -295,6 +307,8 @@ ACCEPTED = {
     "text output": with_format({"type": "text"}),
     "null max_tokens and temperature": changed(lambda body: body.update(max_tokens=None, temperature=None)),
     "a field OpenAI-compatible servers add (vLLM's top_k)": changed(lambda body: body.update(top_k=5)),
+    "the flex tier": changed(lambda body: body.update(service_tier="flex")),
+    "the project's tier, said as auto": changed(lambda body: body.update(service_tier="auto")),
 }
 
 

@@ -50,6 +50,7 @@ def succeeded_job() -> Job:
             attempts=1,
             cached_input_tokens=512,
             reasoning_tokens=16,
+            standard_cost_usd=Decimal("0.00021"),
         ),
     )
 
@@ -91,6 +92,7 @@ def test_the_view_of_a_succeeded_job_matches_the_spec_example() -> None:
             "cached_input_tokens": 512,
             "cache_write_input_tokens": 0,
             "reasoning_tokens": 16,
+            "standard_cost_usd": 0.00021,
         },
         "via": None,
         "batch": None,
@@ -153,6 +155,7 @@ def test_the_view_of_a_failed_job_carries_its_error() -> None:
         "cached_input_tokens": 0,
         "cache_write_input_tokens": 0,
         "reasoning_tokens": 0,
+        "standard_cost_usd": 0.0,
     }
 
 

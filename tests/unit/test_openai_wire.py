@@ -19,7 +19,7 @@ from openai.types.shared import ErrorObject
 from aijobs.local.provider import LocalProvider
 from engine.definitions import BUILTIN_DEFINITIONS, JobDefinition
 from engine.definitions.pipelines import PipelineDefinition
-from engine.gateway import ModelGateway, ModelTiers
+from engine.gateway import CallTier, ModelGateway, ModelTiers
 from engine.gateway.openai import OpenAICompatibleProvider, StructuredOutput, chat_completion_body, static_api_key
 from tests.support.openai_sdk import sdk_request
 from tests.support.providers import completion_request
@@ -49,7 +49,14 @@ REPAIRABLE_INPUTS: dict[str, dict[str, Any]] = {
 }
 
 
-def posted_bodies(server: LocalProvider, definition: JobDefinition, raw_input: dict[str, Any], mode: str) -> list[Any]:
+def posted_bodies(
+    server: LocalProvider,
+    definition: JobDefinition,
+    raw_input: dict[str, Any],
+    mode: str,
+    model: str = "local-model",
+    tier: CallTier = CallTier.STANDARD,
+) -> list[Any]:
     """The bodies the engine's gateway posts for one attempt of a job, through its OpenAI adapter."""
     bodies: list[Any] = []
 
@@ -58,8 +65,8 @@ def posted_bodies(server: LocalProvider, definition: JobDefinition, raw_input: d
 
     with httpx.Client(trust_env=False, event_hooks={"request": [keep]}) as client:
         adapter = OpenAICompatibleProvider(server.url, static_api_key(None), structured_output=mode, client=client)
-        execution = ModelGateway(adapter, ModelTiers("local-model")).execute(
-            definition, definition.parse_input(raw_input)
+        execution = ModelGateway(adapter, ModelTiers(model)).execute(
+            definition, definition.parse_input(raw_input), tier=tier
         )
     assert execution.error is None, execution.error
     return bodies
@@ -80,6 +87,23 @@ def test_every_body_the_gateway_posts_is_a_request_the_sdk_takes_as_it_is(
         assert sdk_request(body) == body
         assert body["response_format"]["type"] == mode
     assert [entry.status for entry in server.log] == [200, 200]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("definition", CALLING_DEFINITIONS, ids=lambda definition: definition.name)
+def test_every_body_of_a_flex_attempt_is_a_request_the_sdk_takes_as_it_is(
+    definition: JobDefinition, mode: StructuredOutput, server: LocalProvider
+) -> None:
+    # Given a background job's attempt at the flex tier of an OpenAI reasoning model, which re-asks
+    bodies = posted_bodies(server, definition, REPAIRABLE_INPUTS[definition.name], mode, "gpt-5-mini", CallTier.FLEX)
+
+    # Then both requests ask the flex tier, with the reasoning model's token limit, to the SDK's letter
+    assert [(body["service_tier"], "max_completion_tokens" in body, "temperature" in body) for body in bodies] == [
+        ("flex", True, False)
+    ] * 2
+    for body in bodies:
+        assert sdk_request(body) == body
+    assert [(entry.asked_tier, entry.service_tier) for entry in server.log] == [("flex", "flex")] * 2
 
 
 @pytest.mark.parametrize("mode", MODES)

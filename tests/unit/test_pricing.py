@@ -7,7 +7,9 @@ from decimal import Decimal
 
 import pytest
 
-from engine.gateway import Completion
+from engine.config import load_settings
+from engine.core import Via
+from engine.gateway import Completion, price_table
 from engine.gateway.pricing import DEFAULT_PRICES, PRICES_AS_OF, ModelPrice, PriceTable
 
 
@@ -160,3 +162,43 @@ def test_a_model_with_no_price_costs_zero_marked_unpriced(model: str) -> None:
 
     assert (priced.usd, priced.priced) == (Decimal(0), False)
     assert table.unpriced([model, "gpt-4o-mini"]) == [model]
+
+
+# --- a route's share -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("via", "usd"),
+    [(Via.REALTIME, Decimal("0.000065")), (Via.BATCH, Decimal("0.0000325")), (Via.FLEX, Decimal("0.0000325"))],
+)
+def test_a_batch_or_flex_call_costs_half_of_the_same_call_in_real_time(via: Via, usd: Decimal) -> None:
+    # gpt-5-mini at 0.25 / 2.00 USD per million tokens: 100 in, 20 out
+    assert PriceTable().cost("gpt-5-mini", Completion("{}", "gpt-5-mini", 100, 20, latency_ms=0), via).usd == usd
+
+
+def test_a_flex_share_of_a_price_of_its_own_prices_flex_and_gives_the_model_a_flex_tier() -> None:
+    prices = PriceTable.with_overrides({"my-model": ModelPrice.of("1", "2", flex="0.25")})
+    tokens = Completion("{}", "my-model", 1_000_000, 0, latency_ms=0)
+
+    assert prices.cost("my-model", tokens, Via.FLEX).usd == Decimal("0.25")
+    assert prices.cost("my-model", tokens, Via.BATCH).usd == Decimal("0.5")  # the batch share is its own
+    assert prices.offers_flex("my-model")
+    assert not PriceTable.with_overrides({"my-model": ModelPrice.of("1", "2")}).offers_flex("my-model")
+
+
+def test_the_settings_flex_share_reaches_the_price_table() -> None:
+    settings = load_settings(
+        {
+            "JOBS_TABLE_NAME": "jobs",
+            "JOBS_QUEUE_URL": "https://sqs/q",
+            "JOBS_PAYLOAD_BUCKET": "aijobs-payloads",
+            "AIJOBS_PRICES": '{"gpt-4o-mini": {"input": 0.15, "output": 0.6, "flex": 0.4}}',
+        }
+    )
+
+    prices = price_table(settings)
+
+    assert prices.offers_flex("gpt-4o-mini")
+    assert prices.cost("gpt-4o-mini", Completion("{}", "gpt-4o-mini", 1_000_000, 0, latency_ms=0), Via.FLEX).usd == (
+        Decimal("0.06")
+    )

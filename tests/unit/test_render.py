@@ -29,6 +29,7 @@ from aijobs.render import (
     json_line,
     redrive_json,
     redrive_line,
+    routes_table,
     usage_json,
     usage_table,
 )
@@ -310,6 +311,84 @@ def test_usage_counts_reused_jobs_and_says_what_they_are_only_when_there_are_som
     assert (total[5].strip(), total[-2].strip()) == ("5", "2")  # 5 records, 2 of them reused
     assert "reused" not in without
     assert usage_json(reused)["reused"] == 2
+
+
+def route_rows() -> list[UsageRow]:
+    """A day's usage: real time, batch and flex attempts of two job types, one attempt answered by reuse."""
+
+    def row(job_type: str, via: str, cost: str, standard: str, **sums: Any) -> UsageRow:
+        amounts = {"cost_usd": Decimal(cost), "standard_cost_usd": Decimal(standard)}
+        return UsageRow("u-1", job_type, "gpt-5-mini", "background", via=via, **amounts, **sums)
+
+    return [
+        row(
+            "classify",
+            "realtime",
+            "0.30",
+            "0.30",
+            attempts=3,
+            cached_input_tokens=500,
+            cache_savings_usd=Decimal("0.01"),
+        ),
+        row("classify", "flex", "0.50", "1.00", attempts=10),
+        row("summarize", "flex", "0.25", "0.50", attempts=4),
+        row("summarize", "batch", "1.00", "2.00", attempts=20),
+        row("summarize", "reuse", "0", "0", attempts=2),
+    ]
+
+
+def test_usage_shows_a_row_per_user_job_type_model_and_lane_whatever_their_routes() -> None:
+    text = text_of(usage_table(route_rows(), title="usage"))
+
+    # summarize's flex, batch and reuse attempts in one row; then classify's realtime and flex ones
+    cells = [[cell.strip() for cell in line.split("│")[1:-1]] for line in text.splitlines()]
+    assert [row[:2] + row[4:5] for row in cells if row and row[0] == "u-1"] == [
+        ["u-1", "summarize", "26"],
+        ["u-1", "classify", "13"],
+    ]
+    assert table_rows(text)["total"][3] == "39"  # every attempt record counted once
+
+
+def table_rows(text: str) -> dict[str, list[str]]:
+    """A rich table's rows by their first cell: the other cells, stripped."""
+    rows = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.split("│")[1:-1]]
+        if cells and cells[0]:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_cost_by_route_shows_each_route_beside_the_standard_real_time_cost_and_the_saving() -> None:
+    rows = table_rows(text_of(routes_table(route_rows())))
+
+    assert rows["realtime"] == ["3", "$0.300000", "$0.300000", "$0.000000"]
+    assert rows["batch"] == ["20", "$1.000000", "$2.000000", "$1.000000"]
+    assert rows["flex"] == ["14", "$0.750000", "$1.500000", "$0.750000"]
+    assert rows["reuse"] == ["2", "$0.000000", "$0.000000", "$0.000000"]
+    assert rows["prompt cache"] == ["500 cached tokens", "", "", "$0.010000"]
+    # The total: its cost, the same calls in real time at the standard tier, and both savings
+    assert rows["total"] == ["39", "$2.050000", "$3.800000", "$1.760000"]
+
+
+def test_a_route_no_attempt_took_is_shown_at_zero_and_every_route_in_order() -> None:
+    rows = table_rows(text_of(routes_table([])))
+
+    assert [name for name in rows if name != "route"] == ["realtime", "batch", "flex", "reuse", "prompt cache", "total"]
+    assert rows["flex"] == ["0", "$0.000000", "$0.000000", "$0.000000"]
+
+
+def test_a_usage_row_as_json_names_its_route_its_standard_cost_and_its_saving() -> None:
+    flex = route_rows()[1]
+
+    document = usage_json(flex)
+
+    assert (document["via"], document["cost_usd"], document["standard_cost_usd"], document["saved_usd"]) == (
+        "flex",
+        0.5,
+        1.0,
+        0.5,
+    )
 
 
 # --- costs and JSON numbers ----------------------------------------------------------------------

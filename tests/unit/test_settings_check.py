@@ -177,6 +177,7 @@ def test_good_settings_succeed_with_a_fingerprint_and_no_aws_request(
         ),
         ({"AIJOBS_REPAIR_ATTEMPTS": "4"}, "AIJOBS_REPAIR_ATTEMPTS: Input should be less than or equal to 3"),
         ({"AIJOBS_BATCH_API": "maybe"}, "AIJOBS_BATCH_API: Value error, must be on or off, not 'maybe'"),
+        ({"AIJOBS_FLEX": "cheap"}, "AIJOBS_FLEX: Value error, must be on or off, not 'cheap'"),
         (
             {"AIJOBS_BATCH_RESCUE_SECONDS": "0"},
             "AIJOBS_BATCH_RESCUE_SECONDS: Input should be greater than or equal to 1",

@@ -418,6 +418,20 @@ BATCH_SETTINGS = {
 }
 
 
+def flex_tier(text: str) -> None:
+    parameter = TEMPLATE["Parameters"]["FlexTier"]
+    assert (parameter["Default"], parameter["AllowedValues"]) == ("off", ["on", "off"])
+    # Every function gets it, and the settings check reads it, from the one parameter.
+    assert TEMPLATE["Globals"]["Function"]["Environment"]["Variables"]["AIJOBS_FLEX"] == {"Ref": "FlexTier"}
+    assert RESOURCES["SettingsCheck"]["Properties"]["Environment"]["AIJOBS_FLEX"] == {"Ref": "FlexTier"}
+    # Nothing of the stack depends on it: no condition, resource or permission names it.
+    mentions = json.dumps({name: value for name, value in TEMPLATE.items() if name != "Parameters"})
+    assert mentions.count('"FlexTier"') == 2
+    assert grants("WorkerFunction", FlexTier="on") == grants("WorkerFunction")
+    for claim in ("`FlexTier=on` (default `off`", "`AIJOBS_FLEX=on`", "no resource and no permission"):
+        assert claim in text
+
+
 def batcher_permissions(text: str) -> None:
     # OpenAI-compatible: the table, its files, the queues, its log and traces only.
     assert grants("BatchFunction", **BATCHES_ON) == {
@@ -813,6 +827,7 @@ CHECKS: dict[str, Callable[[str], None]] = {
     "Reconciler permissions": reconciler_permissions,
     "Batches": batches,
     "Batcher permissions": batcher_permissions,
+    "Flex tier": flex_tier,
     "Bedrock batch service role": bedrock_batch_service_role,
     "Table stream": table_stream,
     "Completion events": completion_events,

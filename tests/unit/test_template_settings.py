@@ -114,14 +114,16 @@ def test_the_number_parameters_have_the_engine_s_bounds_and_default(variable: st
     assert (spec["MinValue"], spec["MaxValue"], spec["Default"]) == (low, high, field.default)
 
 
-def test_the_batch_api_parameter_takes_on_and_off_as_the_engine_reads_them() -> None:
-    spec = parameter_of("AIJOBS_BATCH_API")
+@pytest.mark.parametrize(
+    ("variable", "field"), [("AIJOBS_BATCH_API", "aijobs_batch_api"), ("AIJOBS_FLEX", "aijobs_flex")]
+)
+def test_an_on_off_parameter_takes_on_and_off_as_the_engine_reads_them(variable: str, field: str) -> None:
+    spec = parameter_of(variable)
     assert spec["AllowedValues"] == ["on", "off"]
-    read = {
-        value: load_settings(BASE | {"AIJOBS_BATCH_API": value}).aijobs_batch_api for value in spec["AllowedValues"]
-    }
+    read = {value: getattr(load_settings(BASE | {variable: value}), field) for value in spec["AllowedValues"]}
     assert read == {"on": True, "off": False}
     assert spec["Default"] == "off"
+    assert getattr(load_settings(BASE), field) is False
 
 
 def test_the_batch_role_is_the_service_role_with_bedrock_batches_and_unset_otherwise() -> None:

@@ -66,6 +66,17 @@ class ProviderRateLimitedError(RetryableError):
         self.retry_after_seconds = retry_after_seconds
 
 
+class FlexUnavailableError(ProviderRateLimitedError):
+    """The provider's flex tier did not serve a call (docs/cost.md): a 429 "resource unavailable", or no
+    answer within the flex timeout (`later`: capacity may come back, so the job may wait for it); or
+    the tier refused the model or the account outright (`later` False: waiting would not help).
+    Recorded as the 429 it is: a later try does not spend an attempt, and the deadline bounds it."""
+
+    def __init__(self, message: str, retry_after_seconds: float | None = None, later: bool = True) -> None:
+        super().__init__(message, retry_after_seconds)
+        self.later = later
+
+
 class ProviderTimeoutError(RetryableError):
     code = ErrorCode.PROVIDER_TIMEOUT
 

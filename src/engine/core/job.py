@@ -70,11 +70,13 @@ class Lane(StrEnum):
 
 
 class Via(StrEnum):
-    """How an attempt's first call was made: at once, or in a provider's batch (docs/batches.md); or
-    how an attempt got its answer with no call: another job's of the same request (docs/reuse.md)."""
+    """How an attempt's first call was made: at once, in a provider's batch (docs/batches.md), or at
+    once at the provider's flex tier (docs/cost.md); or how an attempt got its answer with no call:
+    another job's of the same request (docs/reuse.md)."""
 
     REALTIME = "realtime"
     BATCH = "batch"
+    FLEX = "flex"
     REUSE = "reuse"
 
 
@@ -106,6 +108,8 @@ class Usage:
     cached_input_tokens: int = 0
     cache_write_input_tokens: int = 0
     reasoning_tokens: int = 0
+    # What the same calls would have cost in real time at the standard tier (docs/cost.md).
+    standard_cost_usd: Decimal = Decimal(0)
 
     def plus(self, attempt: AttemptRecord) -> Usage:
         """This usage with one more attempt record's."""
@@ -117,6 +121,7 @@ class Usage:
             cached_input_tokens=self.cached_input_tokens + attempt.cached_input_tokens,
             cache_write_input_tokens=self.cache_write_input_tokens + attempt.cache_write_input_tokens,
             reasoning_tokens=self.reasoning_tokens + attempt.reasoning_tokens,
+            standard_cost_usd=self.standard_cost_usd + attempt.standard_cost_usd,
         )
 
     def add(self, other: Usage, sign: int = 1) -> Usage:
@@ -129,6 +134,7 @@ class Usage:
             cached_input_tokens=self.cached_input_tokens + sign * other.cached_input_tokens,
             cache_write_input_tokens=self.cache_write_input_tokens + sign * other.cache_write_input_tokens,
             reasoning_tokens=self.reasoning_tokens + sign * other.reasoning_tokens,
+            standard_cost_usd=self.standard_cost_usd + sign * other.standard_cost_usd,
         )
 
 
@@ -320,6 +326,11 @@ class AttemptRecord:
     # How the first call was made, and the provider's batch id when it went in a batch.
     via: Via = Via.REALTIME
     batch_id: str | None = None
+    # What the same calls would have cost in real time at the standard tier (cost_usd, unless a batch
+    # or the flex tier made them cheaper), and the service tier the provider said served the answer
+    # ("flex", "default", ...; None when it said none): docs/cost.md.
+    standard_cost_usd: Decimal = Decimal(0)
+    service_tier: str | None = None
     # The data job type's version the attempt ran; None for a code job type.
     job_type_version: int | None = None
     # Re-asks after an answer failed validation; for an attempt whose answer was refused in the end

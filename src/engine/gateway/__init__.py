@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from engine.config import Settings, is_local_host
 from engine.core.errors import ConfigurationError
-from engine.gateway.gateway import Answered, CallPlan, Execution, ModelGateway, ModelTiers
+from engine.gateway.gateway import Answered, CallPlan, CallTier, Execution, ModelGateway, ModelTiers
 from engine.gateway.pricing import ANTHROPIC_PRICES, DEFAULT_PRICES, ModelPrice, PriceTable
 from engine.gateway.provider import ChatTurn, Completion, CompletionRequest, ModelProvider
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Answered",
     "CallPlan",
+    "CallTier",
     "ChatTurn",
     "Completion",
     "CompletionRequest",
@@ -72,7 +73,7 @@ def api_key_source(settings: Settings) -> ApiKeySource:
 def price_table(settings: Settings) -> PriceTable:
     """The built-in prices with AIJOBS_PRICES over them."""
     overrides = {
-        model: ModelPrice.of(price.input, price.output, price.cached_input, price.cache_write, price.batch)
+        model: ModelPrice.of(price.input, price.output, price.cached_input, price.cache_write, price.batch, price.flex)
         for model, price in settings.aijobs_prices.items()
     }
     return PriceTable.with_overrides(overrides)

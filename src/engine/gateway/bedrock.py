@@ -6,6 +6,11 @@ labels offered) and makes the model call it; the tool call's input is the answer
 
 A system prompt long enough for the model's prompt cache is followed by a cache point, so that the
 requests of a job type read their shared instructions from the cache (`cache_point_min_tokens`).
+
+A request for the flex tier names it as Converse's `serviceTier` (`{"type": "flex"}`); the response
+says which tier served it. Bedrock's on-demand quota is shared by its tiers, so a throttled flex
+request is a rate limit like any other; a flex request the service cannot serve now (503) is the flex
+tier being unavailable (FlexUnavailableError).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from botocore.exceptions import ConnectionError as BotocoreConnectionError
 
 from engine.core.attachments import Attachment
 from engine.core.errors import (
+    FlexUnavailableError,
     JobError,
     ProviderRateLimitedError,
     ProviderRejectedError,
@@ -38,7 +44,7 @@ from engine.core.errors import (
     ProviderUnavailableError,
 )
 from engine.gateway.parts import attachment_text, bedrock_document_name
-from engine.gateway.provider import ChatTurn, Completion, CompletionRequest, error_for_status, token_count
+from engine.gateway.provider import FLEX_TIER, ChatTurn, Completion, CompletionRequest, error_for_status, token_count
 
 _CONNECT_TIMEOUT_SECONDS = 5
 # Clients are cached per whole-second read timeout; timeouts cut short by the Lambda's remaining
@@ -148,7 +154,7 @@ class BedrockConverseProvider:
         try:
             response = client.converse(**self._body(request))
         except ClientError as exc:
-            raise classified_error(exc) from exc
+            raise classified_error(exc, flex=request.service_tier == FLEX_TIER) from exc
         except (ReadTimeoutError, ConnectTimeoutError) as exc:
             raise ProviderTimeoutError(f"no answer from Bedrock within {request.timeout_seconds:g}s") from exc
         except (BotocoreConnectionError, HTTPClientError) as exc:
@@ -175,7 +181,8 @@ class BedrockConverseProvider:
 
     @staticmethod
     def _body(request: CompletionRequest) -> dict[str, Any]:
-        return {
+        tier = {"serviceTier": {"type": request.service_tier}} if request.service_tier else {}
+        return tier | {
             "modelId": request.model,
             **converse_input(request, system_blocks(request.system, request.model)),
             "toolConfig": {
@@ -239,6 +246,7 @@ def converse_completion(model: str, response: Mapping[str, Any], latency_ms: int
         output_tokens = token_count(usage.get("outputTokens"))
         content = _answer(blocks)
         finish_reason = str(response.get("stopReason") or "")
+        served = (response.get("serviceTier") or {}).get("type")
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         # A success that is not a Converse message is a service fault, not the model's answer.
         raise ProviderUnavailableError("Bedrock answered with a malformed Converse response") from exc
@@ -251,6 +259,7 @@ def converse_completion(model: str, response: Mapping[str, Any], latency_ms: int
         finish_reason=finish_reason,
         cached_input_tokens=cached,
         cache_write_input_tokens=written,
+        service_tier=served if isinstance(served, str) and served.isalpha() and len(served) <= 32 else None,
     )
 
 
@@ -289,8 +298,9 @@ def _answer(blocks: object) -> str:
     return "".join(block["text"] for block in blocks if "text" in block)
 
 
-def classified_error(exc: ClientError) -> JobError:
-    """The engine error for a Bedrock error response, by its error code, else by its HTTP status."""
+def classified_error(exc: ClientError, flex: bool = False) -> JobError:
+    """The engine error for a Bedrock error response, by its error code, else by its HTTP status; for a
+    request to the flex tier (`flex`), a ServiceUnavailableException is that tier's unavailability."""
     code = str(exc.response.get("Error", {}).get("Code") or "")
     status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
     status = status if isinstance(status, int) else None
@@ -300,6 +310,8 @@ def classified_error(exc: ClientError) -> JobError:
         return ProviderRateLimitedError(f"Bedrock rate limit ({described})")
     if code in _TIMEOUT_CODES:
         return ProviderTimeoutError(f"Bedrock model timed out ({described})")
+    if flex and code == "ServiceUnavailableException":
+        return FlexUnavailableError(f"Bedrock's flex tier is unavailable ({described})")
     if code in _UNAVAILABLE_CODES:
         return ProviderUnavailableError(f"Bedrock unavailable ({described})")
     if code in _REJECTED_CODES:

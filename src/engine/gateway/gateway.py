@@ -5,7 +5,12 @@ One `execute` is one attempt of a job. Within it the gateway may
 - try the fallback model when the primary one is unavailable or times out.
 Every call that got an answer counts: its tokens and cost are summed into the attempt. An attempt
 whose first call went through a provider's batch (docs/batches.md) starts from that call's answer,
-priced at the batch price; its re-asks and fallback are made in real time.
+priced at the batch price; its re-asks and fallback are made in real time. An attempt may ask the
+provider's flex tier (`CallTier`, docs/cost.md): its calls to a model that has one are made there,
+with a longer timeout, priced at the flex price when the provider says flex served them; when flex
+is unavailable the attempt ends for the job to wait for it, or, near the job's deadline, goes on at
+the standard tier at once. Beside its cost each attempt counts what the same calls would have cost
+in real time at the standard tier.
 """
 
 from __future__ import annotations
@@ -14,13 +19,16 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel
 
+from engine.core import Via
 from engine.core.attachments import Attachment
 from engine.core.errors import (
     BusinessValidationError,
+    FlexUnavailableError,
     InternalError,
     JobError,
     ProviderTimeoutError,
@@ -31,7 +39,7 @@ from engine.core.errors import (
 from engine.definitions import JobDefinition, RenderedPrompt
 from engine.gateway.attachment_tokens import attachment_tokens
 from engine.gateway.pricing import Cost, PriceTable
-from engine.gateway.provider import ChatTurn, Completion, CompletionRequest, ModelProvider
+from engine.gateway.provider import FLEX_TIER, ChatTurn, Completion, CompletionRequest, ModelProvider
 from engine.observability import genai_usage, log_unexpected, logger, provider_call
 from engine.text import bounded, valid_text
 
@@ -40,8 +48,23 @@ _REPAIRABLE = (SchemaValidationError, BusinessValidationError, ReferenceValidati
 _FALLS_BACK = (ProviderUnavailableError, ProviderTimeoutError)
 # Below this much time left, no further call is started within the attempt.
 MIN_CALL_SECONDS = 1.0
+# A flex call's timeout: OpenAI's advice (its SDKs' 10 minutes raised to 15), since a flex request may
+# wait for capacity. Capped, as every call's, by what is left of the invocation.
+FLEX_TIMEOUT_SECONDS = 900.0
 
 TimeLeft = Callable[[], float]
+
+
+class CallTier(StrEnum):
+    """The service tier an attempt's calls ask for (engine.decisions.decide_tier, docs/cost.md)."""
+
+    STANDARD = "standard"
+    # The provider's flex tier, for a model that has one; when flex is unavailable the attempt ends
+    # with FlexUnavailableError (the job waits for it, its attempt refunded).
+    FLEX = "flex"
+    # The flex tier, and when flex is unavailable the standard tier at once, within the attempt (the
+    # job's deadline is near); a flex call then leaves the standard call its timeout.
+    FLEX_OR_STANDARD = "flex_or_standard"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +109,11 @@ class Execution:
     # refused (as it came, made valid Unicode; the store bounds what it keeps).
     reasks: int = 0
     refused_answer: str | None = None
+    # How its first call was made; what its calls would have cost in real time at the standard tier;
+    # the service tier the provider said served its last answer (None when it said none).
+    via: Via = Via.REALTIME
+    standard_cost_usd: Decimal = Decimal(0)
+    service_tier: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,17 +143,25 @@ class _Tally:
     conversation: list[ChatTurn] = field(default_factory=list)
     reasks: int = 0
     refused_answer: str | None = None
+    # Whether the current model's calls ask the flex tier, and whether the attempt's first call did.
+    flex: bool = False
+    first_flex: bool = False
+    standard_cost_usd: Decimal = Decimal(0)
+    service_tier: str | None = None
 
-    def add(self, completion: Completion, cost: Cost) -> None:
+    def add(self, completion: Completion, cost: Cost, standard: Cost) -> None:
+        """A call's answer, at `cost`; `standard`, the same call's in real time at the standard tier."""
         self.input_tokens += completion.input_tokens
         self.output_tokens += completion.output_tokens
         self.cached_input_tokens += completion.cached_input_tokens
         self.cache_write_input_tokens += completion.cache_write_input_tokens
         self.reasoning_tokens += completion.reasoning_tokens
         self.cost_usd += cost.usd
+        self.standard_cost_usd += standard.usd
         self.cache_savings_usd += cost.cache_savings_usd
         self.priced = self.priced and cost.priced
         self.latency_ms += completion.latency_ms
+        self.service_tier = completion.service_tier
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +175,18 @@ class CallPlan:
     worst_case_usd: Decimal
     # Models of its chain with no price: what they would cost is unknown, so no budget can hold it.
     unpriced: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """What every call of an attempt asks: the job type, its rendered prompt, the output schema for its
+    input, its attachments, and how much of the invocation is left."""
+
+    definition: JobDefinition
+    prompt: RenderedPrompt
+    output_schema: dict[str, Any]
+    attachments: tuple[Attachment, ...] = ()
+    time_left: TimeLeft | None = None
 
 
 # Tokens of a chat message's framing (role, separators) beyond its text, as providers count them.
@@ -215,8 +263,8 @@ class ModelGateway:
         """An attempt's first call, as a line of a provider's batch: to the first model of its chain."""
         prompt = definition.render_prompt(job_input, len(attachments))
         _, model = self.first_call(definition)
-        schema = definition.output_schema(job_input)
-        return self._request(definition, prompt, schema, model, definition.timeout_seconds, (), attachments)
+        call = Call(definition, prompt, definition.output_schema(job_input), tuple(attachments))
+        return self._request(call, model, definition.timeout_seconds)
 
     def execute(
         self,
@@ -224,9 +272,10 @@ class ModelGateway:
         job_input: BaseModel,
         time_left: TimeLeft | None = None,
         attachments: Sequence[Attachment] = (),
+        tier: CallTier = CallTier.STANDARD,
     ) -> Execution:
-        """One attempt, its calls made now."""
-        return self._attempt(definition, job_input, time_left, tuple(attachments))
+        """One attempt, its calls made now, at the service tier `tier` asks for."""
+        return self._attempt(definition, job_input, time_left, tuple(attachments), tier=tier)
 
     def execute_answer(
         self,
@@ -258,20 +307,20 @@ class ModelGateway:
         answered: Answered | None = None,
         alone: bool = False,
         prompt: RenderedPrompt | None = None,
+        tier: CallTier = CallTier.STANDARD,
     ) -> Execution:
         prompt = prompt or definition.render_prompt(job_input, len(attachments))
-        output_schema = definition.output_schema(job_input)
+        call = Call(definition, prompt, definition.output_schema(job_input), attachments, time_left)
         tally = _Tally()
         chain = self._models.chain(definition.model_tier)
         if alone:
             chain = chain[:1]
-        for position, (tier, model) in enumerate(chain):
-            tally.tier, tally.model, tally.conversation = tier, model, []
+        for position, (model_tier, model) in enumerate(chain):
+            tally.tier, tally.model, tally.conversation = model_tier, model, []
+            tally.flex = tier is not CallTier.STANDARD and self._prices.offers_flex(model)
             first = answered if position == 0 else None
             repairs = 0 if alone else self._repair_attempts
-            output, error = self._ask(
-                definition, job_input, prompt, output_schema, tally, time_left, attachments, first, repairs
-            )
+            output, error = self._ask(job_input, call, tally, first, repairs, tier)
             last = position == len(chain) - 1
             out_of_time = time_left is not None and time_left() < MIN_CALL_SECONDS
             if error is None or not isinstance(error, _FALLS_BACK) or last or out_of_time:
@@ -284,46 +333,28 @@ class ModelGateway:
 
     def _ask(
         self,
-        definition: JobDefinition,
         job_input: BaseModel,
-        prompt: RenderedPrompt,
-        output_schema: dict[str, Any],
+        call: Call,
         tally: _Tally,
-        time_left: TimeLeft | None,
-        attachments: tuple[Attachment, ...],
         answered: Answered | None = None,
         repairs: int = 0,
+        tier: CallTier = CallTier.STANDARD,
     ) -> tuple[BaseModel | None, JobError | None]:
         """Ask one model, re-asking with the validation error while `repairs` remain; the first answer is
         `answered`'s when a batch gave it."""
+        definition = call.definition
         for repair in range(repairs + 1):
             if repair == 0 and answered is not None:
                 completion = answered.completion
                 for paid in (completion, *answered.extras):
                     tally.calls += 1
-                    tally.add(paid, self._prices.cost(tally.model, paid, batch=True))
+                    standard = self._prices.cost(tally.model, paid)
+                    tally.add(paid, self._prices.cost(tally.model, paid, Via.BATCH), standard)
             else:
-                timeout = definition.timeout_seconds
-                if time_left is not None:
-                    left = time_left()
-                    if left < MIN_CALL_SECONDS:
-                        return None, ProviderTimeoutError("no time left in this invocation for another model call")
-                    timeout = min(timeout, left)
-                request = self._request(
-                    definition, prompt, output_schema, tally.model, timeout, tally.conversation, attachments
-                )
-                tally.calls += 1
-                try:
-                    with provider_call(self._provider.name, tally.model) as record_usage:
-                        completion = self._provider.complete(request)
-                        record_usage(genai_usage(completion))
-                except JobError as exc:
-                    return None, exc
-                except Exception as exc:
-                    # A fault of the adapter, not the provider's answer: end the attempt, keep what it cost.
-                    log_unexpected("the provider adapter failed unexpectedly", exc, job_type=definition.name)
-                    return None, InternalError(f"internal error in the provider adapter: {type(exc).__name__}")
-                tally.add(completion, self._prices.cost(tally.model, completion))
+                called = self._call(call, tally, tier)
+                if isinstance(called, JobError):
+                    return None, called
+                completion = called
             try:
                 if not completion.content:
                     reason = completion.finish_reason or "unknown"
@@ -350,27 +381,88 @@ class ModelGateway:
                 return None, InternalError(f"internal error in {definition.name}'s validation: {type(exc).__name__}")
         raise AssertionError("the repair loop always returns")
 
+    def _call(self, call: Call, tally: _Tally, tier: CallTier) -> Completion | JobError:
+        """One call of the attempt: at the flex tier while the attempt asks it of this model, else at the
+        standard tier; after flex was unavailable, at the standard tier at once when `tier` says so (the
+        deadline is near) or when flex will never serve it, and so for the attempt's further calls."""
+        if tally.flex:
+            served = self._call_at(call, tally, flex=True, standard_after=tier is CallTier.FLEX_OR_STANDARD)
+            if not isinstance(served, FlexUnavailableError):
+                return served
+            if served.later and tier is not CallTier.FLEX_OR_STANDARD:
+                return served  # the job waits for the flex tier
+            tally.flex = False
+            logger.warning(
+                "flex tier unavailable; calling the standard tier",
+                extra={"job_type": call.definition.name, "model": tally.model},
+            )
+        return self._call_at(call, tally, flex=False)
+
+    def _call_at(self, call: Call, tally: _Tally, flex: bool, standard_after: bool = False) -> Completion | JobError:
+        """One request, at the flex tier or the standard one, within the time left; its answer priced and
+        added to the tally, or the error it met. A flex call may take FLEX_TIMEOUT_SECONDS (less the
+        standard call's timeout when one may follow it); one that would get less than the job type's own
+        timeout is not made (FlexUnavailableError), nor one that meets a timeout (FlexUnavailableError)."""
+        definition = call.definition
+        left = call.time_left() if call.time_left is not None else None
+        if left is not None and left < MIN_CALL_SECONDS:
+            return ProviderTimeoutError("no time left in this invocation for another model call")
+        if flex:
+            budget = FLEX_TIMEOUT_SECONDS if left is None else min(FLEX_TIMEOUT_SECONDS, left)
+            if standard_after and left is not None:
+                budget = min(budget, left - definition.timeout_seconds)
+            if budget < definition.timeout_seconds:
+                return FlexUnavailableError("too little time left in this invocation for a flex call")
+            timeout = budget
+        else:
+            timeout = definition.timeout_seconds if left is None else min(definition.timeout_seconds, left)
+        request = self._request(call, tally.model, timeout, tally.conversation, FLEX_TIER if flex else None)
+        tally.first_flex = tally.first_flex or (flex and tally.calls == 0)
+        tally.calls += 1
+        try:
+            with provider_call(self._provider.name, tally.model) as record_usage:
+                completion = self._provider.complete(request)
+                record_usage(genai_usage(completion))
+        except ProviderTimeoutError as exc:
+            if flex:
+                return FlexUnavailableError(f"the flex tier did not answer within {timeout:g}s")
+            return exc
+        except JobError as exc:
+            return exc
+        except Exception as exc:
+            # A fault of the adapter, not the provider's answer: end the attempt, keep what it cost.
+            log_unexpected("the provider adapter failed unexpectedly", exc, job_type=definition.name)
+            return InternalError(f"internal error in the provider adapter: {type(exc).__name__}")
+        # Priced by the tier the provider says served it (a flex request it served at its standard tier
+        # costs the standard price); by the tier asked when it says none.
+        at_flex = flex and completion.service_tier in (None, FLEX_TIER)
+        via = Via.FLEX if at_flex else Via.REALTIME
+        tally.add(
+            completion, self._prices.cost(tally.model, completion, via), self._prices.cost(tally.model, completion)
+        )
+        return completion
+
     @staticmethod
     def _request(
-        definition: JobDefinition,
-        prompt: RenderedPrompt,
-        output_schema: dict[str, Any],
+        call: Call,
         model: str,
         timeout: float,
         conversation: Sequence[ChatTurn] = (),
-        attachments: Sequence[Attachment] = (),
+        service_tier: str | None = None,
     ) -> CompletionRequest:
+        definition, prompt = call.definition, call.prompt
         return CompletionRequest(
             model=model,
             system=prompt.system,
             user=prompt.user,
             schema_name=definition.name,
-            output_schema=output_schema,
+            output_schema=call.output_schema,
             max_tokens=definition.max_tokens,
             timeout_seconds=timeout,
             conversation=tuple(conversation),
             cache_key=prompt_cache_key(definition.name, prompt.version),
-            attachments=tuple(attachments),
+            attachments=tuple(call.attachments),
+            service_tier=service_tier,
         )
 
     def _execution(
@@ -401,4 +493,7 @@ class ModelGateway:
             batch_id=answered.batch_id if answered else None,
             reasks=tally.reasks,
             refused_answer=tally.refused_answer if isinstance(error, _REPAIRABLE) else None,
+            via=Via.BATCH if answered else Via.FLEX if tally.first_flex else Via.REALTIME,
+            standard_cost_usd=tally.standard_cost_usd,
+            service_tier=tally.service_tier,
         )

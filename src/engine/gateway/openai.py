@@ -1,4 +1,9 @@
-"""OpenAI-compatible Chat Completions over httpx (OpenAI, DeepSeek, vLLM, Ollama, LiteLLM, ...)."""
+"""OpenAI-compatible Chat Completions over httpx (OpenAI, DeepSeek, vLLM, Ollama, LiteLLM, ...).
+
+A request for the flex tier carries `service_tier: "flex"` (OpenAI's flex processing, docs/cost.md);
+what the flex tier answers when it does not serve one is told apart from the account's own rate limit
+by the error's `code` and `type` (FlexUnavailableError), and each answer says which tier served it.
+"""
 
 from __future__ import annotations
 
@@ -15,9 +20,21 @@ from typing import Any, Literal, Protocol, TypeVar
 import httpx
 
 from engine.core.attachments import Attachment
-from engine.core.errors import OutputTooLargeError, ProviderTimeoutError, ProviderUnavailableError
+from engine.core.errors import (
+    FlexUnavailableError,
+    OutputTooLargeError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+)
 from engine.gateway.parts import attachment_filename, attachment_text, base64_text
-from engine.gateway.provider import Completion, CompletionRequest, error_for_status, part_count, token_count
+from engine.gateway.provider import (
+    FLEX_TIER,
+    Completion,
+    CompletionRequest,
+    error_for_status,
+    part_count,
+    token_count,
+)
 from engine.gateway.schema import strict_json_schema, system_with_schema
 
 StructuredOutput = Literal["json_schema", "json_object"]
@@ -32,6 +49,14 @@ JOB_TYPE_HEADER = "X-Aijobs-Job-Type"
 # What OpenAI takes as a structured output's name; a job type's name may hold any character.
 _OUTPUT_NAME_REFUSED = re.compile(r"[^a-zA-Z0-9_-]")
 MAX_OUTPUT_NAME_CHARS = 64
+# OpenAI's reasoning models (o1, o3, o4-mini, GPT-5 and its kin, also behind a proxy's `openai/`
+# prefix) take `max_completion_tokens` rather than `max_tokens`, and only their default temperature.
+_REASONING_MODEL = re.compile(r"^(?:.*/)?(?:o\d|gpt-5)(?:[.-].*)?$")
+# The `code` and `type` of a 429 that is the account's own rate limit or quota. Any other 429 to a flex
+# request is the flex tier's "Resource Unavailable": the same call may pass at the standard tier.
+RATE_LIMIT_ERRORS = frozenset({"rate_limit_exceeded", "rate_limit_error", "insufficient_quota", "requests", "tokens"})
+# A service tier as a provider names it in an answer: a short word, else it is not one.
+_SERVICE_TIER = re.compile(r"[a-z_]{1,32}")
 
 
 class ApiKeySource(Protocol):
@@ -99,6 +124,10 @@ class OpenAICompatibleProvider:
         started = time.perf_counter()
         status, headers, content = send_authorized(self._api_key, lambda auth: self._post(request, auth))
         latency_ms = int((time.perf_counter() - started) * 1000)
+        if request.service_tier == FLEX_TIER:
+            refused = flex_refusal(status, content, headers.get("retry-after"))
+            if refused is not None:
+                raise refused
         return parse_completion(status, content, request.model, latency_ms, headers.get("retry-after"))
 
     def _post(self, request: CompletionRequest, auth: dict[str, str]) -> Sent:
@@ -185,13 +214,17 @@ def chat_completion_body(request: CompletionRequest, structured_output: Structur
             {"role": "user", "content": user_content(request.user, request.attachments)},
             *({"role": turn.role, "content": turn.content} for turn in request.conversation),
         ],
-        "max_tokens": request.max_tokens,
-        "temperature": 0,
-        "response_format": response_format,
     }
+    if _REASONING_MODEL.match(request.model):
+        body["max_completion_tokens"] = request.max_tokens
+    else:
+        body |= {"max_tokens": request.max_tokens, "temperature": 0}
+    body["response_format"] = response_format
     if request.cache_key:
         # Routes requests that share a prompt prefix (a job type's instructions) to the same prompt cache.
         body["prompt_cache_key"] = request.cache_key
+    if request.service_tier:
+        body["service_tier"] = request.service_tier
     return body
 
 
@@ -220,6 +253,35 @@ def output_name(job_type: str) -> str:
     return _OUTPUT_NAME_REFUSED.sub("_", job_type)[:MAX_OUTPUT_NAME_CHARS] or "output"
 
 
+def flex_refusal(status: int, content: bytes, retry_after: str | None = None) -> FlexUnavailableError | None:
+    """The flex tier's refusal of a flex request, by the answer's status and its error's `code`, `type`
+    and `param` (never its message): a 429 that is not the account's rate limit (RATE_LIMIT_ERRORS) is
+    OpenAI's "Resource Unavailable"; a 400 whose `param` is `service_tier`, a model or an account
+    without a flex tier. None for any other answer."""
+    if status not in (400, 429):
+        return None
+    error = _error_fields(content)
+    if status == 429 and not {error.get("code"), error.get("type")} & RATE_LIMIT_ERRORS:
+        return FlexUnavailableError(
+            "the provider's flex tier is unavailable (HTTP 429)", retry_after_seconds=parse_retry_after(retry_after)
+        )
+    if status == 400 and error.get("param") == "service_tier":
+        return FlexUnavailableError("the provider serves no flex tier for this request (HTTP 400)", later=False)
+    return None
+
+
+def _error_fields(content: bytes) -> dict[str, str]:
+    """The string fields of an error body's `error` object ({} for a body that is not one)."""
+    try:
+        envelope = json.loads(content)
+    except ValueError:
+        return {}
+    error = envelope.get("error") if isinstance(envelope, dict) else None
+    if not isinstance(error, dict):
+        return {}
+    return {name: value for name, value in error.items() if isinstance(value, str)}
+
+
 def parse_completion(
     status: int, body: bytes | object, model: str, latency_ms: int, retry_after: str | None = None
 ) -> Completion:
@@ -241,6 +303,7 @@ def parse_completion(
         content = message.get("content")
         finish_reason = str(choice.get("finish_reason") or ("refusal" if message.get("refusal") else ""))
         answered_by = str(envelope.get("model") or model)
+        served = envelope.get("service_tier")
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         # A 2xx that is not a chat completion is a provider fault, not the model's answer.
         raise ProviderUnavailableError("provider answered with a malformed completion envelope") from exc
@@ -253,6 +316,7 @@ def parse_completion(
         finish_reason=finish_reason,
         cached_input_tokens=cached,
         reasoning_tokens=reasoning,
+        service_tier=served if isinstance(served, str) and _SERVICE_TIER.fullmatch(served) else None,
     )
 
 

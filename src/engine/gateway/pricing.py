@@ -5,7 +5,9 @@ input, and output. Token kinds follow the OpenTelemetry GenAI conventions the ad
 input tokens include the cached and cache-write ones, output tokens include the reasoning ones
 (billed as output). The built-in table is list prices as of PRICES_AS_OF; AIJOBS_PRICES overrides
 or extends it (docs/configuration.md). A call through a provider's batch API costs the model's
-`batch` share of these (half, as OpenAI, Anthropic and Bedrock sell batches).
+`batch` share of these (half, as OpenAI, Anthropic and Bedrock sell batches), and one served at the
+provider's flex tier its `flex` share (half: OpenAI sells flex at the batch price). Which models
+have a flex tier: FLEX_MODELS (the providers' lists), and any model whose price gives a `flex` share.
 
 A model id is priced by its own entry, else by its base model's: Bedrock ids name the same model
 under a cross-region inference profile (`us.`, `eu.`, `apac.`, `global.`, ... before the model id) or
@@ -21,15 +23,29 @@ from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 from typing import Protocol
 
+from engine.core import Via
 from engine.observability import logger
 
 _MILLION = Decimal(1_000_000)
 _NANO_USD = Decimal("0.000000001")
 
 # The date the built-in prices were taken from the providers' price lists.
-PRICES_AS_OF = "2025-06-01"
+PRICES_AS_OF = "2025-08-07"
 # What a batch call costs as a share of the same call in real time, unless a price says otherwise.
 BATCH_SHARE = Decimal("0.5")
+# What a call served at the provider's flex tier costs as a share of the same call at its standard
+# tier, unless a price says otherwise: OpenAI's flex tokens are priced at its Batch API rates.
+FLEX_SHARE = Decimal("0.5")
+# The models the providers sell at a flex tier (matched whole against a model id and its base model's):
+# OpenAI's flex processing guide and pricing page (GPT-5 and its mini and nano, o3, o4-mini); Amazon
+# Bedrock's service tiers guide (gpt-oss, DeepSeek V3.1, Qwen3, Nova Pro, Premier and 2 Lite). Any
+# other model has one when its AIJOBS_PRICES entry gives a `flex` share.
+FLEX_MODELS = re.compile(
+    r"gpt-5(\.\d+)?(-mini|-nano)?(-\d{4}-\d{2}-\d{2})?"
+    r"|o3(-\d{4}-\d{2}-\d{2})?|o4-mini(-\d{4}-\d{2}-\d{2})?"
+    r"|openai\.gpt-oss-(20b|120b)-1:0|deepseek\.v3-v\d+:\d+|qwen\.qwen3-[a-z0-9-]+-v\d+:\d+"
+    r"|amazon\.nova-(pro|premier|2-lite)-v\d+:\d+"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +57,9 @@ class ModelPrice:
     cached_input: Decimal
     cache_write: Decimal
     batch: Decimal = BATCH_SHARE
+    # The share a flex call costs, when a price gives one (it then says the model has a flex tier);
+    # None: FLEX_SHARE, for the models of FLEX_MODELS.
+    flex: Decimal | None = None
 
     @classmethod
     def of(
@@ -50,6 +69,7 @@ class ModelPrice:
         cached_input: str | int | Decimal | None = None,
         cache_write: str | int | Decimal | None = None,
         batch: str | Decimal | None = None,
+        flex: str | Decimal | None = None,
     ) -> ModelPrice:
         """A price; cached and cache-write input cost as much as input unless given, a batch call half."""
         full = Decimal(input)
@@ -59,7 +79,16 @@ class ModelPrice:
             cached_input=full if cached_input is None else Decimal(cached_input),
             cache_write=full if cache_write is None else Decimal(cache_write),
             batch=BATCH_SHARE if batch is None else Decimal(batch),
+            flex=None if flex is None else Decimal(flex),
         )
+
+    def share(self, via: Via) -> Decimal:
+        """What a call made `via` a route costs, as a share of the same call in real time."""
+        if via is Via.BATCH:
+            return self.batch
+        if via is Via.FLEX:
+            return FLEX_SHARE if self.flex is None else self.flex
+        return Decimal(1)
 
 
 class TokenCounts(Protocol):
@@ -150,6 +179,14 @@ DEFAULT_PRICES: Mapping[str, ModelPrice] = {
     "amazon.nova-micro-v1:0": ModelPrice.of("0.035", "0.14", cached_input="0.00875"),
     "amazon.nova-lite-v1:0": ModelPrice.of("0.06", "0.24", cached_input="0.015"),
     "amazon.nova-pro-v1:0": ModelPrice.of("0.80", "3.20", cached_input="0.20"),
+    # Models with a flex tier (FLEX_MODELS).
+    "gpt-5": ModelPrice.of("1.25", "10.00", cached_input="0.125"),
+    "gpt-5-mini": ModelPrice.of("0.25", "2.00", cached_input="0.025"),
+    "gpt-5-nano": ModelPrice.of("0.05", "0.40", cached_input="0.005"),
+    "o3": ModelPrice.of("2.00", "8.00", cached_input="0.50"),
+    "o4-mini": ModelPrice.of("1.10", "4.40", cached_input="0.275"),
+    "openai.gpt-oss-120b-1:0": ModelPrice.of("0.15", "0.60"),
+    "openai.gpt-oss-20b-1:0": ModelPrice.of("0.07", "0.30"),
 }
 
 
@@ -174,12 +211,21 @@ class PriceTable:
         """Those of `models` that have no price."""
         return [model for model in models if self.price(model) is None]
 
-    def cost(self, model: str, tokens: TokenCounts, batch: bool = False) -> Cost:
-        """What the provider bills for a call of `model` with `tokens` (made through its batch API)."""
+    def offers_flex(self, model: str) -> bool:
+        """Whether the provider sells `model` at a flex tier: FLEX_MODELS names it (or its base model), or
+        its price gives a `flex` share."""
+        if any(FLEX_MODELS.fullmatch(name) for name in base_model_ids(model)):
+            return True
+        price = self.price(model)
+        return price is not None and price.flex is not None
+
+    def cost(self, model: str, tokens: TokenCounts, via: Via = Via.REALTIME) -> Cost:
+        """What the provider bills for a call of `model` with `tokens`, made `via` a route: in real time at
+        its standard tier, through its batch API, or served at its flex tier."""
         price = self.price(model)
         if price is None:
             return Cost(Decimal(0), Decimal(0), priced=False)
-        share = price.batch if batch else Decimal(1)
+        share = price.share(via)
         cached, written = tokens.cached_input_tokens, tokens.cache_write_input_tokens
         uncached = max(tokens.input_tokens - cached - written, 0)
         usd = (

@@ -39,6 +39,8 @@ class CompletionRequest:
     cache_key: str | None = None
     # The documents and images the user turn carries after its text (docs/attachments.md).
     attachments: tuple[Attachment, ...] = ()
+    # The provider's service tier to ask for: FLEX_TIER, or None for its standard one (docs/cost.md).
+    service_tier: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +58,8 @@ class Completion:
     cached_input_tokens: int = 0
     cache_write_input_tokens: int = 0
     reasoning_tokens: int = 0
+    # The service tier the provider says served the call ("flex", "default", ...); None when it says none.
+    service_tier: str | None = None
 
 
 class ModelProvider(Protocol):
@@ -65,6 +69,10 @@ class ModelProvider(Protocol):
         """Call the model once; raise a RetryableError or PermanentError subclass on failure."""
         ...
 
+
+# The service tier a request names to be served at the provider's flex tier: OpenAI's `service_tier`
+# value, and Bedrock's `serviceTier.type`.
+FLEX_TIER = "flex"
 
 # No call uses more tokens than this; a larger count is a broken envelope, not usage to record.
 MAX_TOKEN_COUNT = 100_000_000

@@ -12,7 +12,7 @@ from engine.store.listing import JobListing
 from engine.store.payloads import PayloadStore
 from engine.store.pipeline_writes import PipelineWrites
 from engine.store.reads import JobReads
-from engine.store.usage import UsageLedger, UsageReport, UsageRow
+from engine.store.usage import ROUTES, UsageLedger, UsageReport, UsageRow, by_route
 from engine.store.worker_writes import WorkerWrites
 
 
@@ -20,4 +20,13 @@ class DynamoJobStore(WorkerWrites, DeadLetterWrites, AdminWrites, PipelineWrites
     """The jobs table, in every role: what is deployed."""
 
 
-__all__ = ["DynamoJobStore", "JobListing", "PayloadStore", "UsageLedger", "UsageReport", "UsageRow"]
+__all__ = [
+    "ROUTES",
+    "DynamoJobStore",
+    "JobListing",
+    "PayloadStore",
+    "UsageLedger",
+    "UsageReport",
+    "UsageRow",
+    "by_route",
+]

@@ -170,6 +170,8 @@ def job_from_item(item: Item) -> Job:
             cached_input_tokens=int(data.get("cached_input_tokens", 0)),
             cache_write_input_tokens=int(data.get("cache_write_input_tokens", 0)),
             reasoning_tokens=int(data.get("reasoning_tokens", 0)),
+            # Jobs whose attempts were all recorded before it: their cost is their real-time cost.
+            standard_cost_usd=Decimal(data.get("standard_cost_usd", data.get("cost_usd", 0))),
         ),
         # Jobs created before lanes were all interactive.
         lane=Lane(data.get("lane", Lane.INTERACTIVE)),
@@ -306,6 +308,9 @@ def attempt_item(record: AttemptRecord, expires_at: int) -> Item:
             "lane": record.lane.value,
             "via": record.via.value,
             "batch_id": _name(record.batch_id),
+            # Written only where a batch or the flex tier made the calls cheaper (read back as cost_usd).
+            "standard_cost_usd": None if record.standard_cost_usd == record.cost_usd else record.standard_cost_usd,
+            "service_tier": _name(record.service_tier),
             "job_type_version": record.job_type_version,
             "reasks": record.reasks or None,
             "refused_answer": None
@@ -348,6 +353,8 @@ def attempt_from_item(item: Item) -> AttemptRecord:
         lane=Lane(data.get("lane", Lane.INTERACTIVE)),
         via=Via(data.get("via", Via.REALTIME)),
         batch_id=data.get("batch_id"),
+        standard_cost_usd=Decimal(data.get("standard_cost_usd", data.get("cost_usd", 0))),
+        service_tier=data.get("service_tier"),
         job_type_version=_int(data.get("job_type_version")),
         reasks=int(data.get("reasks", 0)),
         refused_answer=data.get("refused_answer"),

@@ -189,6 +189,7 @@ class JobTable:
         expr.add("input_tokens", attempt.input_tokens)
         expr.add("output_tokens", attempt.output_tokens)
         expr.add("cost_usd", Decimal(attempt.cost_usd))
+        expr.add("standard_cost_usd", Decimal(attempt.standard_cost_usd))
         expr.add("usage_attempts", 1)
         # Token kinds that an attempt rarely has are written only when it has them: a smaller item.
         for name in ("cached_input_tokens", "cache_write_input_tokens", "reasoning_tokens", "reasks"):
@@ -201,6 +202,7 @@ class JobTable:
         expr.add("input_tokens", usage.input_tokens)
         expr.add("output_tokens", usage.output_tokens)
         expr.add("cost_usd", Decimal(usage.cost_usd))
+        expr.add("standard_cost_usd", Decimal(usage.standard_cost_usd))
         expr.add("usage_attempts", usage.attempts)
         for name in ("cached_input_tokens", "cache_write_input_tokens", "reasoning_tokens"):
             if count := getattr(usage, name):
