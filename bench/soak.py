@@ -95,6 +95,7 @@ from bench.soak_ledger import (
     usage_tokens,
 )
 from bench.soak_pipelines import (
+    EXTRACT_REVIEWED,
     KILLED_INVOCATION_SECONDS,
     Decision,
     PipelineKills,
@@ -112,6 +113,7 @@ from engine.core import ErrorCode, Job, JobStatus, Lane
 from engine.core.batches import BatchPhase
 from engine.definitions import BUILTIN_DEFINITIONS, JobRegistry
 from engine.definitions.classify import CLASSIFY
+from engine.events import REVIEWED
 from engine.queue import JobQueue, JobQueues
 from engine.store.items import job_key
 from engine.wiring import Aws, build_batcher, build_events, build_store, build_worker
@@ -1047,9 +1049,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         report.figure("all terminal after", f"{terminal_at:.1f}s" if all_terminal else "never (budget spent)")
         report.check("queues drained", True, drained)
         # Delivery is at least once (the stream's copies repeat events): a consumer tells them apart by event_id.
-        distinct = list({event["detail"]["event_id"]: event for event in events_read}.values())
+        unique = list({event["detail"]["event_id"]: event for event in events_read}.values())
+        # A review decided makes a `Job Reviewed` before its job's completion event: counted apart.
+        distinct = [event for event in unique if event.get("detail-type") != REVIEWED]
+        reviews = Counter(event["detail"]["job_id"] for event in unique if event.get("detail-type") == REVIEWED)
         per_job = Counter(event["detail"]["job_id"] for event in distinct)
         report.figure("completion events received / distinct", f"{len(events_read)} / {len(distinct)}")
+        reviewed = [pipeline.job_id for pipeline in pipelines if pipeline.plan.job_type == EXTRACT_REVIEWED]
+        report.check(
+            "reviewed pipelines with exactly one Job Reviewed event",
+            len(reviewed),
+            sum(reviews[job_id] == 1 for job_id in reviewed),
+        )
+        report.check(
+            "Job Reviewed events of jobs not reviewed",
+            0,
+            sum(reviews.values()) - sum(reviews[job_id] for job_id in reviewed),
+        )
         report.check(
             "jobs with exactly one completion event (pipelines and children too)",
             len(all_ids),

@@ -30,6 +30,7 @@ from engine.core import (
     Retry,
     Reusable,
     Succeeded,
+    Via,
 )
 from engine.core.errors import (
     BudgetExceededError,

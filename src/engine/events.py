@@ -144,6 +144,7 @@ def review_event(record: dict[str, Any]) -> CompletionEvent | None:
         "job_type": job.job_type,
         "user_id": job.user_id,
         "status": job.status.value,
+        "lane": job.lane.value,
         "job_type_version": job.job_type_version,
         **decided,
     }

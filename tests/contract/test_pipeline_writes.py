@@ -130,8 +130,15 @@ def test_a_child_is_counted_once_with_its_usage_and_the_parent_moved_on_once(pip
     assert store.make_ready(failed.parent, NOW + 7)
     assert not store.make_ready(failed.parent, NOW + 8)
     assert read(store, "p").status is JobStatus.QUEUED
-    # and a child counted once the parent moved on counts nothing
-    assert not store.count_child(end_child(store, 2), NOW + 9).counted
+    # and a child that ends after the parent moved on (its step failed) still adds its usage, once, and
+    # moves the parent no further
+    late = end_child(store, 2, tokens=10)
+    assert store.count_child(late, NOW + 9).counted
+    assert not store.count_child(late, NOW + 10).counted
+    parent = read(store, "p")
+    assert parent.status is JobStatus.QUEUED
+    assert parent.usage.input_tokens == 160
+    assert parent.usage.attempts == 3
 
 
 def test_a_waiting_pipeline_is_cancelled_at_once(pipelines: Pipelines) -> None:

@@ -14,6 +14,7 @@ from anthropic.types import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from engine.core import Via
 from engine.core.errors import (
     JobError,
     OutputTooLargeError,
@@ -260,7 +261,7 @@ def test_usage_counts_cache_reads_and_writes_in_the_input_and_prices_them_apart(
     cost = PriceTable().cost(MODEL, completion)
     # claude-haiku-4-5: $1 input, $0.10 cache read, $1.25 cache write, $5 output per million
     assert cost.usd == Decimal("0.000040") + Decimal("0.000100") + Decimal("0.000250") + Decimal("0.000060")
-    assert PriceTable().cost(MODEL, completion, batch=True).usd == cost.usd / 2
+    assert PriceTable().cost(MODEL, completion, Via.BATCH).usd == cost.usd / 2
 
 
 def test_an_answer_cut_off_at_max_tokens_says_so() -> None:

@@ -440,13 +440,9 @@ class InMemoryJobStore:
         with self._lock:
             parent = self._jobs.get(of.parent_id)
             state = parent.pipeline if parent is not None else None
-            if (
-                parent is None
-                or state is None
-                or parent.status is not JobStatus.WAITING
-                or state.step != of.step_index
-                or of.part in state.ended
-            ):
+            # Whatever the parent's status: a child that ends after its step failed (or its parent was
+            # cancelled) still adds its usage, so that the parent's usage stays its children's sum.
+            if parent is None or state is None or state.step != of.step_index or of.part in state.ended:
                 return Counted(parent, False)
             failed = state.failed | ({of.part} if child.status is not JobStatus.SUCCEEDED else set())
             counted = replace(
