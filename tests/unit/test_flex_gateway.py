@@ -112,6 +112,39 @@ def test_a_model_without_a_flex_tier_is_called_at_the_standard_tier() -> None:
     assert execution.cost_usd == execution.standard_cost_usd
 
 
+def test_an_openai_compatible_gateway_asks_the_flex_tier_of_a_model_no_list_names() -> None:
+    # Given a gateway that asks any model's flex tier (build_gateway's, for an OpenAI-compatible provider)
+    provider = FakeProvider(served(FLEX_TIER))
+    definition = JobRegistry().get("classify")
+    gateway = ModelGateway(provider, ModelTiers(NO_FLEX_MODEL), flex_unlisted=True)
+
+    # When a flex attempt of a model the price table lists without one is served at flex
+    execution = gateway.execute(definition, definition.parse_input(CLASSIFY), tier=CallTier.FLEX)
+
+    # Then it asked the flex tier, and pays its price
+    assert provider.requests[0].service_tier == FLEX_TIER
+    assert (execution.via, execution.service_tier) == (Via.FLEX, FLEX_TIER)
+    assert execution.cost_usd == execution.standard_cost_usd / 2
+
+
+def test_a_model_that_refused_the_flex_tier_is_not_asked_it_again() -> None:
+    # Given a provider that refuses gpt-4o-mini's flex tier outright (a 400 naming service_tier)
+    provider = FakeProvider(calls(FlexUnavailableError("400 service_tier", later=False), "default", "default"))
+    definition = JobRegistry().get("classify")
+    gateway = ModelGateway(provider, ModelTiers(NO_FLEX_MODEL), flex_unlisted=True)
+    job_input = definition.parse_input(CLASSIFY)
+
+    # When two flex attempts run, one after the other
+    first = gateway.execute(definition, job_input, tier=CallTier.FLEX)
+    second = gateway.execute(definition, job_input, tier=CallTier.FLEX)
+
+    # Then the first asked flex, was refused and called the standard tier at once; the second asked
+    # the standard tier alone: three requests in all, at the standard price
+    assert (first.error, second.error) == (None, None)
+    assert [request.service_tier for request in provider.requests] == [FLEX_TIER, None, None]
+    assert (second.via, second.calls, second.cost_usd) == (Via.REALTIME, 1, second.standard_cost_usd)
+
+
 def test_a_flex_share_in_the_prices_gives_a_model_a_flex_tier_at_that_share() -> None:
     provider = FakeProvider(served(FLEX_TIER))
     prices = PriceTable.with_overrides({NO_FLEX_MODEL: ModelPrice.of("0.15", "0.60", flex="0.4")})

@@ -139,4 +139,6 @@ def build_gateway(settings: Settings) -> ModelGateway:
         ModelTiers(primary=settings.ai_model_primary, fallback=settings.ai_model_fallback),
         price_table(settings),
         repair_attempts=settings.aijobs_repair_attempts,
+        # An OpenAI-compatible provider is asked the flex tier of any model: one without it says so.
+        flex_unlisted=settings.ai_provider == "openai",
     )

@@ -223,11 +223,17 @@ class ModelGateway:
         models: ModelTiers,
         prices: PriceTable | None = None,
         repair_attempts: int = 1,
+        flex_unlisted: bool = False,
     ) -> None:
         self._provider = provider
         self._models = models
         self._prices = prices or PriceTable()
         self._repair_attempts = repair_attempts
+        # With `flex_unlisted`, the flex tier is asked of every model, not only of those the price table
+        # says have one (an OpenAI-compatible provider refuses a model without one with a 400 naming
+        # service_tier): a model refused so is not asked again by this gateway (docs/cost.md).
+        self._flex_unlisted = flex_unlisted
+        self._no_flex: set[str] = set()
 
     def plan(self, definition: JobDefinition, job_input: BaseModel, attachments: Sequence[Attachment] = ()) -> CallPlan:
         """What an attempt of this job can use at most; computed from its prompt and what was read of its
@@ -317,7 +323,7 @@ class ModelGateway:
             chain = chain[:1]
         for position, (model_tier, model) in enumerate(chain):
             tally.tier, tally.model, tally.conversation = model_tier, model, []
-            tally.flex = tier is not CallTier.STANDARD and self._prices.offers_flex(model)
+            tally.flex = tier is not CallTier.STANDARD and self._asks_flex(model)
             first = answered if position == 0 else None
             repairs = 0 if alone else self._repair_attempts
             output, error = self._ask(job_input, call, tally, first, repairs, tier)
@@ -381,6 +387,13 @@ class ModelGateway:
                 return None, InternalError(f"internal error in {definition.name}'s validation: {type(exc).__name__}")
         raise AssertionError("the repair loop always returns")
 
+    def _asks_flex(self, model: str) -> bool:
+        """Whether a flex attempt asks `model`'s flex tier: it has one, or may have one, and has not
+        refused it."""
+        if model in self._no_flex:
+            return False
+        return self._flex_unlisted or self._prices.offers_flex(model)
+
     def _call(self, call: Call, tally: _Tally, tier: CallTier) -> Completion | JobError:
         """One call of the attempt: at the flex tier while the attempt asks it of this model, else at the
         standard tier; after flex was unavailable, at the standard tier at once when `tier` says so (the
@@ -389,6 +402,8 @@ class ModelGateway:
             served = self._call_at(call, tally, flex=True, standard_after=tier is CallTier.FLEX_OR_STANDARD)
             if not isinstance(served, FlexUnavailableError):
                 return served
+            if not served.later:
+                self._no_flex.add(tally.model)
             if served.later and tier is not CallTier.FLEX_OR_STANDARD:
                 return served  # the job waits for the flex tier
             tally.flex = False
