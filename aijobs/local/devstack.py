@@ -36,6 +36,7 @@ from aijobs.local.aws import LocalAws
 from aijobs.local.batches import DEFAULT_BATCH_DELAY_SECONDS
 from aijobs.local.poller import EventSourceMapping, MappingStats
 from aijobs.local.provider import DEFAULT_FLEX_LATENCY_SECONDS, LocalProvider
+from aijobs.local.pushed_examples import PushedExamples
 from aijobs.local.schedule import Schedule
 from aijobs.local.streams import TableStream
 from aijobs.stack import (
@@ -51,6 +52,7 @@ from engine.definitions import JobRegistry
 from engine.gateway import build_gateway
 from engine.observability import Event, Handle, lambda_function
 from engine.observability import logger as engine_logger
+from engine.store.job_types import JobTypeTable
 from engine.wiring import build_batcher, build_events, build_recorder, build_worker
 from handlers.dead_letter import dead_letter_handler
 from handlers.events import events_handler
@@ -212,6 +214,7 @@ class DevStack:
                 reasoning_tokens=options.provider_reasoning_tokens,
                 batch_delay_seconds=options.provider_batch_delay_seconds,
                 answers=options.provider_answers,
+                pushed=PushedExamples(self._job_types().versions),
                 flex_latency_seconds=options.provider_flex_latency_seconds,
                 flex_refusal_rate=options.provider_flex_refusal_rate,
             ).start()
@@ -235,6 +238,11 @@ class DevStack:
         self._settings = load_settings(self.environment)
         self._start_functions()
         return self
+
+    def _job_types(self) -> JobTypeTable:
+        """The data job types pushed to this stack's table (its local provider answers from their examples)."""
+        client = self.session.client("dynamodb", endpoint_url=self._aws.endpoint_url)
+        return JobTypeTable(self.resources.table_name, client)
 
     def _start_functions(self) -> None:
         template = load_template(DEFAULT_TEMPLATE)

@@ -86,6 +86,7 @@ from aijobs.local.protocol import (
     parse_chat_request,
     served_tier,
 )
+from aijobs.local.pushed_examples import PushedExamples
 from aijobs.local.ratelimit import ProviderRateLimit
 from aijobs.local.refusals import InvalidRequestError
 from engine.gateway.openai import JOB_TYPE_HEADER
@@ -165,6 +166,7 @@ class LocalProvider:
         batch_delay_seconds: float = DEFAULT_BATCH_DELAY_SECONDS,
         batch_fault: BatchFault | str | None = None,
         answers: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+        pushed: PushedExamples | None = None,
         flex_latency_seconds: float = DEFAULT_FLEX_LATENCY_SECONDS,
         flex_refusal_rate: float = 0.0,
     ) -> None:
@@ -202,8 +204,10 @@ class LocalProvider:
         self._message_batches = MessageBatchApi(
             self._answer_message, lambda: self.anthropic_url, batch_delay_seconds, lambda: self._batches.fault
         )
-        # Per job type, the examples its answers are taken from (fault markers still come first).
+        # Per job type, the examples its answers are taken from (fault markers still come first): those
+        # given, else, with `pushed`, those pushed with a data job type (aijobs.local.pushed_examples).
         self._answers = {job_type: tuple(examples) for job_type, examples in (answers or {}).items()}
+        self._pushed = pushed
 
     @property
     def batch_fault(self) -> BatchFault | None:
@@ -482,8 +486,8 @@ class LocalProvider:
             reply = self._fault_reply(fault)
         written = 0
         if reply is None:
-            examples = self._answers.get(request.job_type or request.schema_name or "")
-            if fault is None and examples:
+            examples = self._examples(request) if fault is None else ()
+            if examples:
                 content = json.dumps(example_answer(examples, request.prompt), ensure_ascii=False)
             elif fault is None:
                 content = json.dumps(answer_for(request.schema, request.content))
@@ -527,6 +531,14 @@ class LocalProvider:
             service_tier=tier,
         )
         return reply, entry
+
+    def _examples(self, request: ChatRequest) -> Sequence[Mapping[str, Any]]:
+        """The examples a request's answer is taken from: its job type's given ones, else its pushed ones."""
+        job_type = request.job_type or request.schema_name or ""
+        given = self._answers.get(job_type)
+        if given or self._pushed is None:
+            return given or ()
+        return self._pushed(job_type, request.schema)
 
     def _cache_breakpoint(self, request: ChatRequest) -> tuple[int, int]:
         """(read, written): the tokens of an Anthropic request's cacheable prefix, read from the prompt
