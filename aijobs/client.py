@@ -7,8 +7,8 @@ the payload bucket first (aijobs.attachments).
 
 from __future__ import annotations
 
+import getpass
 import json
-import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -215,8 +215,13 @@ DAY_SECONDS = 86_400
 
 
 def os_user() -> str | None:
-    """This machine's user, when known: who acts through a client of the embedded stack."""
-    return os.environ.get("USER") or os.environ.get("USERNAME") or None
+    """This machine's user, when known: who acts through a client of the embedded stack. The login name
+    the environment gives (LOGNAME, USER, LNAME, USERNAME), else the account of this process's uid: a
+    shell without USER (a container, cron, CI) still has one; None only for a uid with no account."""
+    try:
+        return getpass.getuser() or None
+    except (ImportError, KeyError, OSError):
+        return None
 
 
 def caller_arn(aws: Aws) -> str | None:

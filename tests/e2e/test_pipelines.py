@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from aijobs.cli import app
-from aijobs.client import AiJobsClient
+from aijobs.client import AiJobsClient, os_user
 from aijobs.events import EventsTap
 from aijobs.local.devstack import DevStack, DevStackOptions
 from engine.config import load_settings
@@ -382,7 +382,9 @@ def test_a_review_decision_is_sent_as_a_job_reviewed_event(dev_env: DevStack, cl
         kinds |= {event["detail-type"]: event["detail"] for event in tap.drain() if event["detail"]["job_id"] == job_id}
     reviewed = kinds["Job Reviewed"]
     assert (reviewed["decision"], reviewed["changed"], reviewed["status"]) == ("approved", False, "succeeded")
-    assert reviewed["by"] == json.loads(approved.output)["pipeline"]["review"]["by"]
+    # by this machine's user, even where the shell names none (USER unset: a container, CI)
+    assert reviewed["by"] == json.loads(approved.output)["pipeline"]["review"]["by"] == os_user()
+    assert reviewed["by"] is not None
     assert kinds["Job Succeeded"]["output"] == json.loads(approved.output)["output"]
 
 
