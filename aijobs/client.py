@@ -736,7 +736,16 @@ class AiJobsClient:
             if view.status.is_terminal:
                 return view
             if time.monotonic() >= deadline:
-                raise TimeoutError(f"job {job_id} is still {view.status.value} after {timeout_seconds:g}s")
+                pipeline = view.pipeline
+                waits_for = (
+                    f": it waits for a review (aijobs review {job_id} --approve | --reject --reason TEXT)"
+                    if view.status is JobStatus.WAITING
+                    and pipeline
+                    and pipeline.review
+                    and not pipeline.review.decision
+                    else ""
+                )
+                raise TimeoutError(f"job {job_id} is still {view.status.value} after {timeout_seconds:g}s{waits_for}")
             time.sleep(poll_seconds)
 
     def _now_ms(self) -> int:

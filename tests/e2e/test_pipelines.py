@@ -144,6 +144,9 @@ def test_an_extraction_waits_for_its_review_and_an_approval_with_an_edit_is_kept
     assert view.pipeline is not None
     assert view.pipeline.review is not None
     assert set(view.pipeline.review.output) == {"total"}
+    # and waiting on it (`aijobs submit --wait`) says what it waits for, and the command that decides it
+    with pytest.raises(TimeoutError, match=f"waits for a review \\(aijobs review {job_id} --approve"):
+        client.wait(job_id, timeout_seconds=0)
     # and an edited output its schema refuses is refused, with nothing changed
     refused = run("review", job_id, "--approve", "--output", '{"total": "a lot"}')
     assert refused.exit_code == 1
