@@ -568,15 +568,27 @@ class AiJobsClient:
     def retry(self, job_id: str) -> JobView:
         """Put a failed job back in the queue with a fresh attempt budget and deadline. A failed pipeline
         runs again only what did not succeed (docs/pipelines.md): refused while a child of its step has
-        not ended yet (a cancel reaches a running child at its finishing fence)."""
-        self._check_children_ended(job_id)
+        not ended yet (a cancel reaches a running child at its finishing fence). A pipeline's failed child
+        is retried by its pipeline's retry, never alone."""
+        self._check_pipeline_retry(job_id)
         job = self._store.requeue_failed_job(job_id, self._now_ms())
         self._queues[job.lane].send({"job_id": job.job_id}, group_id=job.user_id)
         return JobView.from_job(job)
 
-    def _check_children_ended(self, job_id: str) -> None:
+    def _check_pipeline_retry(self, job_id: str) -> None:
         job = self._store.get_job(job_id) if self._pipelines is not None else None
-        if job is None or job.pipeline is None or job.status is not JobStatus.FAILED or self._pipelines is None:
+        if job is None or job.status is not JobStatus.FAILED or self._pipelines is None:
+            return
+        if job.parent is not None:
+            # Its pipeline counted its end once (and failed, or tolerated it): an end of a retry alone
+            # would never be counted, its usage missing from the pipeline's sum. The pipeline's retry runs
+            # it again and counts it.
+            parent = job.parent.parent_id
+            raise PipelineStateError(
+                f"job {job_id} is a child of pipeline {parent}: retry the pipeline (aijobs retry {parent}), "
+                "which runs again its children that did not succeed"
+            )
+        if job.pipeline is None:
             return
         steps = children_ids(job)
         ids = steps[job.pipeline.step] if job.pipeline.step < len(steps) else []
