@@ -147,6 +147,9 @@ def test_an_extraction_waits_for_its_review_and_an_approval_with_an_edit_is_kept
     # and waiting on it (`aijobs submit --wait`) says what it waits for, and the command that decides it
     with pytest.raises(TimeoutError, match=f"waits for a review \\(aijobs review {job_id} --approve"):
         client.wait(job_id, timeout_seconds=0)
+    watched = run("watch", job_id, "--timeout", "0")
+    assert watched.exit_code == 1
+    assert f"error: jobs not ended after 0s: {job_id} waiting\n" in watched.output
     # and an edited output its schema refuses is refused, with nothing changed
     refused = run("review", job_id, "--approve", "--output", '{"total": "a lot"}')
     assert refused.exit_code == 1
