@@ -434,7 +434,10 @@ def watch(
     with Live(jobs_table(views), console=out, auto_refresh=False, transient=False) if not as_json else _Quiet() as live:
         while not all(view.status.is_terminal for view in views):
             if time.monotonic() >= deadline:
-                raise TimeoutError(f"jobs still running after {timeout:g}s")
+                open_ones = ", ".join(
+                    f"{view.job_id} {view.status.value}" for view in views if not view.status.is_terminal
+                )
+                raise TimeoutError(f"jobs not ended after {timeout:g}s: {open_ones}")
             time.sleep(interval)
             views = poll()
             live.update(jobs_table(views), refresh=True)

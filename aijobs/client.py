@@ -7,8 +7,8 @@ the payload bucket first (aijobs.attachments).
 
 from __future__ import annotations
 
+import getpass
 import json
-import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -215,8 +215,13 @@ DAY_SECONDS = 86_400
 
 
 def os_user() -> str | None:
-    """This machine's user, when known: who acts through a client of the embedded stack."""
-    return os.environ.get("USER") or os.environ.get("USERNAME") or None
+    """This machine's user, when known: who acts through a client of the embedded stack. The login name
+    the environment gives (LOGNAME, USER, LNAME, USERNAME), else the account of this process's uid: a
+    shell without USER (a container, cron, CI) still has one; None only for a uid with no account."""
+    try:
+        return getpass.getuser() or None
+    except (ImportError, KeyError, OSError):
+        return None
 
 
 def caller_arn(aws: Aws) -> str | None:
@@ -563,15 +568,27 @@ class AiJobsClient:
     def retry(self, job_id: str) -> JobView:
         """Put a failed job back in the queue with a fresh attempt budget and deadline. A failed pipeline
         runs again only what did not succeed (docs/pipelines.md): refused while a child of its step has
-        not ended yet (a cancel reaches a running child at its finishing fence)."""
-        self._check_children_ended(job_id)
+        not ended yet (a cancel reaches a running child at its finishing fence). A pipeline's failed child
+        is retried by its pipeline's retry, never alone."""
+        self._check_pipeline_retry(job_id)
         job = self._store.requeue_failed_job(job_id, self._now_ms())
         self._queues[job.lane].send({"job_id": job.job_id}, group_id=job.user_id)
         return JobView.from_job(job)
 
-    def _check_children_ended(self, job_id: str) -> None:
+    def _check_pipeline_retry(self, job_id: str) -> None:
         job = self._store.get_job(job_id) if self._pipelines is not None else None
-        if job is None or job.pipeline is None or job.status is not JobStatus.FAILED or self._pipelines is None:
+        if job is None or job.status is not JobStatus.FAILED or self._pipelines is None:
+            return
+        if job.parent is not None:
+            # Its pipeline counted its end once (and failed, or tolerated it): an end of a retry alone
+            # would never be counted, its usage missing from the pipeline's sum. The pipeline's retry runs
+            # it again and counts it.
+            parent = job.parent.parent_id
+            raise PipelineStateError(
+                f"job {job_id} is a child of pipeline {parent}: retry the pipeline (aijobs retry {parent}), "
+                "which runs again its children that did not succeed"
+            )
+        if job.pipeline is None:
             return
         steps = children_ids(job)
         ids = steps[job.pipeline.step] if job.pipeline.step < len(steps) else []
@@ -731,7 +748,16 @@ class AiJobsClient:
             if view.status.is_terminal:
                 return view
             if time.monotonic() >= deadline:
-                raise TimeoutError(f"job {job_id} is still {view.status.value} after {timeout_seconds:g}s")
+                pipeline = view.pipeline
+                waits_for = (
+                    f": it waits for a review (aijobs review {job_id} --approve | --reject --reason TEXT)"
+                    if view.status is JobStatus.WAITING
+                    and pipeline
+                    and pipeline.review
+                    and not pipeline.review.decision
+                    else ""
+                )
+                raise TimeoutError(f"job {job_id} is still {view.status.value} after {timeout_seconds:g}s{waits_for}")
             time.sleep(poll_seconds)
 
     def _now_ms(self) -> int:

@@ -81,6 +81,7 @@ def job_table(view: JobView, attempts: Sequence[AttemptView] | None = None) -> T
         ("user", view.user_id or "-"),
         ("status", status),
         ("lane", view.lane.value),
+        *pipeline_rows(view),
         ("attempts", f"{view.attempt_count} of {view.max_attempts}"),
         *([("calls", str(sum(attempt.calls for attempt in attempts)))] if attempts is not None else []),
         ("via", via_text(view)),
@@ -98,6 +99,32 @@ def job_table(view: JobView, attempts: Sequence[AttemptView] | None = None) -> T
         # Text, not markup: messages, outputs and batch ids come from outside.
         table.add_row(name, value if isinstance(value, Text) else Text(value), end_section=False)
     return table
+
+
+def pipeline_rows(view: JobView) -> list[tuple[str, str | Text]]:
+    """Where a pipeline stands, or which pipeline a child runs for (docs/pipelines.md): what `status`
+    shows too, so that a waiting pipeline says what it waits for, and a review how to give it."""
+    if view.parent_id is not None:
+        return [("pipeline", f"a child of {view.parent_id}, for its step {view.step}")]
+    pipeline = view.pipeline
+    if pipeline is None:
+        return []
+    review = pipeline.review
+    if review is not None and pipeline.children == 0:
+        if review.decision is None:
+            text = (
+                f"{pipeline.step + 1}, a review: waiting for a person until {review.expires_at} "
+                f"(aijobs review {view.job_id} --approve | --reject --reason TEXT)"
+            )
+        else:
+            edited = ", output edited" if review.changed else ""
+            reason = f": {review.reason}" if review.reason else ""
+            text = (
+                f"{pipeline.step + 1}, a review: {review.decision} by {review.by or '-'} at {review.at}{edited}{reason}"
+            )
+        return [("step", text)]
+    failed = f", {pipeline.failed} failed" if pipeline.failed else ""
+    return [("step", f"{pipeline.step + 1}: {pipeline.ended} of {pipeline.children} children ended{failed}")]
 
 
 def attachments_table(attachments: Sequence[AttachmentView]) -> Table:
@@ -183,31 +210,40 @@ def refused_answers(attempts: Sequence[AttemptView]) -> list[Text]:
 
 
 def pipeline_parts(view: JobView, children: Sequence[JobView]) -> list[Table | Text]:
-    """A pipeline's step, its review and its children (docs/pipelines.md); a child's parent. The
-    proposed output and a reason are plain Text: they are the model's and a person's words."""
-    if view.parent_id is not None:
-        return [Text(f"a child of pipeline {view.parent_id}, for its step {view.step}")]
+    """A pipeline's review and its children, step by step (docs/pipelines.md); where it stands is a row
+    of its job table. The proposed output is plain Text: it is the model's words."""
     pipeline = view.pipeline
     if pipeline is None:
         return []
-    shown: list[Table | Text] = [
-        Text(
-            f"pipeline: step {pipeline.step + 1}, {pipeline.ended} of {pipeline.children} children ended"
-            + (f", {pipeline.failed} failed" if pipeline.failed else "")
-        )
-    ]
+    shown: list[Table | Text] = []
     review = pipeline.review
-    if review is not None:
-        if review.decision is None:
-            shown += [Text(f"review: waiting for a person until {review.expires_at}; proposed:", style="bold")]
-            shown.append(Text(json.dumps(review.output, indent=2, ensure_ascii=False)))
-        else:
-            edited = ", output edited" if review.changed else ""
-            reason = f": {review.reason}" if review.reason else ""
-            shown.append(Text(f"review: {review.decision} by {review.by or '-'} at {review.at}{edited}{reason}"))
+    if review is not None and review.decision is None:
+        shown += [Text("the output proposed for review:", style="bold")]
+        shown.append(Text(json.dumps(review.output, indent=2, ensure_ascii=False)))
     if children:
-        shown.append(jobs_table(children, title="children"))
+        shown.append(children_table(children))
     return shown
+
+
+def children_table(children: Sequence[JobView]) -> Table:
+    """A pipeline's children in the order of its steps, each named by its step (their user and lane
+    are the pipeline's)."""
+    table = Table(title="children, step by step")
+    for column in ("step", "job", "type", "status", "attempts", "tokens", "cost", "finished", "error"):
+        table.add_column(column, no_wrap=column in {"job", "status", "attempts", "cost", "error"})
+    for child in children:
+        table.add_row(
+            Text(child.step or "-"),
+            Text(child.job_id),
+            Text(child.job_type or "-"),
+            status_text(child.status),
+            f"{child.attempt_count}/{child.max_attempts}",
+            f"{child.usage.input_tokens + child.usage.output_tokens}",
+            usd(child.usage.cost_usd),
+            child.finished_at or "-",
+            child.error.code.value if child.error else "",
+        )
+    return table
 
 
 def _now_text(view: JobView, lease: LeaseView | None) -> str | None:

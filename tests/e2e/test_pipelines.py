@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from aijobs.cli import app
-from aijobs.client import AiJobsClient
+from aijobs.client import AiJobsClient, os_user
 from aijobs.events import EventsTap
 from aijobs.local.devstack import DevStack, DevStackOptions
 from engine.config import load_settings
@@ -144,6 +144,12 @@ def test_an_extraction_waits_for_its_review_and_an_approval_with_an_edit_is_kept
     assert view.pipeline is not None
     assert view.pipeline.review is not None
     assert set(view.pipeline.review.output) == {"total"}
+    # and waiting on it (`aijobs submit --wait`) says what it waits for, and the command that decides it
+    with pytest.raises(TimeoutError, match=f"waits for a review \\(aijobs review {job_id} --approve"):
+        client.wait(job_id, timeout_seconds=0)
+    watched = run("watch", job_id, "--timeout", "0")
+    assert watched.exit_code == 1
+    assert f"error: jobs not ended after 0s: {job_id} waiting\n" in watched.output
     # and an edited output its schema refuses is refused, with nothing changed
     refused = run("review", job_id, "--approve", "--output", '{"total": "a lot"}')
     assert refused.exit_code == 1
@@ -367,6 +373,39 @@ def test_a_retried_pipeline_calls_the_provider_again_only_for_the_child_that_fai
     assert view.usage.input_tokens == sum(child.usage.input_tokens for child in children)
 
 
+def test_a_failed_child_is_retried_by_its_pipeline_never_alone(dev_env: DevStack, client: AiJobsClient) -> None:
+    # Given a summarize_long failed by its last part (answered in the wrong shape, its re-ask too)
+    provider = dev_env.provider
+    assert provider is not None
+    job_id = new_id("child-retry")
+    text = long_text(2000) + f" {job_id} fault:wrong_shape*2"  # its own prompt: the faults counted anew
+    client.submit("summarize_long", "u-retry", {"text": text}, job_id=job_id)
+    assert ended(client, job_id).error is not None
+    until_children_end(client, job_id)
+    child = f"{job_id}:s0:{len(split_text(text)) - 1}"
+    assert client.get(child).status is JobStatus.FAILED
+    before = len(provider.log)
+
+    # When the failed child alone is retried
+    refused = run("retry", child)
+
+    # Then it is refused in one line naming its pipeline and the retry to make: its end would never be
+    # counted on the pipeline, whose usage would then miss it
+    assert refused.exit_code == 1
+    assert refused.output.strip() == (
+        f"error: job {child} is a child of pipeline {job_id}: retry the pipeline (aijobs retry {job_id}), "
+        "which runs again its children that did not succeed"
+    )
+    assert client.get(child).status is JobStatus.FAILED
+    assert len(provider.log) == before
+    # and the pipeline's retry runs it again, its usage still exactly its children's
+    assert run("retry", job_id).exit_code == 0
+    view = ended(client, job_id)
+    assert view.status is JobStatus.SUCCEEDED, view.error
+    children = client.inspect(job_id).children
+    assert view.usage.input_tokens == sum(each.usage.input_tokens for each in children)
+
+
 def test_a_review_decision_is_sent_as_a_job_reviewed_event(dev_env: DevStack, client: AiJobsClient) -> None:
     job_id = new_id("event")
     client.submit("extract_reviewed", "u-rev", INVOICE, job_id=job_id)
@@ -382,7 +421,9 @@ def test_a_review_decision_is_sent_as_a_job_reviewed_event(dev_env: DevStack, cl
         kinds |= {event["detail-type"]: event["detail"] for event in tap.drain() if event["detail"]["job_id"] == job_id}
     reviewed = kinds["Job Reviewed"]
     assert (reviewed["decision"], reviewed["changed"], reviewed["status"]) == ("approved", False, "succeeded")
-    assert reviewed["by"] == json.loads(approved.output)["pipeline"]["review"]["by"]
+    # by this machine's user, even where the shell names none (USER unset: a container, CI)
+    assert reviewed["by"] == json.loads(approved.output)["pipeline"]["review"]["by"] == os_user()
+    assert reviewed["by"] is not None
     assert kinds["Job Succeeded"]["output"] == json.loads(approved.output)["output"]
 
 

@@ -3,6 +3,8 @@ caller, the OS user when STS cannot say or the stack is the embedded one."""
 
 from __future__ import annotations
 
+import os
+import pwd
 from typing import Any, cast
 
 import pytest
@@ -12,6 +14,8 @@ from aijobs.client import caller_arn, os_user
 from engine.wiring import Aws
 
 ARN = "arn:aws:sts::123456789012:assumed-role/reviewers/ana"
+# Where getpass looks for a login name, in its order, before the account of the process's uid.
+LOGIN_VARIABLES = ("LOGNAME", "USER", "LNAME", "USERNAME")
 
 
 class Sts:
@@ -47,13 +51,37 @@ def test_a_deployed_stacks_caller_is_the_arn_sts_names() -> None:
     ],
 )
 def test_a_caller_sts_cannot_name_is_the_os_user(monkeypatch: pytest.MonkeyPatch, fault: Exception) -> None:
+    for name in LOGIN_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("USER", "ana")
 
     assert caller_arn(cast(Aws, FakeAws(Sts(fault)))) == "ana"
 
 
-def test_the_os_user_is_none_when_the_environment_names_none(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("USER", raising=False)
-    monkeypatch.delenv("USERNAME", raising=False)
+def test_the_os_user_is_the_login_name_the_environment_gives(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in LOGIN_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("USER", "ana")
+
+    assert os_user() == "ana"
+
+
+def test_without_a_login_name_the_os_user_is_the_account_of_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a shell that names no user (a container, cron, CI: USER unset)
+    for name in LOGIN_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+    # When a review asks who decides, Then it is this process's account, as the docs promise
+    assert os_user() == pwd.getpwuid(os.getuid()).pw_name
+
+
+def test_the_os_user_is_none_for_a_uid_with_no_account(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in LOGIN_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+    def no_account(uid: int) -> Any:
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr(pwd, "getpwuid", no_account)
 
     assert os_user() is None

@@ -8,10 +8,11 @@ import copy
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aijobs.job_types import run_examples
+from aijobs.job_types import document_yaml, run_examples
 from engine.core import JobStatus
 from engine.core.errors import JobTypeFileError, PipelineStateError
 from engine.definitions.data import DataPipelineDefinition, check_job_type, compile_job_type
@@ -267,3 +268,17 @@ def test_any_steps_are_checked_or_refused_in_one_line_and_a_checked_file_compile
     definition = compile_job_type(checked.document(), 1)
     assert isinstance(definition, DataPipelineDefinition)
     assert check_job_type(checked.document(), code_names=CODE, job_types=lookup).sha256 == checked.sha256
+
+
+def test_a_pipeline_file_as_types_show_prints_it_is_pushed_again_as_the_same_version() -> None:
+    # Given a pipeline file checked and stored
+    stored = check_job_type(invoice_reviewed(), code_names=CODE, job_types=lookup)
+
+    # When its stored form is printed as `aijobs types show NAME --version N` prints it, and read back
+    shown = yaml.safe_load(document_yaml(stored.document()))
+
+    # Then it holds none of the fields a pipeline may not have (no defaults of a prompt's)
+    assert not {"prompt", "rules", "model_tier", "max_tokens"} & set(shown)
+    # and pushing it again is accepted, with the same content: no new version
+    again = check_job_type(shown, code_names=CODE, job_types=lookup)
+    assert again.sha256 == stored.sha256

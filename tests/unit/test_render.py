@@ -36,12 +36,15 @@ from aijobs.render import (
 from engine.core import (
     AttemptOutcome,
     AttemptRecord,
+    ChildOf,
     DeadLetterEntry,
     ErrorCode,
     Job,
     JobErrorInfo,
     JobHistory,
     JobStatus,
+    PipelineState,
+    Review,
     Usage,
     Via,
 )
@@ -497,3 +500,95 @@ def test_a_review_events_line_says_who_decided_what() -> None:
         "decision=rejected",
         "by=ana",
     ]
+
+
+def pipeline_children(parent_id: str, steps: list[tuple[str, int]]) -> list[Job]:
+    """A pipeline's children as the store reads them: `(step name, how many)` per step, in order."""
+    return [
+        job(
+            JobStatus.SUCCEEDED,
+            job_id=f"{parent_id}:s{index}:{part}",
+            job_type="summarize",
+            finished_at=NOW,
+            usage=Usage(input_tokens=100, output_tokens=10, attempts=1),
+            parent=ChildOf(parent_id, name, index, part),
+        )
+        for index, (name, count) in enumerate(steps)
+        for part in range(count)
+    ]
+
+
+def test_inspect_lists_a_pipeline_s_children_under_the_name_of_their_step() -> None:
+    # Given a summarize_long that ended: 3 parts, then the summary
+    parent = job(
+        JobStatus.SUCCEEDED,
+        job_id="long-1",
+        job_type="summarize_long",
+        finished_at=NOW,
+        pipeline=PipelineState(step=1, children=1, ended=frozenset({0}), counts=(3, 1)),
+    )
+    children = pipeline_children("long-1", [("parts", 3), ("summary", 1)])
+
+    # When it is inspected
+    text = text_of(inspection_group(JobInspection.of(parent, NO_HISTORY, NOW, children)))
+
+    # Then each child's row names its step, in the order of the steps
+    rows = [line.split("│")[1:3] for line in text.splitlines() if "long-1:s" in line]
+    assert [(step.strip(), child.strip()) for step, child in rows] == [
+        ("parts", "long-1:s0:0"),
+        ("parts", "long-1:s0:1"),
+        ("parts", "long-1:s0:2"),
+        ("summary", "long-1:s1:0"),
+    ]
+    assert rows_of(text_of(job_table(JobView.from_job(parent))))["step"] == "2: 1 of 1 children ended"
+
+
+def test_status_of_a_pipeline_waiting_for_a_review_says_until_when_and_how_to_decide() -> None:
+    # Given an extract_reviewed whose fields wait for a person
+    review = Review(output={"total": 120.5}, started_at=NOW, timeout_ms=3_600_000)
+    waiting = job(
+        JobStatus.WAITING,
+        job_id="invoice-77",
+        job_type="extract_reviewed",
+        pipeline=PipelineState(step=1, children=0, counts=(1, 0), review=review),
+    )
+
+    # When its status is shown
+    rows = rows_of(text_of(job_table(JobView.from_job(waiting))))
+
+    # Then it says it waits for a review, until when, and the command that decides it
+    assert rows["step"] == (
+        "2, a review: waiting for a person until 2027-01-15T09:00:00Z "
+        "(aijobs review invoice-77 --approve | --reject --reason TEXT)"
+    )
+    # and inspect shows the output proposed
+    assert '"total": 120.5' in text_of(inspection_group(JobInspection.of(waiting, NO_HISTORY, NOW)))
+
+
+def test_status_of_a_decided_review_says_who_decided_what() -> None:
+    review = Review(
+        output={"total": 120.5},
+        started_at=NOW,
+        timeout_ms=60_000,
+        decision="rejected",
+        by="ana",
+        at=NOW + 1_000,
+        reason="the total is wrong",
+    )
+    rejected = job(
+        JobStatus.FAILED,
+        job_type="extract_reviewed",
+        pipeline=PipelineState(step=1, children=0, counts=(1, 0), review=review),
+    )
+
+    rows = rows_of(text_of(job_table(JobView.from_job(rejected))))
+
+    assert rows["step"] == "2, a review: rejected by ana at 2027-01-15T08:00:01Z: the total is wrong"
+
+
+def test_status_of_a_child_names_its_pipeline_and_step() -> None:
+    (child,) = pipeline_children("long-1", [("parts", 1)])
+
+    rows = rows_of(text_of(job_table(JobView.from_job(child))))
+
+    assert rows["pipeline"] == "a child of long-1, for its step parts"

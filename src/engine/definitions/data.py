@@ -144,8 +144,10 @@ class JobTypeFile(BaseModel):
     examples: Annotated[list[ExampleFile], Field(max_length=MAX_EXAMPLES)] = []
 
     def document(self) -> dict[str, Any]:
-        """The canonical stored form: every field as JSON, the absent optional ones left out."""
-        return self.model_dump(mode="json", exclude_none=True, by_alias=True)
+        """The canonical stored form: every field as JSON, the absent optional ones left out, and a
+        pipeline's model fields too (its file may not have them: what `types show` prints pushes again)."""
+        left_out = set(_MODEL_FIELDS) if self.steps is not None else None
+        return self.model_dump(mode="json", exclude_none=True, by_alias=True, exclude=left_out)
 
     @property
     def sha256(self) -> str:
