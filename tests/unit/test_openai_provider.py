@@ -459,6 +459,29 @@ def test_a_client_error_is_rejected_for_good(status: int) -> None:
     assert error.message == f"provider rejected the request (HTTP {status})"
 
 
+def test_a_refusal_names_the_providers_code_and_the_parameter_at_fault_but_never_its_message() -> None:
+    error = {
+        "message": "Invalid schema for 'classify': the prompt 'Win a free cruise' ...",
+        "type": "invalid_request_error",
+        "param": "response_format.json_schema",
+        "code": "invalid_json_schema",
+    }
+
+    refused = failure_of(lambda _: httpx.Response(400, json={"error": error}))
+
+    assert refused.message == (
+        "provider rejected the request (HTTP 400 invalid_json_schema (param response_format.json_schema))"
+    )
+
+
+def test_identifiers_of_an_error_body_that_are_not_identifiers_are_left_out() -> None:
+    error = {"type": "invalid request\nWin a free cruise", "code": "x" * 65, "param": "messages[0] content"}
+
+    refused = failure_of(lambda _: httpx.Response(400, json={"error": error}))
+
+    assert refused.message == "provider rejected the request (HTTP 400)"
+
+
 @pytest.mark.parametrize(
     "response",
     [

@@ -49,6 +49,8 @@ JOB_TYPE_HEADER = "X-Aijobs-Job-Type"
 # What OpenAI takes as a structured output's name; a job type's name may hold any character.
 _OUTPUT_NAME_REFUSED = re.compile(r"[^a-zA-Z0-9_-]")
 MAX_OUTPUT_NAME_CHARS = 64
+# What a job's error quotes of a provider's error body: identifiers (a code, a type, a parameter's path).
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_.\[\]-]{1,64}")
 # OpenAI's reasoning models (o1, o3, o4-mini, GPT-5 and its kin, also behind a proxy's `openai/`
 # prefix) take `max_completion_tokens` rather than `max_tokens`, and only their default temperature.
 _REASONING_MODEL = re.compile(r"^(?:.*/)?(?:o\d|gpt-5)(?:[.-].*)?$")
@@ -270,16 +272,29 @@ def flex_refusal(status: int, content: bytes, retry_after: str | None = None) ->
     return None
 
 
-def _error_fields(content: bytes) -> dict[str, str]:
-    """The string fields of an error body's `error` object ({} for a body that is not one)."""
+def _error_fields(content: bytes | object) -> dict[str, str]:
+    """The string fields of an error body's `error` object (raw bytes, or already parsed JSON; {} for a
+    body that is not one)."""
     try:
-        envelope = json.loads(content)
+        envelope = json.loads(content) if isinstance(content, bytes) else content
     except ValueError:
         return {}
     error = envelope.get("error") if isinstance(envelope, dict) else None
     if not isinstance(error, dict):
         return {}
     return {name: value for name, value in error.items() if isinstance(value, str)}
+
+
+def error_detail(status: int, body: bytes | object) -> str:
+    """`HTTP <status>`, with the identifiers the provider's error body gives (its code or type, and the
+    request parameter at fault): what a person needs to find what to mend. Its message is left out (it may
+    quote the prompt), and classification never reads any of it."""
+    fields = _error_fields(body)
+    kind = next(
+        (value for value in (fields.get("code"), fields.get("type")) if _IDENTIFIER.fullmatch(value or "")), None
+    )
+    param = fields.get("param") if _IDENTIFIER.fullmatch(fields.get("param") or "") else None
+    return " ".join(part for part in (f"HTTP {status}", kind, f"(param {param})" if param else None) if part)
 
 
 def parse_completion(
@@ -289,7 +304,7 @@ def parse_completion(
     whose body is `body` (raw bytes, or already parsed JSON); the engine error for a status that is
     not a success (`retry_after`: the Retry-After header, if any)."""
     if status >= 400:
-        raise error_for_status(status, "provider", f"HTTP {status}", parse_retry_after(retry_after))
+        raise error_for_status(status, "provider", error_detail(status, body), parse_retry_after(retry_after))
     try:
         envelope: Any = json.loads(body) if isinstance(body, bytes) else body
         choice = envelope["choices"][0]
