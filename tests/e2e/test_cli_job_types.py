@@ -201,17 +201,15 @@ def test_push_stores_versions_and_the_first_is_production(dev_env: DevStack, tmp
 BAD_FILES = {
     "template field not in the input schema": (
         {"prompt": {"system": "You name topics.", "user": "Note: {ticket}"}},
-        "error: prompt.user: field {ticket} is not a property of input_schema",
+        "error: prompt.user: {ticket} is not a property of input_schema",
     ),
     "invalid input schema": (
         {"input_schema": FILE["input_schema"] | {"properties": {"text": {"type": "nope"}}}},
-        "error: input_schema: is not valid JSON Schema: 'nope' is not valid under any of the given schemas at "
-        "properties.text.type",
+        "error: input_schema.properties.text.type: 'nope' is not valid under any of the given schemas",
     ),
     "invalid output schema": (
         {"output_schema": FILE["output_schema"] | {"properties": {"topic": {"type": "nope"}}}},
-        "error: output_schema: is not valid JSON Schema: 'nope' is not valid under any of the given schemas at "
-        "properties.topic.type",
+        "error: output_schema.properties.topic.type: 'nope' is not valid under any of the given schemas",
     ),
     "a rule that does not compile": (
         {"rules": [{"check": "size(output.topic > ", "message": "the topic is empty"}]},
@@ -219,7 +217,7 @@ BAD_FILES = {
     ),
     "an example a rule refuses": (
         {"rules": [{"check": "output.topic == 'weather'", "message": "the topic is not weather"}]},
-        "error: examples[0]: rules[0] fails (it is false): the topic is not weather",
+        "error: examples[0]: rule 1 (the topic is not weather) is false",
     ),
 }
 
@@ -452,7 +450,7 @@ def test_types_test_runs_the_examples(dev_env: DevStack, tmp_path: Path) -> None
 
     # When an example's output breaks a rule, the file is refused, naming the example
     broken = good_file(tmp_path, name, rules=[{"check": "output.topic == 'weather'", "message": "not weather"}])
-    assert refusal(run("types", "test", str(broken))) == "error: examples[0]: rules[0] fails (it is false): not weather"
+    assert refusal(run("types", "test", str(broken))) == "error: examples[0]: rule 1 (not weather) is false"
 
     # When the model answers an example wrongly (the worse prompt), that example fails
     worse = run("types", "test", str(worse_file(tmp_path, name)))
