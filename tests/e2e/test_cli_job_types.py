@@ -264,6 +264,11 @@ def test_a_file_naming_a_code_job_type_is_refused(dev_env: DevStack, tmp_path: P
     assert refusal(run("types", "show", "classify")) == (
         "error: classify is a code job type: it has no versions or labels (deploy it to change it)"
     )
+    # and its labels cannot be moved: it is said to be code, not unknown
+    for moved in (run("types", "promote", "classify", "1"), run("types", "rollback", "classify")):
+        assert refusal(moved) == (
+            "error: classify is a code job type: it has no versions or labels (deploy it to change it)"
+        )
 
 
 def test_submit_runs_production_and_version_pins_another(dev_env: DevStack, tmp_path: Path) -> None:
