@@ -396,6 +396,32 @@ def test_the_guard_ends_a_worse_canary_by_itself(dev_env: DevStack, tmp_path: Pa
     # and every user's next job runs production
     after = finished([submit(name, views[job]["user_id"]) for job in ran[2]])
     assert {(view["status"], view["job_type_version"]) for view in after.values()} == {("succeeded", 1)}
+    # and `aijobs events` shows the one `Job Type Rolled Back` event the guard sent
+    assert [
+        (event["version"], event["production_version"], event["reason"], event["canary_jobs"], event["canary_invalid"])
+        for event in rolled_back_events(name)
+    ] == [(2, 1, ended["reason"], 4, 4)]
+
+
+def rolled_back_events(name: str) -> list[dict[str, Any]]:
+    """The details of the `Job Type Rolled Back` events of `name` that `aijobs events --json` reads
+    (from the stack's tap, JOBS_EVENTS_QUEUE_URL), once there is one (bounded), then once more."""
+    found: list[dict[str, Any]] = []
+    deadline = time.monotonic() + BOUND
+    for _ in range(2):
+        while True:
+            result = run("events", "--json")
+            assert result.exit_code == 0, result.output
+            events = [json.loads(line) for line in result.stdout.splitlines()]
+            found += [
+                event["detail"]
+                for event in events
+                if event["detail-type"] == "Job Type Rolled Back" and event["detail"]["job_type"] == name
+            ]
+            if found or time.monotonic() > deadline:
+                break
+            time.sleep(POLL_SECONDS)
+    return found
 
 
 def test_stats_count_each_versions_jobs(dev_env: DevStack, tmp_path: Path) -> None:
