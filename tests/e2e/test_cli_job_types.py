@@ -424,6 +424,23 @@ def rolled_back_events(name: str) -> list[dict[str, Any]]:
     return found
 
 
+def test_a_guard_setting_without_guard_is_refused_rather_than_ignored(dev_env: DevStack, tmp_path: Path) -> None:
+    # Given a job type with two versions
+    name = new_name()
+    pushed(good_file(tmp_path, name))
+    pushed(good_file(tmp_path, name, description="Name the topic of a note in one word."))
+
+    # When a canary is asked with a guard's setting but no --guard, then it is refused, naming the flag
+    for flag, value in (("--min-jobs", "10"), ("--max-regression", "5")):
+        refused = run("types", "promote", name, "2", "--canary", "50", flag, value)
+        assert refusal(refused) == f"error: {flag}: sets the guard: give --guard too"
+    # and no canary started
+    assert show(name)["canary"] is None
+    # while with --guard the settings are the guard's, and the defaults fill what is not given
+    assert run("types", "promote", name, "2", "--canary", "50", "--guard", "--min-jobs", "10").exit_code == 0
+    assert show(name)["canary"]["guard"] == {"min_jobs": 10, "max_regression": 2.0}
+
+
 def test_stats_count_each_versions_jobs(dev_env: DevStack, tmp_path: Path) -> None:
     name = new_name()
     pushed(good_file(tmp_path, name))
