@@ -977,6 +977,28 @@ def test_a_yaml_integer_past_python_s_digit_limit_is_refused_by_the_reader() -> 
     assert "digits" in unread("max_tokens: " + "9" * 5000 + "\n")
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "name: topic\nname: other\n",
+            "not valid YAML: the key 'name' is written twice in one mapping (line 2, column 1)",
+        ),
+        ("prompt: {system: a, system: b}\n", "not valid YAML: the key 'system' is written twice in one mapping"),
+        ('{"name": "topic", "name": "other"}', 'not valid JSON: the key "name" is written twice in one object'),
+        ('{"prompt": {"user": "a", "user": "b"}}', 'not valid JSON: the key "user" is written twice in one object'),
+    ],
+    ids=["yaml", "yaml-nested", "json", "json-nested"],
+)
+def test_a_key_written_twice_is_refused_by_the_reader_rather_than_one_value_dropped(text: str, expected: str) -> None:
+    # Given a file that writes one key twice in a mapping, when it is read, then it is refused naming the key
+    assert expected in unread(text)
+
+
+def test_a_yaml_merge_may_still_be_overridden() -> None:
+    assert parse_document("base: &b {x: 1}\nc:\n  <<: *b\n  x: 2\n") == {"base": {"x": 1}, "c": {"x": 2}}
+
+
 def test_a_yaml_date_stays_the_text_written() -> None:
     assert parse_document("when: 2026-01-31\n") == {"when": "2026-01-31"}
 
