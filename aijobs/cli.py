@@ -901,7 +901,8 @@ def events(
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Completion events (Job Succeeded / Failed / Cancelled; Job Reviewed): print them, or POST them to a webhook."""
+    """Completion events (Job Succeeded / Failed / Cancelled; Job Reviewed; a guard's Job Type Rolled Back):
+    print them, or POST them to a webhook."""
     import boto3
     import httpx
 
@@ -929,7 +930,8 @@ def events(
                 elif as_json:
                     print(json_line(event, COMPACT), flush=True)
                 else:
-                    out.print(event_line(event), highlight=False)
+                    # One line per event, however long, and its text never read as markup.
+                    out.print(event_line(event), markup=False, highlight=False, soft_wrap=True)
                 tap.done(receipt_handle)
     except KeyboardInterrupt:
         pass
