@@ -626,19 +626,40 @@ def types_promote(
         bool, typer.Option("--guard", help="End the canary by itself if it fails validation more than production.")
     ] = False,
     min_jobs: Annotated[
-        int, typer.Option("--min-jobs", min=1, help="The guard judges after this many canary jobs.")
-    ] = DEFAULT_GUARD_MIN_JOBS,
+        int | None,
+        typer.Option(
+            "--min-jobs",
+            min=1,
+            help=f"The guard judges after this many canary jobs [default: {DEFAULT_GUARD_MIN_JOBS}].",
+        ),
+    ] = None,
     max_regression: Annotated[
-        float,
-        typer.Option("--max-regression", min=0, max=100, help="Points of validation failures worse it tolerates."),
-    ] = DEFAULT_GUARD_MAX_REGRESSION,
+        float | None,
+        typer.Option(
+            "--max-regression",
+            min=0,
+            max=100,
+            help=f"Points of validation failures worse it tolerates [default: {DEFAULT_GUARD_MAX_REGRESSION:g}].",
+        ),
+    ] = None,
     as_json: JsonFlag = False,
     stack: StackOption = None,
 ) -> None:
     """Make version N production, or with --canary P serve it to P% of users (the rest keep production)."""
-    guarded = Guard(min_jobs, max_regression) if guard else None
     if guard and canary is None:
         raise ValueError("--guard: a guard watches a canary: give --canary P too")
+    # A guard's setting without --guard would start an unguarded canary the user believes watched.
+    for flag, given in (("--min-jobs", min_jobs), ("--max-regression", max_regression)):
+        if given is not None and not guard:
+            raise ValueError(f"{flag}: sets the guard: give --guard too")
+    guarded = (
+        Guard(
+            DEFAULT_GUARD_MIN_JOBS if min_jobs is None else min_jobs,
+            DEFAULT_GUARD_MAX_REGRESSION if max_regression is None else max_regression,
+        )
+        if guard
+        else None
+    )
     with naming_flags({"canary_percent": "--canary", "guard": "--guard"}):
         head = client(stack).promote_job_type(name, version, canary_percent=canary, guard=guarded, by=pusher())
     if as_json:
@@ -883,7 +904,8 @@ def events(
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Completion events (Job Succeeded / Failed / Cancelled; Job Reviewed): print them, or POST them to a webhook."""
+    """Completion events (Job Succeeded / Failed / Cancelled; Job Reviewed; a guard's Job Type Rolled Back):
+    print them, or POST them to a webhook."""
     import boto3
     import httpx
 
@@ -911,7 +933,8 @@ def events(
                 elif as_json:
                     print(json_line(event, COMPACT), flush=True)
                 else:
-                    out.print(event_line(event), highlight=False)
+                    # One line per event, however long, and its text never read as markup.
+                    out.print(event_line(event), markup=False, highlight=False, soft_wrap=True)
                 tap.done(receipt_handle)
     except KeyboardInterrupt:
         pass

@@ -450,6 +450,7 @@ class AiJobsClient:
             raise InvalidArgumentError("guard", "a guard watches a canary: give a canary percent too")
         if guard is not None and (guard.min_jobs < 1 or not 0 <= guard.max_regression <= 100):
             raise InvalidArgumentError("guard", "a guard needs at least 1 job and 0-100 points of regression")
+        self._refuse_code_type(name)
         return self._job_type_store().promote(
             name, version, self._now_ms(), canary_percent=canary_percent, guard=guard, by=by
         )
@@ -457,6 +458,7 @@ class AiJobsClient:
     def rollback_job_type(self, name: str, reason: str | None = None, by: str | None = None) -> JobTypeHead:
         """End the canary, or move production back to the version before it; JobTypeLabelError when
         there is nothing to roll back to."""
+        self._refuse_code_type(name)
         return self._job_type_store().rollback(name, self._now_ms(), by=by, reason=reason)
 
     def job_type(self, name: str) -> tuple[JobTypeHead, list[StoredVersion]]:
@@ -499,6 +501,11 @@ class AiJobsClient:
         if self._job_types is None:
             raise ConfigurationError("this client has no job type store")
         return self._job_types
+
+    def _refuse_code_type(self, name: str) -> None:
+        """A code job type has no labels to move: said so, rather than that no such job type exists."""
+        if name in self._registry.names:
+            raise JobTypeLabelError(self._no_data_type(name))
 
     def _no_data_type(self, name: str) -> str:
         if name in self._registry.names:

@@ -38,7 +38,7 @@ class EventsTap:
         passed), then for `late_seconds` more, so that a duplicate shows."""
         events: list[dict[str, Any]] = []
         deadline = time.monotonic() + wait_seconds
-        while time.monotonic() < deadline and not job_ids <= {event["detail"]["job_id"] for event in events}:
+        while time.monotonic() < deadline and not job_ids <= {event["detail"].get("job_id") for event in events}:
             events += self.drain()
         events += self.drain(late_seconds)
         return events
@@ -52,8 +52,21 @@ class EventsTap:
 
 
 def event_line(event: dict[str, Any]) -> str:
-    """One line per event: when, what, which job, and what it cost."""
+    """One line per event: when, what, which job, and what it cost (a job type's rollback: which
+    version, production's, and why)."""
     detail = event.get("detail", {})
+    if "job_id" not in detail and "production_version" in detail:  # Job Type Rolled Back
+        return "  ".join(
+            str(part)
+            for part in (
+                event.get("time", ""),
+                event.get("detail-type", ""),
+                f"type={detail.get('job_type')}",
+                f"version={detail.get('version')}",
+                f"production={detail.get('production_version')}",
+                detail.get("reason", ""),
+            )
+        )
     usage = detail.get("usage") or {}
     error = detail.get("error") or {}
     parts = [

@@ -70,7 +70,7 @@ def parse_document(text: str, source: str = "the job type file") -> dict[str, An
 
 def _json(text: str, source: str) -> Any:
     try:
-        return json.loads(text, parse_constant=_not_json)
+        return json.loads(text, parse_constant=_not_json, object_pairs_hook=_unique_keys)
     except RecursionError as exc:
         raise JobTypeFileError(f"{source} nests deeper than {MAX_DEPTH} levels") from exc
     except json.JSONDecodeError as exc:
@@ -82,6 +82,17 @@ def _json(text: str, source: str) -> Any:
 
 def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are distinct: a key written twice would keep its last value unseen (the
+    first `prompt` of two silently dropped), so it is refused, as the YAML reader refuses it."""
+    document: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in document:
+            raise ValueError(f"the key {json.dumps(key)} is written twice in one object")
+        document[key] = value
+    return document
 
 
 def _yaml(text: str, source: str) -> Any:
@@ -113,7 +124,22 @@ def _loader() -> Any:
         import yaml
 
         class JsonLikeLoader(yaml.SafeLoader):
-            pass
+            def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+                # A key written twice in one mapping is refused (yaml would keep the last unseen);
+                # a merge (`<<`) may still be overridden, as YAML means it to be.
+                seen: set[tuple[str, str]] = set()
+                for key_node, _ in node.value:
+                    if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    if (key_node.tag, key_node.value) in seen:
+                        raise yaml.constructor.ConstructorError(
+                            None,
+                            None,
+                            f"the key {key_node.value!r} is written twice in one mapping",
+                            key_node.start_mark,
+                        )
+                    seen.add((key_node.tag, key_node.value))
+                return super().construct_mapping(node, deep=deep)
 
         JsonLikeLoader.yaml_implicit_resolvers = {
             first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]

@@ -21,6 +21,9 @@ import yaml
 # checkout, a copy in a built wheel), so that `aijobs dev` runs from an installed package too.
 DEFAULT_TEMPLATE = Path(str(resources.files("aijobs") / "template.yaml"))
 REGION_ACCOUNT = ("us-east-1", "123456789012")
+# The events the local tap copies besides the webhook's: a guarded canary ended by itself
+# (engine.job_type_tally.ROLLED_BACK, docs/events.md), which the webhook, about jobs, does not carry.
+OPERATOR_EVENTS = ("Job Type Rolled Back",)
 
 
 class _CloudFormationLoader(yaml.SafeLoader):
@@ -228,7 +231,8 @@ def _create_event_bus(
     session: boto3.Session, endpoint_url: str | None, resolver: TemplateResolver, resources: dict[str, Any], stack: str
 ) -> tuple[str, str]:
     """The completion events' bus (the template's, or "default"), and, as a local stand-in for a
-    consumer, a queue with a rule that copies every completion event to it."""
+    consumer, a queue with a rule that copies every completion event to it, and every event an
+    operator acts on (`aijobs events` shows them all)."""
     spec = resources["JobEventBus"]
     bus = resolver.resolve(spec["Properties"])["Name"] if resolver.condition(spec["Condition"]) else "default"
     events = session.client("events", endpoint_url=endpoint_url)
@@ -237,7 +241,8 @@ def _create_event_bus(
     sqs = session.client("sqs", endpoint_url=endpoint_url)
     url = sqs.create_queue(QueueName=f"{stack}-events-tap")["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    rule = resources["WebhookRule"]["Properties"]["EventPattern"]  # the webhook's own pattern: every completion event
+    rule = dict(resources["WebhookRule"]["Properties"]["EventPattern"])  # the webhook's own: every completion event
+    rule["detail-type"] = [*rule["detail-type"], *OPERATOR_EVENTS]
     events.put_rule(Name=f"{stack}-events-tap", EventBusName=bus, EventPattern=json.dumps(rule))
     events.put_targets(Rule=f"{stack}-events-tap", EventBusName=bus, Targets=[{"Id": "tap", "Arn": arn}])
     return bus, url

@@ -201,17 +201,15 @@ def test_push_stores_versions_and_the_first_is_production(dev_env: DevStack, tmp
 BAD_FILES = {
     "template field not in the input schema": (
         {"prompt": {"system": "You name topics.", "user": "Note: {ticket}"}},
-        "error: prompt.user: field {ticket} is not a property of input_schema",
+        "error: prompt.user: {ticket} is not a property of input_schema",
     ),
     "invalid input schema": (
         {"input_schema": FILE["input_schema"] | {"properties": {"text": {"type": "nope"}}}},
-        "error: input_schema: is not valid JSON Schema: 'nope' is not valid under any of the given schemas at "
-        "properties.text.type",
+        "error: input_schema.properties.text.type: 'nope' is not valid under any of the given schemas",
     ),
     "invalid output schema": (
         {"output_schema": FILE["output_schema"] | {"properties": {"topic": {"type": "nope"}}}},
-        "error: output_schema: is not valid JSON Schema: 'nope' is not valid under any of the given schemas at "
-        "properties.topic.type",
+        "error: output_schema.properties.topic.type: 'nope' is not valid under any of the given schemas",
     ),
     "a rule that does not compile": (
         {"rules": [{"check": "size(output.topic > ", "message": "the topic is empty"}]},
@@ -219,7 +217,7 @@ BAD_FILES = {
     ),
     "an example a rule refuses": (
         {"rules": [{"check": "output.topic == 'weather'", "message": "the topic is not weather"}]},
-        "error: examples[0]: rules[0] fails (it is false): the topic is not weather",
+        "error: examples[0]: rule 1 (the topic is not weather) is false",
     ),
 }
 
@@ -266,6 +264,11 @@ def test_a_file_naming_a_code_job_type_is_refused(dev_env: DevStack, tmp_path: P
     assert refusal(run("types", "show", "classify")) == (
         "error: classify is a code job type: it has no versions or labels (deploy it to change it)"
     )
+    # and its labels cannot be moved: it is said to be code, not unknown
+    for moved in (run("types", "promote", "classify", "1"), run("types", "rollback", "classify")):
+        assert refusal(moved) == (
+            "error: classify is a code job type: it has no versions or labels (deploy it to change it)"
+        )
 
 
 def test_submit_runs_production_and_version_pins_another(dev_env: DevStack, tmp_path: Path) -> None:
@@ -393,6 +396,49 @@ def test_the_guard_ends_a_worse_canary_by_itself(dev_env: DevStack, tmp_path: Pa
     # and every user's next job runs production
     after = finished([submit(name, views[job]["user_id"]) for job in ran[2]])
     assert {(view["status"], view["job_type_version"]) for view in after.values()} == {("succeeded", 1)}
+    # and `aijobs events` shows the one `Job Type Rolled Back` event the guard sent
+    assert [
+        (event["version"], event["production_version"], event["reason"], event["canary_jobs"], event["canary_invalid"])
+        for event in rolled_back_events(name)
+    ] == [(2, 1, ended["reason"], 4, 4)]
+
+
+def rolled_back_events(name: str) -> list[dict[str, Any]]:
+    """The details of the `Job Type Rolled Back` events of `name` that `aijobs events --json` reads
+    (from the stack's tap, JOBS_EVENTS_QUEUE_URL), once there is one (bounded), then once more."""
+    found: list[dict[str, Any]] = []
+    deadline = time.monotonic() + BOUND
+    for _ in range(2):
+        while True:
+            result = run("events", "--json")
+            assert result.exit_code == 0, result.output
+            events = [json.loads(line) for line in result.stdout.splitlines()]
+            found += [
+                event["detail"]
+                for event in events
+                if event["detail-type"] == "Job Type Rolled Back" and event["detail"]["job_type"] == name
+            ]
+            if found or time.monotonic() > deadline:
+                break
+            time.sleep(POLL_SECONDS)
+    return found
+
+
+def test_a_guard_setting_without_guard_is_refused_rather_than_ignored(dev_env: DevStack, tmp_path: Path) -> None:
+    # Given a job type with two versions
+    name = new_name()
+    pushed(good_file(tmp_path, name))
+    pushed(good_file(tmp_path, name, description="Name the topic of a note in one word."))
+
+    # When a canary is asked with a guard's setting but no --guard, then it is refused, naming the flag
+    for flag, value in (("--min-jobs", "10"), ("--max-regression", "5")):
+        refused = run("types", "promote", name, "2", "--canary", "50", flag, value)
+        assert refusal(refused) == f"error: {flag}: sets the guard: give --guard too"
+    # and no canary started
+    assert show(name)["canary"] is None
+    # while with --guard the settings are the guard's, and the defaults fill what is not given
+    assert run("types", "promote", name, "2", "--canary", "50", "--guard", "--min-jobs", "10").exit_code == 0
+    assert show(name)["canary"]["guard"] == {"min_jobs": 10, "max_regression": 2.0}
 
 
 def test_stats_count_each_versions_jobs(dev_env: DevStack, tmp_path: Path) -> None:
@@ -452,7 +498,7 @@ def test_types_test_runs_the_examples(dev_env: DevStack, tmp_path: Path) -> None
 
     # When an example's output breaks a rule, the file is refused, naming the example
     broken = good_file(tmp_path, name, rules=[{"check": "output.topic == 'weather'", "message": "not weather"}])
-    assert refusal(run("types", "test", str(broken))) == "error: examples[0]: rules[0] fails (it is false): not weather"
+    assert refusal(run("types", "test", str(broken))) == "error: examples[0]: rule 1 (not weather) is false"
 
     # When the model answers an example wrongly (the worse prompt), that example fails
     worse = run("types", "test", str(worse_file(tmp_path, name)))

@@ -1,5 +1,6 @@
 """Completion events from the jobs table's stream (moto keeps it): every transition into succeeded,
-failed or cancelled yields exactly one event document, and no other write yields any."""
+failed or cancelled yields exactly one event document, and no other write yields any; and the local
+tap copies a guard's `Job Type Rolled Back` too."""
 
 from __future__ import annotations
 
@@ -11,11 +12,15 @@ import boto3
 import pytest
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.dynamodbstreams.models import dynamodbstreams_backends
+from typer.testing import CliRunner
 
+from aijobs.cli import app
 from aijobs.stack import StackResources
 from engine.core import ErrorCode, Job, JobErrorInfo, JobStatus, NewJob
+from engine.core.job_types import Canary, JobTypeHead
 from engine.core.outcomes import Cancelled, Failed, Released, Succeeded
 from engine.events import MAX_EVENT_OUTPUT_BYTES, CompletionEvent, CompletionEvents, EventPublisher, completion_event
+from engine.job_type_tally import ROLLED_BACK, rolled_back_event
 from engine.store import DynamoJobStore
 from handlers.events import events_handler
 
@@ -235,3 +240,24 @@ def test_four_outputs_of_64_kib_in_one_stream_batch_make_four_events(
     bodies = tap_events(stack)
     assert sorted(body["detail"]["job_id"] for body in bodies) == [f"large-{n}" for n in range(4)]
     assert all(body["detail"]["output"] == output and body["detail"]["output_included"] for body in bodies)
+
+
+def test_a_canary_its_guard_ended_reaches_the_local_tap_as_aijobs_events_reads_it(stack: StackResources) -> None:
+    # Given a guarded canary (v2 of triage) that its guard ends, as the events function's tally does
+    canary = Canary(version=2, percent=50, started_at=NOW, canary_jobs=10, canary_invalid=10, production_jobs=20)
+    head = JobTypeHead(name="triage", latest=2, production=1, canary=canary, revision=3)
+    why = "v2 failed validation on 100.0% of 10 jobs, production on 0.0% of 20: more than 2 points worse"
+    event = rolled_back_event(head, why, NOW + 1)
+
+    # When its `Job Type Rolled Back` event is put on the stack's bus
+    refused = EventPublisher(boto3.client("events"), stack.event_bus).publish([event])
+
+    # Then the bus took it, and `aijobs events` reads it from the local tap beside the completion
+    # events: one line, whole however long, naming the job type, both versions and why
+    assert refused == []
+    printed = CliRunner().invoke(app, ["events", "--queue-url", stack.events_queue_url])
+    assert printed.exit_code == 0, printed.output
+    assert [line.split("  ", 1)[1] for line in printed.stdout.splitlines()] == [
+        f"{ROLLED_BACK}  type=triage  version=2  production=1  {why}"
+    ]
+    assert tap_events(stack) == []

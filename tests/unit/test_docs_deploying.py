@@ -1,4 +1,4 @@
-"""docs/deploying.md and docs/configuration.md's parameter table against template.yaml.
+"""docs/deploying.md and docs/configuration.md's tables against template.yaml and the settings.
 
 Every parameter of the template is in the configuration page's table with its default and bounds;
 every parameter the deploying page names exists there with the same default; each of its `sam
@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from aijobs.stack import load_template
+from engine.config import Settings
 from engine.settings_check import check_environment
 from tests.support.template import transformed_template
 from tests.unit.test_template_rules import SECRET, functions_environment, refusals
@@ -54,6 +55,13 @@ def written(default: Any) -> str:
 
 
 # --- the parameters -----------------------------------------------------------------------------
+
+
+def test_the_configuration_page_has_every_variable_the_settings_read() -> None:
+    # Given the environment table's rows, then each setting the engine reads has one
+    table = rows(section((DOCS / "configuration.md").read_text(), "## Environment variables"))
+
+    assert {field.upper() for field in Settings.model_fields} <= set(table)
 
 
 def test_the_configuration_page_has_every_parameter_with_its_default_and_bounds() -> None:

@@ -1,8 +1,10 @@
 """docs/jobtypes.md and docs/errors.md against the code: the built-ins' table is the registry's, the
-examples run as written, and every error code has its row and its section."""
+examples run as written, a pushed file is refused with the lines the page shows, and every error
+code has its row and its section."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import sys
@@ -11,12 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from engine.core import ErrorCode
+from engine.core.errors import JobTypeFileError
 from engine.definitions import BUILTIN_DEFINITIONS, JobDefinition, JobRegistry
+from engine.definitions.data import check_job_type
 from engine.intake import BadMessageError, parse_message
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
+CODE_NAMES = tuple(definition.name for definition in BUILTIN_DEFINITIONS)
 JOB_TYPES = (DOCS / "jobtypes.md").read_text()
 ERRORS = (DOCS / "errors.md").read_text()
 
@@ -99,6 +105,26 @@ def test_the_attachments_example_takes_a_scan_or_a_text_and_refuses_neither(rece
 
 
 # --- docs/errors.md -----------------------------------------------------------------------------------
+
+
+def test_the_lines_push_refuses_with_are_the_ones_the_page_shows() -> None:
+    # Given the page's own job type file (which passes), and three files made wrong from it, each as
+    # one of the page's examples of a refusal says
+    file = yaml.safe_load(code_block(section(JOB_TYPES, "## Job types as data"), "yaml"))
+    check_job_type(file, CODE_NAMES)
+    bad_type = copy.deepcopy(file)
+    bad_type["input_schema"]["properties"]["text"]["type"] = "nope"
+    bad_field = copy.deepcopy(file)
+    bad_field["prompt"]["user"] = "Ticket: {ticket}"
+    bad_example = copy.deepcopy(file)
+    bad_example["examples"][0]["output"]["label"] = "shipping"
+    shown = " ".join(section(JOB_TYPES, "### Push, versions, labels").split())
+
+    # When each is checked, then its one line is the one the page shows
+    for document in (bad_type, bad_field, bad_example):
+        with pytest.raises(JobTypeFileError) as refused:
+            check_job_type(document, CODE_NAMES)
+        assert f"`{refused.value}`" in shown
 
 
 def test_every_error_code_has_its_row_and_its_section() -> None:

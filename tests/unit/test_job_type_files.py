@@ -220,12 +220,24 @@ def test_an_output_schema_using_every_keyword_strict_output_serves_passes() -> N
 @pytest.mark.parametrize(
     ("where", "schema", "at"),
     [
-        ("input_schema", {"type": "object", "properties": {"text": {"type": "strng"}}}, "at properties.text.type"),
-        ("input_schema", {"type": "strng"}, "at type"),
-        ("output_schema", closed({"topic": {"type": "strng"}}), "at properties.topic.type"),
-        ("output_schema", {**closed({"topic": {"type": "string"}}), "required": "topic"}, "at required"),
-        ("input_schema", {"type": "object", "properties": {"text": {"type": "string", "pattern": "("}}}, "pattern"),
-        ("input_schema", {"type": "object", "properties": {"text": {"type": "string", "maxLength": -1}}}, "maxLength"),
+        (
+            "input_schema",
+            {"type": "object", "properties": {"text": {"type": "strng"}}},
+            "input_schema.properties.text.type",
+        ),
+        ("input_schema", {"type": "strng"}, "input_schema.type"),
+        ("output_schema", closed({"topic": {"type": "strng"}}), "output_schema.properties.topic.type"),
+        ("output_schema", {**closed({"topic": {"type": "string"}}), "required": "topic"}, "output_schema.required"),
+        (
+            "input_schema",
+            {"type": "object", "properties": {"text": {"type": "string", "pattern": "("}}},
+            "input_schema.properties.text.pattern",
+        ),
+        (
+            "input_schema",
+            {"type": "object", "properties": {"text": {"type": "string", "maxLength": -1}}},
+            "input_schema.properties.text.maxLength",
+        ),
     ],
     ids=["input-type", "input-root-type", "output-type", "output-required", "input-pattern", "input-negative-bound"],
 )
@@ -233,11 +245,11 @@ def test_an_invalid_json_schema_is_refused_naming_its_field_and_position(
     where: str, schema: dict[str, Any], at: str
 ) -> None:
     # Given a file one of whose schemas is not valid Draft 2020-12
-    # When it is checked, then the line names the field, says why and where in the schema
+    # When it is checked, then the line names the field and the keyword at fault in it, then says why
     message = refusal(file_with(**{where: schema}))
 
-    assert message.startswith(f"{where}: is not valid JSON Schema: ")
-    assert at in message
+    assert message.startswith(f"{at}: ")
+    assert len(message) > len(at) + 2
 
 
 @pytest.mark.parametrize("where", ["input_schema", "output_schema"])
@@ -465,8 +477,8 @@ def test_a_schema_nested_deeper_than_its_bound_is_refused_and_one_at_it_passes()
 @pytest.mark.parametrize(
     ("user", "expected"),
     [
-        ("Note: {nope}", "prompt.user: field {nope} is not a property of input_schema"),
-        ("Note: {text} {ticket}", "prompt.user: field {ticket} is not a property of input_schema"),
+        ("Note: {nope}", "prompt.user: {nope} is not a property of input_schema"),
+        ("Note: {text} {ticket}", "prompt.user: {ticket} is not a property of input_schema"),
         ("Note: {text.body}", "prompt.user: field {text.body} is not a property name (no dots, indexes or blanks)"),
         ("Note: {text[0]}", "prompt.user: field {text[0]} is not a property name (no dots, indexes or blanks)"),
         ("Note: {0}", "prompt.user: field {0} is not a property name (no dots, indexes or blanks)"),
@@ -604,10 +616,10 @@ def test_an_example_that_fails_a_schema_is_refused_naming_the_example_and_positi
 @pytest.mark.parametrize(
     ("check", "reason"),
     [
-        ("size(output.topic) > 0", "it is false"),
-        ("output.topic != '' || output.missing == 1", "it errors: KeyError: 'missing'"),
-        ("output.topic != '' ? true : output.topic", "it gives a str, not true or false"),
-        ("output.topic != '' || 1 / 0 == 1", "it errors: ZeroDivisionError: division by zero in CEL expression"),
+        ("size(output.topic) > 0", "is false"),
+        ("output.topic != '' || output.missing == 1", "errors: KeyError: 'missing'"),
+        ("output.topic != '' ? true : output.topic", "gives a str, not true or false"),
+        ("output.topic != '' || 1 / 0 == 1", "errors: ZeroDivisionError: division by zero in CEL expression"),
     ],
     ids=["false", "errors", "not-a-boolean", "divides-by-zero"],
 )
@@ -619,9 +631,7 @@ def test_an_example_that_fails_a_rule_is_refused_naming_the_example_the_rule_and
     examples = [FILE["examples"][0], {"input": {"text": "a"}, "output": {"topic": ""}}]  # type: ignore[index]
 
     # When it is checked, then the line names both, why, and the rule's message
-    assert refusal(file_with(rules=rules, examples=examples)) == (
-        f"examples[1]: rules[1] fails ({reason}): the topic is wrong"
-    )
+    assert refusal(file_with(rules=rules, examples=examples)) == (f"examples[1]: rule 2 (the topic is wrong) {reason}")
 
 
 # --- the name ---
@@ -965,6 +975,28 @@ def test_text_no_check_could_read_is_refused_by_the_reader(text: str, expected: 
 
 def test_a_yaml_integer_past_python_s_digit_limit_is_refused_by_the_reader() -> None:
     assert "digits" in unread("max_tokens: " + "9" * 5000 + "\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "name: topic\nname: other\n",
+            "not valid YAML: the key 'name' is written twice in one mapping (line 2, column 1)",
+        ),
+        ("prompt: {system: a, system: b}\n", "not valid YAML: the key 'system' is written twice in one mapping"),
+        ('{"name": "topic", "name": "other"}', 'not valid JSON: the key "name" is written twice in one object'),
+        ('{"prompt": {"user": "a", "user": "b"}}', 'not valid JSON: the key "user" is written twice in one object'),
+    ],
+    ids=["yaml", "yaml-nested", "json", "json-nested"],
+)
+def test_a_key_written_twice_is_refused_by_the_reader_rather_than_one_value_dropped(text: str, expected: str) -> None:
+    # Given a file that writes one key twice in a mapping, when it is read, then it is refused naming the key
+    assert expected in unread(text)
+
+
+def test_a_yaml_merge_may_still_be_overridden() -> None:
+    assert parse_document("base: &b {x: 1}\nc:\n  <<: *b\n  x: 2\n") == {"base": {"x": 1}, "c": {"x": 2}}
 
 
 def test_a_yaml_date_stays_the_text_written() -> None:

@@ -229,7 +229,7 @@ def check_examples(file: JobTypeFile) -> None:
             raise JobTypeFileError(problem)
         for number, rule in enumerate(compiled.rules):
             if problem := rule.problem(example.input, example.output):
-                raise JobTypeFileError(one_line(f"{where}: rules[{number}] fails ({problem}): {rule.message}"))
+                raise JobTypeFileError(one_line(f"{where}: rule {number + 1} ({rule.message}) {problem}"))
 
 
 def compile_job_type(document: Mapping[str, Any], version: int) -> DataJobDefinition | DataPipelineDefinition:
@@ -420,7 +420,7 @@ def _check_template(file: JobTypeFile) -> None:
         if conversion is not None or spec:
             raise JobTypeFileError(f"prompt.user: field {{{label}}} has a conversion or format; write {{{label}}}")
         if name not in properties:
-            raise JobTypeFileError(f"prompt.user: field {{{label}}} is not a property of input_schema")
+            raise JobTypeFileError(f"prompt.user: {{{label}}} is not a property of input_schema")
 
 
 def _check_attachments(file: JobTypeFile) -> None:

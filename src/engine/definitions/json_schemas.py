@@ -78,9 +78,8 @@ def check_schema(schema: dict[str, Any], where: str, *, strict: bool) -> None:
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
-        raise JobTypeFileError(
-            one_line(f"{where}: is not valid JSON Schema: {exc.message} at {_path(exc.path) or 'the root'}")
-        ) from exc
+        # Named at the keyword at fault, as every other refusal of a file names its position.
+        raise JobTypeFileError(one_line(f"{_named(where, exc.path)}: {exc.message}")) from exc
     if schema.get("type") != "object":
         raise JobTypeFileError(f"{where}: its root must be of type object")
     defs = schema.get("$defs", {})
@@ -223,6 +222,12 @@ def _path(parts: Any) -> str:
     for part in parts:
         text += f"[{part}]" if isinstance(part, int) else f".{key_label(part)}"
     return text.removeprefix(".")
+
+
+def _named(where: str, parts: Any) -> str:
+    """`where` and the position within it: `input_schema.properties.text.type`."""
+    position = _path(parts)
+    return f"{where}{'' if not position or position.startswith('[') else '.'}{position}"
 
 
 def _at(path: Path) -> str:

@@ -43,14 +43,15 @@ class CompiledRule:
     message: str
 
     def problem(self, job_input: Any, output: Any) -> str | None:
-        """None when the rule is true on (`job_input`, `output`), else why not, in a few words."""
+        """None when the rule is true on (`job_input`, `output`), else why not, in a few words that
+        follow the rule's name (`rule 1 (...) is false`)."""
         try:
             result = self.program.execute({"input": job_input, "output": output})
         except Exception as exc:  # any failure of a foreign evaluator: the rule failed
-            return one_line(f"it errors: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", 200)
+            return one_line(f"errors: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}", 200)
         if result is True:
             return None
-        return "it is false" if result is False else f"it gives a {type(result).__name__}, not true or false"
+        return "is false" if result is False else f"gives a {type(result).__name__}, not true or false"
 
 
 def compile_rule(check: str, message: str, where: str) -> CompiledRule:
