@@ -711,8 +711,8 @@ def stats_json(row: VersionStats) -> dict[str, Any]:
         "succeeded": row.succeeded,
         "validation_failures": row.validation_failures,
         "reasks": row.reasks,
-        "cost_usd": row.cost_usd,
-        "cost_per_job_usd": row.cost_per_job,
+        "cost_usd": float(row.cost_usd),
+        "cost_per_job_usd": float(row.cost_per_job),
         "p50_ms": row.percentile_ms(0.5),
         "p95_ms": row.percentile_ms(0.95),
     }

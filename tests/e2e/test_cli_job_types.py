@@ -459,7 +459,7 @@ def test_stats_count_each_versions_jobs(dev_env: DevStack, tmp_path: Path) -> No
     counted = [(row["version"], row["jobs"], row["succeeded"], row["validation_failures"]) for row in rows]
     assert counted == [(1, 3, 3, 0), (2, 2, 0, 2)]
     for row, jobs in zip(rows, (good, worse), strict=True):
-        assert Decimal(row["cost_usd"]) == sum(Decimal(str(views[job]["usage"]["cost_usd"])) for job in jobs)
+        assert Decimal(str(row["cost_usd"])) == sum(Decimal(str(views[job]["usage"]["cost_usd"])) for job in jobs)
         assert (row["p50_ms"], row["p95_ms"]) != (None, None)
     # and a code job type has none
     assert refusal(run("types", "stats", "classify")) == (

@@ -30,6 +30,7 @@ from aijobs.render import (
     redrive_json,
     redrive_line,
     routes_table,
+    stats_json,
     usage_json,
     usage_table,
 )
@@ -48,6 +49,7 @@ from engine.core import (
     Usage,
     Via,
 )
+from engine.core.job_types import VersionStats
 from engine.fleet.budgets import BudgetDay
 from engine.store import UsageRow
 from engine.views import AttemptView, DeadLetterView, JobInspection, JobView
@@ -592,3 +594,11 @@ def test_status_of_a_child_names_its_pipeline_and_step() -> None:
     rows = rows_of(text_of(job_table(JobView.from_job(child))))
 
     assert rows["pipeline"] == "a child of long-1, for its step parts"
+
+
+def test_a_versions_stats_as_json_give_costs_as_numbers_not_long_decimal_strings() -> None:
+    row = VersionStats(version=2, jobs=3, succeeded=3, cost_usd=Decimal("0.0000798486"))
+
+    document = json.loads(json_line(stats_json(row)))
+
+    assert (document["cost_usd"], document["cost_per_job_usd"]) == (0.0000798486, 0.0000266162)
