@@ -197,6 +197,10 @@ def _json_output(node: Any) -> Any:
             result[key] = {name: _json_output(child) for name, child in value.items()}
         elif key in _SCHEMA_KEYWORDS:
             result[key] = _json_output(value)
+        elif key == "oneOf" and "anyOf" not in node:
+            # The format has no oneOf (pydantic's discriminated unions): as anyOf, as the SDK's transform
+            # sends it; the engine's validation still holds the answer to exactly one.
+            result["anyOf"] = _json_output(value)
         elif key not in ("additionalProperties", "title", "default"):
             left[key] = value
     if left:
