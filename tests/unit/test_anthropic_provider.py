@@ -251,6 +251,29 @@ def test_a_discriminated_union_goes_to_the_json_output_format_as_any_of() -> Non
     assert json.loads(pet["description"]).keys() == {"discriminator"}
 
 
+@pytest.mark.parametrize(
+    "pattern",
+    [r"^(?=.*[0-9])[a-z0-9]+$", r"^(?!x)[a-z]+$", r"(?<=a)b", r"(?<!a)b", r"^(a)\1$", r"\bword\b", r"(?P<x>a)(?P=x)"],
+)
+def test_a_pattern_the_json_output_format_cannot_take_goes_into_the_description(pattern: str) -> None:
+    # Given a field whose pattern has a lookaround, a backreference or a word boundary, which the format refuses
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": pattern}}, "required": ["code"]}
+
+    # When it becomes the JSON output format's schema
+    code = json_output_schema(schema)["properties"]["code"]
+
+    # Then the pattern is not sent as one, but described (the engine still checks it on the answer)
+    assert "pattern" not in code
+    assert json.loads(code["description"]) == {"pattern": pattern}
+
+
+@pytest.mark.parametrize("pattern", [r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", r"^\d+(\.\d+)?$", r"^a\\b$", r"^(?:ab)+$"])
+def test_a_simple_pattern_is_kept_in_the_json_output_format(pattern: str) -> None:
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": pattern}}, "required": ["code"]}
+
+    assert json_output_schema(schema)["properties"]["code"] == {"type": "string", "pattern": pattern}
+
+
 def test_a_re_ask_is_the_conversation_with_no_empty_text() -> None:
     # Given a re-ask after an empty answer
     recorder = Recorder(lambda _: httpx.Response(200, json=message()))
