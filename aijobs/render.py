@@ -285,8 +285,12 @@ def attempts_table(attempts: Sequence[AttemptView], counted: int) -> Table:
         notes.insert(0, f"{len(attempts)} records, {counted} counted as attempts: {why}")
     caption = "; ".join(notes) if notes else None
     table = Table(title="attempt records", caption=caption if attempts else "no attempt recorded")
+    # Cache writes (Anthropic's, Claude's on Bedrock) cost more than input: a column of their own when some
+    # attempt wrote the prompt cache, as in `aijobs usage`.
+    written = any(attempt.cache_write_input_tokens for attempt in attempts)
+    columns = ("input", "cached", *(("cache write",) if written else ()), "output", "reasoning")
     # The model wraps first when the terminal is narrow: times, codes and figures stay whole.
-    for column in ("#", "started", "duration", "model", "via", "calls", "input", "cached", "output", "reasoning"):
+    for column in ("#", "started", "duration", "model", "via", "calls", *columns):
         left = column in {"started", "model", "via"}
         table.add_column(column, justify="left" if left else "right", no_wrap=column != "model")
     table.add_column("cost", justify="right", no_wrap=True)
@@ -303,6 +307,7 @@ def attempts_table(attempts: Sequence[AttemptView], counted: int) -> Table:
             str(attempt.calls),
             str(attempt.input_tokens),
             str(attempt.cached_input_tokens),
+            *((str(attempt.cache_write_input_tokens),) if written else ()),
             str(attempt.output_tokens),
             str(attempt.reasoning_tokens),
             usd(attempt.cost_usd),

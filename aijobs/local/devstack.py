@@ -232,6 +232,10 @@ class DevStack:
                 | {name: value for name, value in functions.items() if name not in LOCAL_PROVIDER_VARIABLES}
                 | local
             )
+        elif functions.get("AI_PROVIDER") == "anthropic" and not functions.get("AI_MODEL_PRIMARY"):
+            # An Anthropic-compatible provider of your own answers Claude's model ids, as the local one does:
+            # not the default model, an OpenAI one (which the settings refuse with AI_PROVIDER=anthropic).
+            functions = functions | {"AI_MODEL_PRIMARY": LOCAL_ANTHROPIC_MODEL}
         self.environment = (
             {"AWS_ENDPOINT_URL": endpoint, **LOCAL_CREDENTIALS} | self._resources.environment() | functions
         )

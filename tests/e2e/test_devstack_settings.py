@@ -10,7 +10,14 @@ import pytest
 from typer.testing import CliRunner
 
 from aijobs.cli import app
-from aijobs.local.devstack import LOCAL_API_KEY, DevStack, DevStackOptions, function_variables
+from aijobs.local.devstack import (
+    LOCAL_ANTHROPIC_MODEL,
+    LOCAL_API_KEY,
+    DevStack,
+    DevStackOptions,
+    function_variables,
+)
+from aijobs.local.provider import LocalProvider
 from engine.definitions import JobRegistry
 
 EXTRA_JOBS = """
@@ -70,6 +77,36 @@ def test_the_local_provider_keeps_its_own_address_and_key_and_the_rest_is_passed
         # What another shell is told to export is what the functions run with.
         assert stack.environment["AI_MODEL_PRIMARY"] == "my-model"
         assert stack.environment["AI_API_KEY"] == LOCAL_API_KEY
+
+
+def test_an_anthropic_provider_of_your_own_is_asked_a_claude_model_when_none_is_named() -> None:
+    # Given an Anthropic-compatible provider of one's own, and no AI_MODEL_PRIMARY
+    provider = LocalProvider(api_key="their-key", latency_seconds=0.0).start()
+    options = DevStackOptions(
+        aws_port=0,
+        provider_port=0,
+        quiet=True,
+        stack_name=f"settings-{uuid.uuid4().hex[:6]}",
+        function_environment={
+            "AI_PROVIDER": "anthropic",
+            "AI_BASE_URL": provider.anthropic_url,
+            "AI_API_KEY": "their-key",
+        },
+    )
+
+    # When the embedded stack starts against it
+    try:
+        with DevStack(options) as stack:
+            # Then it starts (the OpenAI default model would be refused), its functions asking that provider
+            # for claude-haiku-4-5, as they ask the local one, and the exports say so
+            assert stack.provider is None
+            assert (stack.settings.ai_base_url, stack.settings.ai_model_primary) == (
+                provider.anthropic_url,
+                LOCAL_ANTHROPIC_MODEL,
+            )
+            assert stack.environment["AI_MODEL_PRIMARY"] == LOCAL_ANTHROPIC_MODEL
+    finally:
+        provider.stop()
 
 
 def test_the_dev_command_says_its_state_is_in_memory_only_and_job_types_load_at_start() -> None:

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import httpx
 import pytest
 from anthropic.types import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel, Field
 
 from engine.core import Via
 from engine.core.errors import (
@@ -219,6 +220,58 @@ def test_the_json_output_schema_is_closed_and_keeps_what_the_format_cannot_check
         "required": ["confidence"],
         "additionalProperties": False,
     }
+
+
+class Cat(BaseModel):
+    kind: Literal["cat"]
+    lives: int
+
+
+class Dog(BaseModel):
+    kind: Literal["dog"]
+    breed: str
+
+
+class Pet(BaseModel):
+    pet: Annotated[Cat | Dog, Field(discriminator="kind")]
+
+
+def test_a_discriminated_union_goes_to_the_json_output_format_as_any_of() -> None:
+    # Given an output model whose union pydantic writes as oneOf (a discriminated union)
+    schema = Pet.model_json_schema()
+    assert "oneOf" in schema["properties"]["pet"]
+
+    # When it becomes the JSON output format's schema
+    shaped = json_output_schema(schema)
+
+    # Then the union is kept, as the anyOf the format takes, and only the discriminator is described
+    pet = shaped["properties"]["pet"]
+    assert pet["anyOf"] == [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}]
+    assert "oneOf" not in json.dumps(shaped)
+    assert json.loads(pet["description"]).keys() == {"discriminator"}
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [r"^(?=.*[0-9])[a-z0-9]+$", r"^(?!x)[a-z]+$", r"(?<=a)b", r"(?<!a)b", r"^(a)\1$", r"\bword\b", r"(?P<x>a)(?P=x)"],
+)
+def test_a_pattern_the_json_output_format_cannot_take_goes_into_the_description(pattern: str) -> None:
+    # Given a field whose pattern has a lookaround, a backreference or a word boundary, which the format refuses
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": pattern}}, "required": ["code"]}
+
+    # When it becomes the JSON output format's schema
+    code = json_output_schema(schema)["properties"]["code"]
+
+    # Then the pattern is not sent as one, but described (the engine still checks it on the answer)
+    assert "pattern" not in code
+    assert json.loads(code["description"]) == {"pattern": pattern}
+
+
+@pytest.mark.parametrize("pattern", [r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$", r"^\d+(\.\d+)?$", r"^a\\b$", r"^(?:ab)+$"])
+def test_a_simple_pattern_is_kept_in_the_json_output_format(pattern: str) -> None:
+    schema = {"type": "object", "properties": {"code": {"type": "string", "pattern": pattern}}, "required": ["code"]}
+
+    assert json_output_schema(schema)["properties"]["code"] == {"type": "string", "pattern": pattern}
 
 
 def test_a_re_ask_is_the_conversation_with_no_empty_text() -> None:

@@ -53,6 +53,18 @@ def test_anthropic_calls_its_own_api_by_default_with_the_models_named_for_its_js
     assert gateway._provider._json_output_models == ("claude-haiku-4-5",)
 
 
+def test_anthropic_sells_no_flex_tier_so_its_gateway_asks_none_whatever_the_prices_say() -> None:
+    # Given prices that give a Claude model a flex share, and an OpenAI gateway for comparison
+    prices = '{"claude-haiku-4-5": {"input": 1, "output": 5, "flex": 0.5}}'
+    claude = {"ai_api_key": "sk-ant", "ai_model_primary": "claude-haiku-4-5", "aijobs_prices": prices}
+    anthropic = build_gateway(settings(ai_provider="anthropic", **claude))
+    openai = build_gateway(settings(ai_api_key="sk"))
+
+    # Then only the OpenAI-compatible gateway asks for a flex tier
+    assert (anthropic._offers_flex, openai._offers_flex) == (False, True)
+    assert not anthropic._asks_flex("claude-haiku-4-5")
+
+
 @pytest.mark.parametrize(
     ("values", "variable"),
     [

@@ -157,6 +157,23 @@ def test_a_flex_share_in_the_prices_gives_a_model_a_flex_tier_at_that_share() ->
     assert execution.cost_usd == Decimal("0.0000108")  # 0.4 of it
 
 
+def test_a_provider_that_sells_no_flex_tier_is_called_as_with_flex_off_whatever_the_prices_say() -> None:
+    # Given a gateway for a provider with no flex tier (Anthropic's), and prices that give the model a flex share
+    provider = FakeProvider(served(None))
+    prices = PriceTable.with_overrides({NO_FLEX_MODEL: ModelPrice.of("0.15", "0.60", flex="0.5")})
+    definition = JobRegistry().get("classify")
+    gateway = ModelGateway(provider, ModelTiers(NO_FLEX_MODEL), prices, offers_flex=False)
+
+    # When a flex attempt runs
+    execution = gateway.execute(definition, definition.parse_input(CLASSIFY), tier=CallTier.FLEX)
+
+    # Then its call asks no tier, with the job type's own timeout, and is priced at the standard price
+    (request,) = provider.requests
+    assert (request.service_tier, request.timeout_seconds) == (None, TIMEOUT)
+    assert execution.via is Via.REALTIME
+    assert execution.cost_usd == execution.standard_cost_usd == Decimal("0.000027")
+
+
 def test_a_flex_call_the_provider_says_it_served_at_its_standard_tier_costs_the_standard_price() -> None:
     provider = FakeProvider(served("default"))
 

@@ -202,3 +202,23 @@ def test_the_settings_flex_share_reaches_the_price_table() -> None:
     assert prices.cost("gpt-4o-mini", Completion("{}", "gpt-4o-mini", 1_000_000, 0, latency_ms=0), Via.FLEX).usd == (
         Decimal("0.06")
     )
+
+
+@pytest.mark.parametrize(
+    ("model", "usd"),
+    [
+        # 250k uncached, 250k read, 500k written, 100k out
+        ("claude-haiku-4-5", Decimal("1.40")),  # 0.25 * 1 + 0.25 * 0.10 + 0.5 * 1.25 + 0.1 * 5
+        ("claude-3-5-haiku-20241022", Decimal("1.12")),  # 0.25 * 0.80 + 0.25 * 0.08 + 0.5 * 1.00 + 0.1 * 4
+        ("claude-3-haiku-20240307", Decimal("0.345")),  # 0.25 * 0.25 + 0.25 * 0.03 + 0.5 * 0.30 + 0.1 * 1.25
+    ],
+)
+def test_claude_cache_reads_and_writes_are_priced_as_anthropic_lists_them(model: str, usd: Decimal) -> None:
+    # Given a call on Anthropic's API that read and wrote the prompt cache
+    completion = tokens(1_000_000, 100_000, cached=250_000, written=500_000)
+
+    # When it is priced
+    priced = PriceTable().cost(model, completion)
+
+    # Then each kind of token costs what Anthropic's pricing page lists for the model
+    assert priced.usd == usd

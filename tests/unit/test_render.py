@@ -244,6 +244,35 @@ def test_inspect_says_why_its_attempt_records_outnumber_the_attempts_counted() -
     assert "2 records, 1 counted as attempts: rate-limited calls, and attempts before a retry, are not counted" in text
 
 
+def test_inspect_shows_each_attempt_s_cache_writes_when_some_attempt_wrote_the_prompt_cache() -> None:
+    # Given a Claude job whose first attempt wrote the prompt cache and whose second read it
+    history = JobHistory(
+        attempts=[
+            replace(attempt(1, AttemptOutcome.RETRYABLE, ErrorCode.PROVIDER_UNAVAILABLE), cache_write_input_tokens=300),
+            replace(attempt(2, AttemptOutcome.SUCCEEDED), cached_input_tokens=300, cache_write_input_tokens=0),
+        ],
+        dead_letters=[],
+    )
+    done = job(JobStatus.SUCCEEDED, attempt_count=2, finished_at=NOW)
+
+    # When it is inspected
+    text = text_of(inspection_group(JobInspection.of(done, history, NOW)))
+    rows = table_rows(text)
+
+    # Then each attempt's row holds its cache writes beside its cache reads
+    header = next(line for line in text.splitlines() if "reasoning" in line)
+    columns = [cell.strip() for cell in header.split("┃")[7:12]]
+    assert columns == ["input", "cached", "cache write", "output", "reasoning"]
+    assert rows["1"][5:10] == ["812", "512", "300", "40", "16"]
+    assert rows["2"][5:10] == ["812", "300", "0", "40", "16"]
+
+
+def test_inspect_shows_no_cache_write_column_when_no_attempt_wrote_the_cache() -> None:
+    text = text_of(inspection_group(rate_limited_then_answered()))
+
+    assert "cache write" not in text
+
+
 def test_the_list_shows_attempts_as_the_job_view_does() -> None:
     inspection = rate_limited_then_answered()
 

@@ -141,4 +141,6 @@ def build_gateway(settings: Settings) -> ModelGateway:
         repair_attempts=settings.aijobs_repair_attempts,
         # An OpenAI-compatible provider is asked the flex tier of any model: one without it says so.
         flex_unlisted=settings.ai_provider == "openai",
+        # Anthropic sells no flex tier: its jobs are called as with flex off (docs/cost.md).
+        offers_flex=settings.ai_provider != "anthropic",
     )

@@ -66,6 +66,9 @@ ERROR_STATUS = {
 # regular expressions, but no numeric or length bounds; objects closed). The keywords it does not take
 # go into the description, as the SDK's own transform puts them, and the engine checks them on the answer.
 _SCHEMA_KEYWORDS = frozenset({"type", "properties", "required", "items", "anyOf", "allOf", "$defs", "$ref"})
+# What the format's regular expressions lack: lookarounds, backreferences and word boundaries. A pattern
+# with one of them is refused (HTTP 400), so it goes into the description instead.
+_COMPLEX_PATTERN = re.compile(r"\\(?:[bBk1-9])|\(\?(?:=|!|<=|<!|P=)")
 # What a dated version of a model adds to its name: claude-sonnet-4-5-20250929.
 _DATED = re.compile(r"-\d{8}")
 _STRING_FORMATS = frozenset(
@@ -197,6 +200,10 @@ def _json_output(node: Any) -> Any:
             result[key] = {name: _json_output(child) for name, child in value.items()}
         elif key in _SCHEMA_KEYWORDS:
             result[key] = _json_output(value)
+        elif key == "oneOf" and "anyOf" not in node:
+            # The format has no oneOf (pydantic's discriminated unions): as anyOf, as the SDK's transform
+            # sends it; the engine's validation still holds the answer to exactly one.
+            result["anyOf"] = _json_output(value)
         elif key not in ("additionalProperties", "title", "default"):
             left[key] = value
     if left:
@@ -214,8 +221,14 @@ def _kept_as_is(key: str, value: object) -> bool:
     if key == "format":
         return isinstance(value, str) and value in _STRING_FORMATS
     if key == "pattern":
-        return isinstance(value, str)
+        return isinstance(value, str) and _simple_pattern(value)
     return key == "minItems" and type(value) is int and value in (0, 1)
+
+
+def _simple_pattern(pattern: str) -> bool:
+    """Whether the format's regular expressions take `pattern`: no lookaround, backreference or word
+    boundary (an escaped backslash is a literal one, not the start of an escape)."""
+    return _COMPLEX_PATTERN.search(pattern.replace("\\\\", "")) is None
 
 
 def message_completion(

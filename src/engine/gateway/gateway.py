@@ -224,6 +224,7 @@ class ModelGateway:
         prices: PriceTable | None = None,
         repair_attempts: int = 1,
         flex_unlisted: bool = False,
+        offers_flex: bool = True,
     ) -> None:
         self._provider = provider
         self._models = models
@@ -233,6 +234,9 @@ class ModelGateway:
         # says have one (an OpenAI-compatible provider refuses a model without one with a 400 naming
         # service_tier): a model refused so is not asked again by this gateway (docs/cost.md).
         self._flex_unlisted = flex_unlisted
+        # Whether the provider sells a flex tier at all: Anthropic does not, so its flex attempts are made
+        # at the standard tier and priced there, whatever flex share the prices give a model.
+        self._offers_flex = offers_flex
         self._no_flex: set[str] = set()
 
     def plan(self, definition: JobDefinition, job_input: BaseModel, attachments: Sequence[Attachment] = ()) -> CallPlan:
@@ -390,7 +394,7 @@ class ModelGateway:
     def _asks_flex(self, model: str) -> bool:
         """Whether a flex attempt asks `model`'s flex tier: it has one, or may have one, and has not
         refused it."""
-        if model in self._no_flex:
+        if not self._offers_flex or model in self._no_flex:
             return False
         return self._flex_unlisted or self._prices.offers_flex(model)
 

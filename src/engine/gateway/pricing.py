@@ -138,23 +138,26 @@ def claude_price(input: str, output: str) -> ModelPrice:
 
 
 # Anthropic's API, by each model's id and its alias (its "Models overview" and "Pricing" pages, as of
-# 2026-03-01).
+# 2026-03-01). Claude Haiku 3 is the one whose cache prices are not the rule's: 0.30 a cache write
+# (1.2 times input) and 0.03 a cache read.
 ANTHROPIC_PRICES: Mapping[str, ModelPrice] = {
-    model: claude_price(input, output)
-    for models, input, output in (
-        (("claude-opus-4-6",), "5", "25"),
-        (("claude-sonnet-4-6",), "3", "15"),
-        (("claude-opus-4-5", "claude-opus-4-5-20251101"), "5", "25"),
-        (("claude-sonnet-4-5", "claude-sonnet-4-5-20250929"), "3", "15"),
-        (("claude-haiku-4-5", "claude-haiku-4-5-20251001"), "1", "5"),
-        (("claude-opus-4-1", "claude-opus-4-1-20250805"), "15", "75"),
-        (("claude-opus-4-0", "claude-opus-4-20250514"), "15", "75"),
-        (("claude-sonnet-4-0", "claude-sonnet-4-20250514"), "3", "15"),
-        (("claude-3-7-sonnet-latest", "claude-3-7-sonnet-20250219"), "3", "15"),
-        (("claude-3-5-haiku-latest", "claude-3-5-haiku-20241022"), "0.80", "4"),
-        (("claude-3-haiku-20240307",), "0.25", "1.25"),
-    )
-    for model in models
+    "claude-3-haiku-20240307": ModelPrice.of("0.25", "1.25", cached_input="0.03", cache_write="0.30"),
+    **{
+        model: claude_price(input, output)
+        for models, input, output in (
+            (("claude-opus-4-6",), "5", "25"),
+            (("claude-sonnet-4-6",), "3", "15"),
+            (("claude-opus-4-5", "claude-opus-4-5-20251101"), "5", "25"),
+            (("claude-sonnet-4-5", "claude-sonnet-4-5-20250929"), "3", "15"),
+            (("claude-haiku-4-5", "claude-haiku-4-5-20251001"), "1", "5"),
+            (("claude-opus-4-1", "claude-opus-4-1-20250805"), "15", "75"),
+            (("claude-opus-4-0", "claude-opus-4-20250514"), "15", "75"),
+            (("claude-sonnet-4-0", "claude-sonnet-4-20250514"), "3", "15"),
+            (("claude-3-7-sonnet-latest", "claude-3-7-sonnet-20250219"), "3", "15"),
+            (("claude-3-5-haiku-latest", "claude-3-5-haiku-20241022"), "0.80", "4"),
+        )
+        for model in models
+    },
 }
 
 # OpenAI bills cache writes as input; Anthropic models on Bedrock bill them at 1.25 x input.
