@@ -3,6 +3,8 @@ provider configurations it refuses, as a worker starting (and the settings check
 
 from __future__ import annotations
 
+from typing import get_args
+
 import boto3
 import pytest
 from aws_lambda_powertools.utilities import parameters
@@ -10,7 +12,7 @@ from moto import mock_aws
 
 from engine.config import Settings
 from engine.core.errors import ConfigurationError
-from engine.gateway import ModelTiers, api_key_source, build_gateway
+from engine.gateway import FLEX_MODELS_OF, FlexModels, ModelTiers, api_key_source, build_gateway
 from engine.gateway.anthropic import AnthropicProvider
 from engine.gateway.bedrock import BedrockConverseProvider
 from engine.gateway.openai import OpenAICompatibleProvider
@@ -53,16 +55,11 @@ def test_anthropic_calls_its_own_api_by_default_with_the_models_named_for_its_js
     assert gateway._provider._json_output_models == ("claude-haiku-4-5",)
 
 
-def test_anthropic_sells_no_flex_tier_so_its_gateway_asks_none_whatever_the_prices_say() -> None:
-    # Given prices that give a Claude model a flex share, and an OpenAI gateway for comparison
-    prices = '{"claude-haiku-4-5": {"input": 1, "output": 5, "flex": 0.5}}'
-    claude = {"ai_api_key": "sk-ant", "ai_model_primary": "claude-haiku-4-5", "aijobs_prices": prices}
-    anthropic = build_gateway(settings(ai_provider="anthropic", **claude))
-    openai = build_gateway(settings(ai_api_key="sk"))
-
-    # Then only the OpenAI-compatible gateway asks for a flex tier
-    assert (anthropic._offers_flex, openai._offers_flex) == (False, True)
-    assert not anthropic._asks_flex("claude-haiku-4-5")
+def test_each_provider_is_asked_the_flex_tier_of_the_models_it_may_sell_it_for() -> None:
+    # An OpenAI-compatible provider says which models have none; Bedrock refuses an unknown tier; Anthropic
+    # sells none, whatever the prices say (tests/unit/test_flex_gateway.py has what each means for a call)
+    assert FLEX_MODELS_OF == {"openai": FlexModels.ANY, "bedrock": FlexModels.LISTED, "anthropic": FlexModels.NONE}
+    assert set(FLEX_MODELS_OF) == set(get_args(Settings.model_fields["ai_provider"].annotation))
 
 
 @pytest.mark.parametrize(

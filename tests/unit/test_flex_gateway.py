@@ -20,7 +20,16 @@ from engine.core.errors import (
     ProviderUnavailableError,
 )
 from engine.definitions import JobRegistry
-from engine.gateway import CallTier, Completion, CompletionRequest, Execution, ModelGateway, ModelTiers, PriceTable
+from engine.gateway import (
+    CallTier,
+    Completion,
+    CompletionRequest,
+    Execution,
+    FlexModels,
+    ModelGateway,
+    ModelTiers,
+    PriceTable,
+)
 from engine.gateway.gateway import FLEX_TIMEOUT_SECONDS, Answered, TimeLeft
 from engine.gateway.openai import OpenAICompatibleProvider, static_api_key
 from engine.gateway.pricing import DEFAULT_PRICES, ModelPrice
@@ -116,7 +125,7 @@ def test_an_openai_compatible_gateway_asks_the_flex_tier_of_a_model_no_list_name
     # Given a gateway that asks any model's flex tier (build_gateway's, for an OpenAI-compatible provider)
     provider = FakeProvider(served(FLEX_TIER))
     definition = JobRegistry().get("classify")
-    gateway = ModelGateway(provider, ModelTiers(NO_FLEX_MODEL), flex_unlisted=True)
+    gateway = ModelGateway(provider, ModelTiers(NO_FLEX_MODEL), flex_models=FlexModels.ANY)
 
     # When a flex attempt of a model the price table lists without one is served at flex
     execution = gateway.execute(definition, definition.parse_input(CLASSIFY), tier=CallTier.FLEX)
@@ -131,7 +140,7 @@ def test_a_model_that_refused_the_flex_tier_is_not_asked_it_again() -> None:
     # Given a provider that refuses gpt-4o-mini's flex tier outright (a 400 naming service_tier)
     provider = FakeProvider(calls(FlexUnavailableError("400 service_tier", later=False), "default", "default"))
     definition = JobRegistry().get("classify")
-    gateway = ModelGateway(provider, ModelTiers(NO_FLEX_MODEL), flex_unlisted=True)
+    gateway = ModelGateway(provider, ModelTiers(NO_FLEX_MODEL), flex_models=FlexModels.ANY)
     job_input = definition.parse_input(CLASSIFY)
 
     # When two flex attempts run, one after the other
@@ -162,7 +171,7 @@ def test_a_provider_that_sells_no_flex_tier_is_called_as_with_flex_off_whatever_
     provider = FakeProvider(served(None))
     prices = PriceTable.with_overrides({NO_FLEX_MODEL: ModelPrice.of("0.15", "0.60", flex="0.5")})
     definition = JobRegistry().get("classify")
-    gateway = ModelGateway(provider, ModelTiers(NO_FLEX_MODEL), prices, offers_flex=False)
+    gateway = ModelGateway(provider, ModelTiers(NO_FLEX_MODEL), prices, flex_models=FlexModels.NONE)
 
     # When a flex attempt runs
     execution = gateway.execute(definition, definition.parse_input(CLASSIFY), tier=CallTier.FLEX)

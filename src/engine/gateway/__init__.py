@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from engine.config import Settings, is_local_host
 from engine.core.errors import ConfigurationError
-from engine.gateway.gateway import Answered, CallPlan, CallTier, Execution, ModelGateway, ModelTiers
+from engine.gateway.gateway import Answered, CallPlan, CallTier, Execution, FlexModels, ModelGateway, ModelTiers
 from engine.gateway.pricing import ANTHROPIC_PRICES, DEFAULT_PRICES, ModelPrice, PriceTable
 from engine.gateway.provider import ChatTurn, Completion, CompletionRequest, ModelProvider
 
@@ -28,6 +28,7 @@ __all__ = [
     "Completion",
     "CompletionRequest",
     "Execution",
+    "FlexModels",
     "ModelGateway",
     "ModelPrice",
     "ModelProvider",
@@ -114,6 +115,11 @@ def check_provider(settings: Settings) -> None:
         )
 
 
+# Which models a provider is asked the flex tier of (docs/cost.md): an OpenAI-compatible one, any (one
+# without it says so); Bedrock, those listed; Anthropic sells none, so its jobs are called as with flex off.
+FLEX_MODELS_OF = {"openai": FlexModels.ANY, "bedrock": FlexModels.LISTED, "anthropic": FlexModels.NONE}
+
+
 def build_gateway(settings: Settings) -> ModelGateway:
     check_provider(settings)
     provider: ModelProvider
@@ -139,8 +145,5 @@ def build_gateway(settings: Settings) -> ModelGateway:
         ModelTiers(primary=settings.ai_model_primary, fallback=settings.ai_model_fallback),
         price_table(settings),
         repair_attempts=settings.aijobs_repair_attempts,
-        # An OpenAI-compatible provider is asked the flex tier of any model: one without it says so.
-        flex_unlisted=settings.ai_provider == "openai",
-        # Anthropic sells no flex tier: its jobs are called as with flex off (docs/cost.md).
-        offers_flex=settings.ai_provider != "anthropic",
+        flex_models=FLEX_MODELS_OF[settings.ai_provider],
     )

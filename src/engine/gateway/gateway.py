@@ -216,6 +216,19 @@ def strip_code_fence(content: str) -> str:
     return content
 
 
+class FlexModels(StrEnum):
+    """Which models' flex tier a flex attempt asks for (docs/cost.md)."""
+
+    # Any model's: an OpenAI-compatible provider refuses one without it (a 400 naming service_tier).
+    ANY = "any"
+    # Those the price table says have one (FLEX_MODELS, or a flex share): Bedrock refuses an unknown tier
+    # as a bad request.
+    LISTED = "listed"
+    # None: the provider sells no flex tier (Anthropic), so flex attempts are standard ones, priced so
+    # whatever flex share the prices give a model.
+    NONE = "none"
+
+
 class ModelGateway:
     def __init__(
         self,
@@ -223,20 +236,14 @@ class ModelGateway:
         models: ModelTiers,
         prices: PriceTable | None = None,
         repair_attempts: int = 1,
-        flex_unlisted: bool = False,
-        offers_flex: bool = True,
+        flex_models: FlexModels = FlexModels.LISTED,
     ) -> None:
         self._provider = provider
         self._models = models
         self._prices = prices or PriceTable()
         self._repair_attempts = repair_attempts
-        # With `flex_unlisted`, the flex tier is asked of every model, not only of those the price table
-        # says have one (an OpenAI-compatible provider refuses a model without one with a 400 naming
-        # service_tier): a model refused so is not asked again by this gateway (docs/cost.md).
-        self._flex_unlisted = flex_unlisted
-        # Whether the provider sells a flex tier at all: Anthropic does not, so its flex attempts are made
-        # at the standard tier and priced there, whatever flex share the prices give a model.
-        self._offers_flex = offers_flex
+        self._flex_models = flex_models
+        # Models whose flex tier the provider refused outright: not asked it again by this gateway.
         self._no_flex: set[str] = set()
 
     def plan(self, definition: JobDefinition, job_input: BaseModel, attachments: Sequence[Attachment] = ()) -> CallPlan:
@@ -394,9 +401,9 @@ class ModelGateway:
     def _asks_flex(self, model: str) -> bool:
         """Whether a flex attempt asks `model`'s flex tier: it has one, or may have one, and has not
         refused it."""
-        if not self._offers_flex or model in self._no_flex:
+        if self._flex_models is FlexModels.NONE or model in self._no_flex:
             return False
-        return self._flex_unlisted or self._prices.offers_flex(model)
+        return self._flex_models is FlexModels.ANY or self._prices.offers_flex(model)
 
     def _call(self, call: Call, tally: _Tally, tier: CallTier) -> Completion | JobError:
         """One call of the attempt: at the flex tier while the attempt asks it of this model, else at the
