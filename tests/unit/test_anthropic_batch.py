@@ -126,7 +126,8 @@ def test_a_batch_is_one_post_of_its_requests_each_tagged_with_its_record() -> No
     body = json.loads(request.content)
     assert sdk_batch(body) == body
     assert [item["custom_id"] for item in body["requests"]] == [f"{TAG}-j0000000000", f"{TAG}-j0000000001"]
-    assert body["requests"][0]["params"] == message_body(completion_request(MODEL), json_output=False)
+    # (exactly a real-time call's: MODEL, Claude Haiku 4.5, answers in the JSON output format)
+    assert body["requests"][0]["params"] == message_body(completion_request(MODEL), json_output=True)
     assert len(TAG) + 1 + len("j0000000000") <= 64
 
 

@@ -28,10 +28,12 @@ from engine.definitions import JobRegistry
 from engine.gateway import ChatTurn, ModelGateway, ModelTiers
 from engine.gateway.anthropic import (
     ANTHROPIC_VERSION,
+    JSON_OUTPUT_MODELS,
     AnthropicProvider,
     api_root,
     json_output_schema,
     message_completion,
+    within_json_output_limits,
 )
 from engine.gateway.openai import MAX_RESPONSE_BYTES, static_api_key
 from engine.gateway.pricing import PriceTable
@@ -40,6 +42,8 @@ from tests.support.providers import CLASSIFY_SCHEMA, completion_request
 
 Handler = Callable[[httpx.Request], httpx.Response]
 MODEL = "claude-haiku-4-5"
+# A model Anthropic does not list for its JSON output format: it answers through the forced tool.
+TOOL_MODEL = "claude-opus-4-1"
 ANSWER = {"label": "spam", "confidence": 0.9}
 
 
@@ -148,7 +152,7 @@ def test_structured_output_is_one_forced_tool_whose_input_schema_is_the_output_s
     recorder = Recorder(lambda _: httpx.Response(200, json=message()))
 
     # When a completion is asked for
-    completion = provider_for(recorder).complete(completion_request(MODEL))
+    completion = provider_for(recorder).complete(completion_request(TOOL_MODEL))
 
     # Then the request forces the one tool, its prefix (tool, then system) marked for the prompt cache
     body = recorder.body
@@ -190,8 +194,16 @@ def test_a_model_named_for_the_json_output_format_answers_in_it(model: str) -> N
 
 def test_a_model_that_only_shares_a_prefix_is_not_taken_for_a_json_output_model() -> None:
     recorder = Recorder(lambda _: httpx.Response(200, json=message()))
-    provider_for(recorder, json_output_models=("claude-sonnet-4",)).complete(completion_request("claude-sonnet-4-5"))
+    provider_for(recorder, json_output_models=("claude-opus-4",)).complete(completion_request(TOOL_MODEL))
     assert "tool_choice" in recorder.body
+
+
+@pytest.mark.parametrize("model", [*JSON_OUTPUT_MODELS, "claude-haiku-4-5-20251001"])
+def test_the_models_anthropic_lists_for_the_json_output_format_answer_in_it_unconfigured(model: str) -> None:
+    recorder = Recorder(lambda _: httpx.Response(200, json=message([{"type": "text", "text": json.dumps(ANSWER)}])))
+    provider_for(recorder).complete(completion_request(model))
+    assert "output_config" in recorder.body
+    assert "tool_choice" not in recorder.body
 
 
 def test_the_json_output_schema_is_closed_and_keeps_what_the_format_cannot_check_in_its_descriptions() -> None:
@@ -292,7 +304,7 @@ def test_a_re_ask_is_the_conversation_with_no_empty_text() -> None:
 
 def test_without_a_system_prompt_the_tool_carries_the_cache_breakpoint() -> None:
     recorder = Recorder(lambda _: httpx.Response(200, json=message()))
-    provider_for(recorder).complete(completion_request(MODEL, system=""))
+    provider_for(recorder).complete(completion_request(TOOL_MODEL, system=""))
     assert "system" not in recorder.body
     assert recorder.body["tools"][0]["cache_control"] == {"type": "ephemeral"}
 
@@ -497,3 +509,34 @@ def test_any_200_body_is_a_completion_or_a_typed_error_never_a_crash(body: Any) 
 def test_any_schema_becomes_an_output_format_schema_without_a_crash(schema: Any) -> None:
     shaped = json_output_schema(schema) if isinstance(schema, dict) else None
     assert shaped is None or isinstance(shaped, dict)
+
+
+def nullable_fields(count: int) -> dict[str, Any]:
+    """extract's kind of output schema: `count` fields, each a string or null, all required."""
+    fields = {f"field_{n}": {"anyOf": [{"type": "string"}, {"type": "null"}]} for n in range(count)}
+    return {"type": "object", "properties": fields, "required": list(fields), "additionalProperties": False}
+
+
+@pytest.mark.parametrize(("fields", "json_output"), [(16, True), (17, False)])
+def test_a_schema_past_the_json_output_formats_union_limit_goes_as_a_forced_tool(
+    fields: int, json_output: bool
+) -> None:
+    # Given a model that has the JSON output format, and an answer of `fields` nullable fields
+    recorder = Recorder(lambda _: httpx.Response(200, json=message()))
+
+    # When a completion is asked for
+    provider_for(recorder).complete(completion_request(MODEL, output_schema=nullable_fields(fields)))
+
+    # Then at most 16 unions go in the output format; more go as the forced tool's input schema
+    assert ("output_config" in recorder.body, "tool_choice" in recorder.body) == (json_output, not json_output)
+    assert sdk_request(recorder.body) == recorder.body
+
+
+def test_optional_properties_past_the_json_output_formats_limit_go_as_a_forced_tool() -> None:
+    many = {f"p{n}": {"type": "string"} for n in range(25)}
+    nested = {"type": "object", "properties": {"inner": {"type": "object", "properties": many}}, "required": ["inner"]}
+    assert not within_json_output_limits(nested)
+    assert within_json_output_limits({"type": "object", "properties": dict(list(many.items())[:24])})
+    # A property named "properties" is a name, not a keyword
+    named = {"type": "object", "properties": {"properties": {"type": "string"}}, "required": ["properties"]}
+    assert within_json_output_limits(named)

@@ -29,8 +29,9 @@ from tests.support.providers import completion_request
 from tests.unit.test_attachment_wire import attached
 from tests.unit.test_openai_wire import CALLING_DEFINITIONS, REPAIRABLE_INPUTS
 
-MODEL = "claude-haiku-4-5"
-# Forced tool (no model takes the JSON output format), and the JSON output format (this one does).
+# A model Anthropic does not list for its JSON output format: by default it answers through a forced tool.
+MODEL = "claude-opus-4-1"
+# Forced tool (the model is not given the JSON output format), and the JSON output format (it is).
 JSON_OUTPUT: list[tuple[str, ...]] = [(), (MODEL,)]
 
 

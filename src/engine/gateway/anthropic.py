@@ -87,9 +87,22 @@ def anthropic_credentials(key: str | None) -> dict[str, str]:
     return {"anthropic-version": ANTHROPIC_VERSION, **({"x-api-key": key} if key else {})}
 
 
+# The models Anthropic documents its JSON-schema output format as generally available for (a name
+# stands for its dated versions too); AI_JSON_OUTPUT_MODELS adds others (docs/gateway.md).
+JSON_OUTPUT_MODELS = (
+    "claude-opus-4-6",
+    "claude-sonnet-4-6",
+    "claude-opus-4-5",
+    "claude-sonnet-4-5",
+    "claude-haiku-4-5",
+)
+
+
 def takes_json_output(model: str, json_output_models: Sequence[str]) -> bool:
-    """Whether `model` is one of (or a dated version of one of) the models given the JSON output format."""
-    return any(model == name or _DATED.fullmatch(model.removeprefix(name)) for name in json_output_models)
+    """Whether `model` is one of (or a dated version of one of) the models given the JSON output format:
+    those that have it (JSON_OUTPUT_MODELS) and those configured."""
+    names = (*JSON_OUTPUT_MODELS, *json_output_models)
+    return any(model == name or _DATED.fullmatch(model.removeprefix(name)) for name in names)
 
 
 class AnthropicProvider:
@@ -117,8 +130,12 @@ class AnthropicProvider:
         return message_completion(status, content, request.model, latency_ms, headers.get("retry-after"))
 
     def body(self, request: CompletionRequest) -> dict[str, Any]:
-        """What a real-time call posts, and a batch request carries as its `params`."""
-        return message_body(request, takes_json_output(request.model, self._json_output_models))
+        """What a real-time call posts, and a batch request carries as its `params`: in the JSON output
+        format where the model has it and the schema is within the format's limits, else a forced tool."""
+        json_output = takes_json_output(request.model, self._json_output_models) and within_json_output_limits(
+            request.output_schema
+        )
+        return message_body(request, json_output)
 
     def _post(self, request: CompletionRequest, auth: dict[str, str]) -> Sent:
         timeout = httpx.Timeout(request.timeout_seconds, connect=min(_CONNECT_TIMEOUT_SECONDS, request.timeout_seconds))
@@ -177,6 +194,47 @@ def user_blocks(text: str, attachments: Sequence[Attachment]) -> list[dict[str, 
 
 def _turn(turn: ChatTurn) -> dict[str, Any]:
     return {"role": turn.role, "content": turn.content if turn.content.strip() else _EMPTY_TURN_TEXT}
+
+
+# The JSON output format's limits on one schema (Anthropic's structured outputs documentation): at most
+# this many properties whose schema is a union (`anyOf`, or a list of types, such as a nullable field),
+# and at most this many optional ones. A schema past either goes as a forced tool's input schema instead,
+# which has neither limit (an `extract` of many nullable fields, say).
+MAX_UNION_PROPERTIES = 16
+MAX_OPTIONAL_PROPERTIES = 24
+
+
+def within_json_output_limits(schema: dict[str, Any]) -> bool:
+    """Whether `schema` (as json_output_schema sends it) keeps within the JSON output format's limits."""
+    unions, optional = _property_counts(json_output_schema(schema))
+    return unions <= MAX_UNION_PROPERTIES and optional <= MAX_OPTIONAL_PROPERTIES
+
+
+def _property_counts(node: Any) -> tuple[int, int]:
+    """(union properties, optional properties) of every object within `node`."""
+    if isinstance(node, list):
+        counts = [_property_counts(item) for item in node]
+        return sum(count[0] for count in counts), sum(count[1] for count in counts)
+    if not isinstance(node, dict):
+        return 0, 0
+    unions = optional = 0
+    properties = node.get("properties")
+    if isinstance(properties, dict):
+        listed = node.get("required")
+        required = listed if isinstance(listed, list) else []
+        for name, child in properties.items():
+            if isinstance(child, dict) and ("anyOf" in child or isinstance(child.get("type"), list)):
+                unions += 1
+            optional += name not in required
+    # Schemas within: each property's and definition's (not their maps, whose keys are names), and
+    # those under the other keywords (items, anyOf, ...).
+    children = [
+        child
+        for key, value in node.items()
+        for child in (value.values() if key in ("properties", "$defs") and isinstance(value, dict) else [value])
+    ]
+    inner = _property_counts(children)
+    return unions + inner[0], optional + inner[1]
 
 
 def json_output_schema(schema: dict[str, Any]) -> dict[str, Any]:
