@@ -52,7 +52,8 @@ class EventsTap:
 
 
 def event_line(event: dict[str, Any]) -> str:
-    """One line per event: when, what, which job, and what it cost."""
+    """One line per event: when, what, which job, and what it cost (nothing, for a job that took the
+    answer of the job it names as `reused_from`)."""
     detail = event.get("detail", {})
     usage = detail.get("usage") or {}
     error = detail.get("error") or {}
@@ -68,6 +69,8 @@ def event_line(event: dict[str, Any]) -> str:
     ]
     if error:
         parts.append(f"error={error.get('code')}")
+    if detail.get("reused_from"):  # no call, no cost: it took the answer another job paid for
+        parts.append(f"reused_from={detail['reused_from']}")
     if "decision" in detail:  # a pipeline's review decided (Job Reviewed): who decided what
         parts = [*parts[:5], f"decision={detail['decision']}", f"by={detail.get('by') or '-'}"]
     return "  ".join(str(part) for part in parts)
