@@ -52,8 +52,9 @@ class EventsTap:
 
 
 def event_line(event: dict[str, Any]) -> str:
-    """One line per event: when, what, which job, and what it cost (a job type's rollback: which
-    version, production's, and why)."""
+    """One line per event: when, what, which job, and what it cost (nothing, for a job that took the
+    answer of the job it names as `reused_from`; a job type's rollback: which version, production's,
+    and why)."""
     detail = event.get("detail", {})
     if "job_id" not in detail and "production_version" in detail:  # Job Type Rolled Back
         return "  ".join(
@@ -81,6 +82,8 @@ def event_line(event: dict[str, Any]) -> str:
     ]
     if error:
         parts.append(f"error={error.get('code')}")
+    if detail.get("reused_from"):  # no call, no cost: it took the answer another job paid for
+        parts.append(f"reused_from={detail['reused_from']}")
     if "decision" in detail:  # a pipeline's review decided (Job Reviewed): who decided what
         parts = [*parts[:5], f"decision={detail['decision']}", f"by={detail.get('by') or '-'}"]
     return "  ".join(str(part) for part in parts)

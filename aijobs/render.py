@@ -282,7 +282,8 @@ def attempts_table(attempts: Sequence[AttemptView], counted: int) -> Table:
             if len(attempts) > counted
             else "an attempt that made no call is not recorded"
         )
-        notes.insert(0, f"{len(attempts)} records, {counted} counted as attempts: {why}")
+        records = f"{len(attempts)} record" if len(attempts) == 1 else f"{len(attempts)} records"
+        notes.insert(0, f"{records}, {counted} counted as attempts: {why}")
     caption = "; ".join(notes) if notes else None
     table = Table(title="attempt records", caption=caption if attempts else "no attempt recorded")
     # Cache writes (Anthropic's, Claude's on Bedrock) cost more than input: a column of their own when some

@@ -146,6 +146,14 @@ def flex_margin_ms(definition: JobDefinition) -> int:
     return int((FLEX_TRY_SECONDS + FLEX_STANDARD_CALLS * definition.timeout_seconds) * 1000)
 
 
+def flex_seconds_left(deadline_at: int, definition: JobDefinition, now_ms: int) -> float:
+    """How long a flex call may still take at `now_ms` for a job due at `deadline_at`: until its deadline
+    less one call at the standard tier, so that a flex call that never answers leaves the standard call
+    that follows it its own timeout before the deadline (docs/cost.md). The gateway makes no flex call
+    given less than the job type's timeout: none within twice that of the deadline."""
+    return (deadline_at - now_ms) / 1000 - definition.timeout_seconds
+
+
 def decide_tier(job: Job, definition: JobDefinition, flex: bool, now_ms: int) -> CallTier:
     """The service tier an attempt of `job` asks for. With flex on (`flex`), a background job asks the
     flex tier (the gateway asks it of a model that has one): while its deadline is far, a flex refusal

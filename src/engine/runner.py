@@ -78,6 +78,7 @@ from engine.decisions import (
     decide_retry,
     decide_reused,
     decide_tier,
+    flex_seconds_left,
 )
 from engine.definitions import JobDefinition, JobRegistry
 from engine.definitions.pipelines import PipelineDefinition
@@ -423,7 +424,7 @@ class JobRunner:
             time_left = _time_left(remaining_ms)
             tier = decide_tier(job, claimed.definition, self._flex, started)
             execution = self._gateway.execute(
-                claimed.definition, claimed.job_input, time_left, claimed.attachments, tier
+                claimed.definition, claimed.job_input, time_left, claimed.attachments, tier, self._flex_left(claimed)
             )
             if isinstance(verdict, Pass):
                 verdict.record(execution)
@@ -436,6 +437,13 @@ class JobRunner:
             internal = InternalError(f"internal error: {type(exc).__name__}")
             retry = decide_retry(job, internal, attempt, self._moment(receive_count))
             return self.finish(job, request, retry, read=claimed.attachments_read)
+
+    def _flex_left(self, claimed: Claimed) -> Callable[[], float] | None:
+        """How long a flex call of the job may still take, by its deadline (None: it has none)."""
+        deadline_at, definition = claimed.job.deadline_at, claimed.definition
+        if deadline_at is None:
+            return None
+        return lambda: flex_seconds_left(deadline_at, definition, self._now_ms())
 
     def _pipeline(self, claimed: Claimed) -> Disposition:
         """A pipeline calls no model: its next step starts (engine.pipelines)."""

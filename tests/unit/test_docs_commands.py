@@ -11,6 +11,8 @@ import pytest
 import typer.main
 
 from aijobs.cli import app
+from engine.config import Settings
+from engine.gateway import build_gateway
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "commands.md"
 FLAG = re.compile(r"--[a-z][a-z-]*")
@@ -49,3 +51,16 @@ def test_the_usage_line_names_exactly_the_flags_the_command_takes(name: str) -> 
 
     assert usage.startswith(f"aijobs {name}")
     assert set(FLAG.findall(usage)) == commands()[name]
+
+
+def test_the_flex_flag_says_the_default_model_is_asked_the_flex_tier_as_the_worker_asks_it() -> None:
+    # Given the worker's gateway as `aijobs dev --flex on` builds it: the local OpenAI-compatible provider,
+    # the default model
+    local = {"jobs_table_name": "jobs", "jobs_queue_url": "http://127.0.0.1:1/q", "jobs_payload_bucket": "payloads"}
+    settings = Settings.model_validate(local | {"ai_base_url": "http://127.0.0.1:8700/v1", "aijobs_flex": "on"})
+    gateway = build_gateway(settings)
+    row = next(line for line in PAGE.read_text().splitlines() if line.startswith("| `--flex` |"))
+
+    # Then the gateway asks the default model's flex tier, and the flag's row says so
+    assert gateway._asks_flex(settings.ai_model_primary)
+    assert f"the default `{settings.ai_model_primary}` too" in row

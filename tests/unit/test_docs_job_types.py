@@ -18,7 +18,7 @@ import yaml
 from engine.core import ErrorCode
 from engine.core.errors import JobTypeFileError
 from engine.definitions import BUILTIN_DEFINITIONS, JobDefinition, JobRegistry
-from engine.definitions.data import check_job_type
+from engine.definitions.data import AttachmentsFile, check_job_type
 from engine.intake import BadMessageError, parse_message
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -50,6 +50,15 @@ def code_block(text: str, language: str) -> str:
 
 
 # --- docs/jobtypes.md ---------------------------------------------------------------------------------
+
+
+def test_a_files_attachments_are_named_by_the_keys_the_file_takes() -> None:
+    # Given what the file's list of keys says `attachments` holds
+    named = re.search(r"`attachments` \(`\{([a-z_, ]+)\}`", section(JOB_TYPES, "## Job types as data"))
+    assert named is not None
+
+    # Then those are the keys a pushed file's attachments take, in their order
+    assert named[1].split(", ") == list(AttachmentsFile.model_fields)
 
 
 def test_the_built_ins_table_is_the_registry_s_with_what_each_takes() -> None:

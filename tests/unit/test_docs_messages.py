@@ -43,3 +43,13 @@ def test_the_table_has_a_row_for_every_field() -> None:
 
     assert set(VIEW_FIELDS) - {"usage"} <= named
     assert {f"usage.{field}" for field in USAGE_FIELDS} <= named
+
+
+def test_the_via_row_names_the_client_s_wait_among_the_reads_of_the_job_alone() -> None:
+    # Given the row of `via`, which says where the view reads the job's attempts and where not
+    row = next(line for line in SECTION.splitlines() if line.startswith("| `via` |"))
+    alone = row.split("null where the job is read alone", 1)[1]
+
+    # Then the client's wait, which polls the job alone as get does, is named there
+    assert "`AiJobsClient.get`" in alone
+    assert "`AiJobsClient.wait`" in alone

@@ -25,7 +25,7 @@ from engine.core import (
     Retry,
     Via,
 )
-from engine.core.errors import FlexUnavailableError
+from engine.core.errors import FlexUnavailableError, ProviderTimeoutError
 from engine.dead_letters import DeadLetterRecorder
 from engine.decisions import (
     FLEX_STANDARD_CALLS,
@@ -264,6 +264,40 @@ def test_near_its_deadline_a_refused_flex_call_is_made_again_at_the_standard_tie
     assert (attempt.via, attempt.service_tier, attempt.calls) == (Via.FLEX, "default", 2)
     assert attempt.cost_usd == attempt.standard_cost_usd == Decimal("0.000065")
     assert only_job(store).attempt_count == 1
+
+
+def test_near_its_deadline_a_flex_call_that_never_answers_leaves_the_standard_call_its_time_before_the_deadline(
+    store: InMemoryJobStore, clock: Clock
+) -> None:
+    # Given a background job three minutes from its deadline, in an invocation of 300 s, whose flex
+    # tier never answers
+    provider = scripted(ProviderTimeoutError("no answer"), answer_at("default"))
+
+    # When it runs
+    disposition = run_one(provider, store, clock, deadline_seconds=180)
+
+    # Then its flex call may take only what the deadline leaves after the standard call's 60 s (not
+    # what is left of the invocation), and the standard call follows with its own timeout
+    assert disposition.fate is Fate.SUCCEEDED
+    assert [(request.service_tier, request.timeout_seconds) for request in provider.requests] == [
+        (FLEX_TIER, 180.0 - CLASSIFY.timeout_seconds),
+        (None, CLASSIFY.timeout_seconds),
+    ]
+    assert only_job(store).attempt_count == 1
+
+
+def test_within_twice_its_timeout_of_its_deadline_a_job_asks_the_standard_tier_alone(
+    store: InMemoryJobStore, clock: Clock
+) -> None:
+    # Given a background job 100 s from its deadline: a flex call would leave the standard call less
+    # than its 60 s before the deadline, or get less than that itself
+    provider = scripted(answer_at("default"))
+
+    # When it runs, then it is called at the standard tier alone, in real time
+    assert run_one(provider, store, clock, deadline_seconds=100).fate is Fate.SUCCEEDED
+    assert [request.service_tier for request in provider.requests] == [None]
+    (attempt,) = store.attempts("j-1")
+    assert (attempt.via, attempt.calls) == (Via.REALTIME, 1)
 
 
 def test_a_job_back_from_waiting_for_flex_near_its_deadline_gets_the_standard_tier(

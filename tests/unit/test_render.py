@@ -273,6 +273,23 @@ def test_inspect_shows_no_cache_write_column_when_no_attempt_wrote_the_cache() -
     assert "cache write" not in text
 
 
+def test_inspect_of_a_job_waiting_after_one_refused_call_counts_its_one_record_in_the_singular() -> None:
+    # Given a queued job whose only call the flex tier refused (a record, not counted as an attempt)
+    refused = replace(attempt(1, AttemptOutcome.RETRYABLE, ErrorCode.PROVIDER_RATE_LIMITED), calls=1, via=Via.FLEX)
+    waiting = job(
+        JobStatus.QUEUED,
+        attempt_count=0,
+        error=JobErrorInfo(ErrorCode.PROVIDER_RATE_LIMITED, "the provider's flex tier is unavailable (HTTP 429)", True),
+    )
+
+    # When inspect shows it
+    text = text_of(inspection_group(JobInspection.of(waiting, JobHistory([refused], []), NOW)))
+
+    # Then the caption reads as English
+    assert "1 record, 0 counted as attempts: rate-limited calls" in text
+    assert "1 records" not in text
+
+
 def test_the_list_shows_attempts_as_the_job_view_does() -> None:
     inspection = rate_limited_then_answered()
 
@@ -505,6 +522,17 @@ def test_attempt_views_keep_their_numbers() -> None:
     view = AttemptView.from_record(replace(attempt(1, AttemptOutcome.SUCCEEDED), cost_usd=Decimal("1E-7")))
 
     assert '"cost_usd": 0.0000001' in json_line(view.model_dump(mode="json"))
+
+
+def test_an_event_line_of_a_reused_job_names_the_job_whose_answer_it_took() -> None:
+    # Given the completion event of a job that took another's answer, with no call
+    detail = {"job_id": "r-2", "job_type": "classify", "user_id": "u", "attempt_count": 1, "via": "reuse"}
+    event = {"time": "t", "detail-type": "Job Succeeded", "detail": detail | {"reused_from": "r-1", "usage": {}}}
+    paid = {"time": "t", "detail-type": "Job Succeeded", "detail": detail | {"via": None, "reused_from": None}}
+
+    # Then its line says which job paid, where it says nothing of the kind for a job that made its call
+    assert event_line(event).split("  ")[-2:] == ["cost=$0.000000", "reused_from=r-1"]
+    assert "reused_from" not in event_line(paid)
 
 
 def test_a_review_events_line_says_who_decided_what() -> None:

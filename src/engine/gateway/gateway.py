@@ -187,6 +187,8 @@ class Call:
     output_schema: dict[str, Any]
     attachments: tuple[Attachment, ...] = ()
     time_left: TimeLeft | None = None
+    # How long a flex call may still take, by the job's deadline (engine.decisions.flex_seconds_left).
+    flex_left: TimeLeft | None = None
 
 
 # Tokens of a chat message's framing (role, separators) beyond its text, as providers count them.
@@ -290,9 +292,11 @@ class ModelGateway:
         time_left: TimeLeft | None = None,
         attachments: Sequence[Attachment] = (),
         tier: CallTier = CallTier.STANDARD,
+        flex_left: TimeLeft | None = None,
     ) -> Execution:
-        """One attempt, its calls made now, at the service tier `tier` asks for."""
-        return self._attempt(definition, job_input, time_left, tuple(attachments), tier=tier)
+        """One attempt, its calls made now, at the service tier `tier` asks for; a flex call within
+        `flex_left` too (what the job's deadline leaves it), as within `time_left`."""
+        return self._attempt(definition, job_input, time_left, tuple(attachments), tier=tier, flex_left=flex_left)
 
     def execute_answer(
         self,
@@ -325,9 +329,10 @@ class ModelGateway:
         alone: bool = False,
         prompt: RenderedPrompt | None = None,
         tier: CallTier = CallTier.STANDARD,
+        flex_left: TimeLeft | None = None,
     ) -> Execution:
         prompt = prompt or definition.render_prompt(job_input, len(attachments))
-        call = Call(definition, prompt, definition.output_schema(job_input), attachments, time_left)
+        call = Call(definition, prompt, definition.output_schema(job_input), attachments, time_left, flex_left)
         tally = _Tally()
         chain = self._models.chain(definition.model_tier)
         if alone:
@@ -437,8 +442,13 @@ class ModelGateway:
             budget = FLEX_TIMEOUT_SECONDS if left is None else min(FLEX_TIMEOUT_SECONDS, left)
             if standard_after and left is not None:
                 budget = min(budget, left - definition.timeout_seconds)
+            if call.flex_left is not None:
+                # Nor past what the deadline leaves it: the standard call that may follow keeps its timeout.
+                budget = min(budget, call.flex_left())
             if budget < definition.timeout_seconds:
-                return FlexUnavailableError("too little time left in this invocation for a flex call")
+                return FlexUnavailableError(
+                    "too little time left, in this invocation or to the deadline, for a flex call"
+                )
             timeout = budget
         else:
             timeout = definition.timeout_seconds if left is None else min(definition.timeout_seconds, left)
