@@ -341,14 +341,7 @@ class LocalProvider:
             self._record(entry)
             message = f"The model {request.model!r} does not exist"
             return error_reply(404, message, "invalid_request_error", "model_not_found")
-        refused = self._over_limit(request, key)
-        if refused is not None:
-            return refused
-        with self._lock:
-            fault = self._choose_fault(request, key)
-            reply, entry = self._reply(request, key, fault, number=len(self._log) + 1)
-            self._log.append(entry)
-        return reply
+        return self._serve(request, key)
 
     def _anthropic(
         self,
@@ -381,7 +374,11 @@ class LocalProvider:
             entry = ServedRequest(time.time(), request.model, request.schema_name, None, 404, 0, 0, key)
             self._record(replace(entry, job_type=job_type, api="anthropic"))
             return anthropic_error(404, "not_found_error", f"model: {request.model[:200]}")
-        refused = self._over_limit(request, key, anthropic=True)
+        return self._serve(request, key, anthropic=True)
+
+    def _serve(self, request: ChatRequest, key: str, anthropic: bool = False) -> Reply:
+        """A well-formed request to a served model: refused over a limit, else answered (or faulted)."""
+        refused = self._over_limit(request, key, anthropic=anthropic)
         if refused is not None:
             return refused
         with self._lock:

@@ -16,13 +16,10 @@ from typer.testing import CliRunner
 
 from aijobs.cli import app
 from aijobs.stack import StackResources
+from tests.support.cli import run
 from tests.support.contract import USAGE_FIELDS, VIEW_FIELDS
 
 CLASSIFY_INPUT = json.dumps({"text": "Win a cruise!", "labels": ["spam", "ham"]})
-
-
-def run(*args: str) -> Any:
-    return CliRunner().invoke(app, list(args))
 
 
 def queued_messages(queue_url: str) -> list[dict[str, Any]]:

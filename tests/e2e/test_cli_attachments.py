@@ -13,10 +13,10 @@ from typing import Any
 
 import boto3
 import pytest
-from typer.testing import CliRunner, Result
+from typer.testing import Result
 
-from aijobs.cli import app
 from aijobs.local.devstack import DevStack, DevStackOptions
+from tests.support.cli import run
 from tests.support.contract import ATTACHMENT_FIELDS, VIEW_FIELDS
 from tests.support.documents import MODULE, image, pdf
 
@@ -50,10 +50,6 @@ def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "photo.png").write_bytes(image(800, 600))
     (tmp_path / "invoice.docx").write_bytes(b"PK\x03\x04\x14\x00\x06\x00" + bytes(range(256)))
     return tmp_path
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(app, list(args))
 
 
 def uploads(stack: DevStack, job_id: str) -> dict[str, bytes]:

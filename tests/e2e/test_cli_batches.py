@@ -16,10 +16,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner, Result
 
-from aijobs.cli import app
 from aijobs.local.devstack import DevStack, DevStackOptions
+from tests.support.cli import succeeded
 from tests.support.contract import BATCH_FIELDS, VIEW_FIELDS
 from tests.support.waiting import eventually
 
@@ -49,17 +48,10 @@ def dev_stack() -> Iterator[DevStack]:
         yield stack
 
 
-def run(*args: str) -> Any:
-    """The command's JSON (with --json), else its text; it must succeed."""
-    result: Result = CliRunner().invoke(app, list(args))
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout) if "--json" in args else result.stdout
-
-
 def submit_background(text: str) -> str:
     job_id = f"batched-{uuid.uuid4().hex[:8]}"
     job_input = json.dumps({"text": text, "labels": LABELS})
-    run("submit", "--type", "classify", "--user", "u-batch", "--input", job_input, "--job-id", job_id,
+    succeeded("submit", "--type", "classify", "--user", "u-batch", "--input", job_input, "--job-id", job_id,
         "--lane", "background")  # fmt: skip
     return job_id
 
@@ -68,7 +60,7 @@ def view_once(job_id: str, holds: Callable[[dict[str, Any]], bool], what: str) -
     """The job's view (`aijobs status --json`) once `holds` is true of it."""
 
     def check() -> dict[str, Any] | None:
-        view: dict[str, Any] = run("status", job_id, "--json")
+        view: dict[str, Any] = succeeded("status", job_id, "--json")
         return view if holds(view) else None
 
     return eventually(check, timeout=BATCH_BOUND, what=what)
@@ -76,7 +68,7 @@ def view_once(job_id: str, holds: Callable[[dict[str, Any]], bool], what: str) -
 
 def listed_batch(window: str, *flags: str) -> dict[str, Any] | None:
     """The batch of `window` that `aijobs batches` lists, once the provider has it (its id known)."""
-    found = [batch for batch in run("batches", "--json", *flags) if batch["key"].startswith(f"{window}.")]
+    found = [batch for batch in succeeded("batches", "--json", *flags) if batch["key"].startswith(f"{window}.")]
     return found[0] if found and found[0]["batch_id"] else None
 
 
@@ -90,12 +82,12 @@ def test_a_job_waiting_in_its_batch_runs_via_batch_and_batches_lists_that_batch_
     batch = eventually(lambda: listed_batch(window), timeout=BATCH_BOUND, what="the window's batch created")
 
     # Then the job is running via batch, in the window it joined (its key: the window's start, epoch ms)
-    waiting = run("status", job_id, "--json")
+    waiting = succeeded("status", job_id, "--json")
     assert list(waiting) == VIEW_FIELDS
     assert (waiting["status"], waiting["via"], waiting["batch"]) == ("running", "batch", window)
     assert re.fullmatch(r"\d{13}", window), window
-    assert "batch: waiting for its batch (window of" in run("status", job_id)
-    inspected = run("inspect", job_id)
+    assert "batch: waiting for its batch (window of" in succeeded("status", job_id)
+    inspected = succeeded("inspect", job_id)
     assert "in a provider's batch (window of" in inspected
     assert "`aijobs batches` lists the batches in flight" in inspected
     # And its batch is in flight: its one line, the provider's state, its rescue time to come
@@ -103,12 +95,12 @@ def test_a_job_waiting_in_its_batch_runs_via_batch_and_batches_lists_that_batch_
     assert (batch["model"], batch["provider"], batch["lines"]) == ("gpt-4o-mini", "openai", 1)
     assert (batch["phase"], batch["state"], batch["ended_at"]) == ("pending", "pending", None)
     assert batch["rescue_at"] > batch["created_at"]
-    table = run("batches")
+    table = succeeded("batches")
     assert "batches in flight" in table
     assert batch["batch_id"] in table
 
     # And `aijobs cancel` ends the batched job at once, its batch still at the provider
-    cancelled = run("cancel", job_id, "--json")
+    cancelled = succeeded("cancel", job_id, "--json")
     assert (cancelled["status"], cancelled["via"], cancelled["batch"]) == ("cancelled", None, None)
     still = listed_batch(window)
     assert still is not None
@@ -123,20 +115,20 @@ def test_a_job_its_batch_answered_ran_via_that_batch_which_batches_all_lists_as_
     done = view_once(job_id, lambda view: view["status"] == "succeeded", "the batched job's success")
 
     # Then its one attempt ran via the provider's batch, which status and inspect both name
-    inspection = run("inspect", job_id, "--json")
+    inspection = succeeded("inspect", job_id, "--json")
     [attempt] = inspection["attempts"]
     batch_id = attempt["batch_id"]
     assert (attempt["via"], attempt["outcome"]) == ("batch", "succeeded")
     assert batch_id
     assert (inspection["job"]["via"], inspection["job"]["batch"]) == ("batch", batch_id)
     assert (done["via"], done["batch"]) == ("batch", batch_id)
-    assert re.search(rf"^via\s+batch {batch_id}\s*$", run("status", job_id), re.MULTILINE)
-    assert f"batch {batch_id}" in run("inspect", job_id)
+    assert re.search(rf"^via\s+batch {batch_id}\s*$", succeeded("status", job_id), re.MULTILINE)
+    assert f"batch {batch_id}" in succeeded("inspect", job_id)
     # And `aijobs batches` no longer lists its batch in flight; with --all, ended, its one job finished
-    assert batch_id not in [batch["batch_id"] for batch in run("batches", "--json")]
-    [ended] = [batch for batch in run("batches", "--all", "--json") if batch["batch_id"] == batch_id]
+    assert batch_id not in [batch["batch_id"] for batch in succeeded("batches", "--json")]
+    [ended] = [batch for batch in succeeded("batches", "--all", "--json") if batch["batch_id"] == batch_id]
     assert list(ended) == BATCH_FIELDS
     assert (ended["phase"], ended["state"], ended["lines"]) == ("ended", "completed", 1)
     assert (ended["answered"], ended["failed"], ended["finished"], ended["returned"]) == (1, 0, 1, 0)
     assert ended["ended_at"] is not None
-    assert batch_id in run("batches", "--all")
+    assert batch_id in succeeded("batches", "--all")

@@ -22,13 +22,13 @@ from typing import Any
 
 import boto3
 import pytest
-from typer.testing import CliRunner, Result
+from typer.testing import Result
 
-from aijobs.cli import app
 from aijobs.client import AiJobsClient
 from aijobs.local.devstack import DevStack, DevStackOptions
 from aijobs.local.provider import LocalProvider
 from aijobs.stack import StackResources
+from tests.support.cli import run
 from tests.support.contract import USAGE_FIELDS, USAGE_ROW_FIELDS, VIEW_FIELDS
 from tests.support.dev_process import clean_environment
 from tests.support.waiting import eventually
@@ -56,10 +56,6 @@ def dev_stack() -> Iterator[DevStack]:
 
 
 # --- helpers -----------------------------------------------------------------------------------------
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(app, list(args))
 
 
 def unique(prefix: str) -> str:

@@ -10,10 +10,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner, Result
 
-from aijobs.cli import app
 from aijobs.local.devstack import DevStack, DevStackOptions
+from tests.support.cli import succeeded
 from tests.support.contract import USAGE_ROW_FIELDS
 
 FLEX_ON = {"AIJOBS_FLEX": "on", "AI_MODEL_PRIMARY": "gpt-5-mini"}
@@ -35,18 +34,11 @@ def dev_stack() -> Iterator[DevStack]:
         yield stack
 
 
-def run(*args: str) -> Any:
-    """The command's JSON (with --json), else its text; it must succeed."""
-    result: Result = CliRunner().invoke(app, list(args))
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout) if "--json" in args else result.stdout
-
-
 def submit(user: str, text: str, lane: str) -> dict[str, Any]:
     """A classify job run to its end (`submit --wait --json`): its view."""
     job_input = json.dumps({"text": text, "labels": LABELS})
     job_id = f"{user}-{uuid.uuid4().hex[:6]}"
-    view: dict[str, Any] = run(
+    view: dict[str, Any] = succeeded(
         "submit", "--type", "classify", "--user", user, "--input", job_input, "--job-id", job_id,
         "--lane", lane, "--wait", "--json",
     )  # fmt: skip
@@ -58,18 +50,18 @@ def test_a_background_job_runs_at_flex_and_inspect_shows_the_tier_and_both_costs
 
     assert (view["status"], view["via"]) == ("succeeded", "flex")
     assert view["usage"]["standard_cost_usd"] == pytest.approx(2 * view["usage"]["cost_usd"])
-    inspection = run("inspect", view["job_id"], "--json")
+    inspection = succeeded("inspect", view["job_id"], "--json")
     (attempt,) = inspection["attempts"]
     assert (attempt["via"], attempt["service_tier"]) == ("flex", "flex")
     assert attempt["standard_cost_usd"] == pytest.approx(2 * attempt["cost_usd"])
-    assert "flex (flex)" in run("inspect", view["job_id"])
+    assert "flex (flex)" in succeeded("inspect", view["job_id"])
 
 
 def test_a_refused_flex_call_waits_and_the_job_still_ends_at_flex(dev_env: DevStack) -> None:
     view = submit(f"u-wait-{uuid.uuid4().hex[:6]}", "Win a cruise fault:flex_unavailable*1", "background")
 
     assert (view["status"], view["attempt_count"], view["usage"]["attempts"]) == ("succeeded", 1, 2)
-    refused, served = run("inspect", view["job_id"], "--json")["attempts"]
+    refused, served = succeeded("inspect", view["job_id"], "--json")["attempts"]
     assert (refused["via"], refused["error_code"], refused["cost_usd"]) == ("flex", "provider_rate_limited", 0)
     assert (served["via"], served["service_tier"], served["outcome"]) == ("flex", "flex", "succeeded")
 
@@ -81,7 +73,7 @@ def test_usage_splits_cost_by_route_with_what_the_same_calls_cost_in_real_time(d
     now = submit(user, "The invoice is attached.", "interactive")
 
     # When usage is asked for, as JSON
-    rows = run("usage", "--user", user, "--since", "1h", "--json")
+    rows = succeeded("usage", "--user", user, "--since", "1h", "--json")
 
     # Then each route has its rows, with its standard cost and its saving
     assert all(list(row) == USAGE_ROW_FIELDS for row in rows)
@@ -95,7 +87,7 @@ def test_usage_splits_cost_by_route_with_what_the_same_calls_cost_in_real_time(d
     assert by_via["realtime"]["saved_usd"] == 0
 
     # And as tables: the rows with their route, then cost by route with the prompt cache and the total
-    text = run("usage", "--user", user, "--since", "1h")
+    text = succeeded("usage", "--user", user, "--since", "1h")
     assert "cost by route" in text
     for route in ("realtime", "batch", "flex", "reuse", "prompt cache", "in real time", "saved"):
         assert route in text

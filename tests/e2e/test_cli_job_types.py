@@ -25,11 +25,11 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner, Result
+from typer.testing import Result
 
-from aijobs.cli import app
 from aijobs.demo_canary import FILE, WORSE
 from aijobs.local.devstack import DevStack, DevStackOptions
+from tests.support.cli import run
 
 # Every wait in this module is bounded by this many seconds (the guard's by GUARD_BOUND).
 BOUND = 30.0
@@ -50,10 +50,6 @@ def dev_stack() -> Iterator[DevStack]:
         yield stack
     finally:
         stack.stop()
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(app, list(args))
 
 
 def new_name() -> str:

@@ -13,21 +13,17 @@ from typing import Any
 
 import boto3
 import pytest
-from typer.testing import CliRunner, Result
+from typer.testing import Result
 
-from aijobs.cli import app
 from aijobs.stack import StackResources, create_stack_resources
 from engine.store.batches import BatchTable
 from tests.support.batches import batch_record, ended_batch
+from tests.support.cli import run
 from tests.support.contract import BATCH_FIELDS
 from tests.support.deployed import deploy_stand_in
 
 CLASSIFY_INPUT = json.dumps({"text": "Win a cruise!", "labels": ["spam", "ham"]})
 Deploy = Callable[..., tuple[str, StackResources]]
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(app, list(args))
 
 
 def one_error_line(result: Result) -> str:

@@ -16,9 +16,7 @@ from typing import Any
 
 import boto3
 import pytest
-from typer.testing import CliRunner, Result
 
-from aijobs.cli import app
 from aijobs.client import AiJobsClient, os_user
 from aijobs.events import EventsTap
 from aijobs.local.devstack import DevStack, DevStackOptions
@@ -26,6 +24,7 @@ from engine.config import load_settings
 from engine.core import ErrorCode, JobStatus
 from engine.definitions.pipelines import split_text
 from engine.views import JobInspection, JobView
+from tests.support.cli import run
 from tests.support.text_pdfs import text_pdf
 
 BOUND = 90.0
@@ -69,10 +68,6 @@ def ended(client: AiJobsClient, job_id: str) -> JobView:
 
 def in_review(client: AiJobsClient, job_id: str) -> JobView:
     return until(client, job_id, lambda view: bool(view.pipeline and view.pipeline.review) or view.status.is_terminal)
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(app, list(args))
 
 
 def long_text(sentences: int) -> str:

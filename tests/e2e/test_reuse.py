@@ -16,11 +16,10 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner, Result
 
-from aijobs.cli import app
 from aijobs.demo_canary import FILE
 from aijobs.local.devstack import DevStack, DevStackOptions
+from tests.support.cli import run
 from tests.support.contract import USAGE_FIELDS
 from tests.support.http_provider import LocalProvider
 
@@ -45,10 +44,6 @@ def dev_stack(provider: LocalProvider) -> Iterator[DevStack]:
     )
     with DevStack(options) as stack:
         yield stack
-
-
-def run(*args: str) -> Result:
-    return CliRunner().invoke(app, list(args))
 
 
 def pushed(tmp_path: Path, **changes: Any) -> str:

@@ -12,9 +12,9 @@ from typing import Any
 from anthropic.types.message_create_params import MessageCreateParamsNonStreaming
 from anthropic.types.messages import BatchCreateParams
 from anthropic.types.messages.batch_create_params import Request
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
-from tests.support.openai_sdk import materialized
+from tests.support.openai_sdk import takes, validated
 
 SDK_REQUEST = TypeAdapter(MessageCreateParamsNonStreaming)
 SDK_BATCH_REQUEST = TypeAdapter(Request)
@@ -23,25 +23,18 @@ SDK_BATCH = TypeAdapter(BatchCreateParams)
 
 def sdk_request(body: object) -> dict[str, Any]:
     """`body` as the SDK's Messages request type validates it, strictly and all the way down."""
-    validated: dict[str, Any] = materialized(SDK_REQUEST.validate_python(body, strict=True))
-    return validated
+    return validated(SDK_REQUEST, body)
 
 
 def sdk_batch_request(request: object) -> dict[str, Any]:
     """A request of a Message Batches create body, as the SDK's `Request` validates it."""
-    validated: dict[str, Any] = materialized(SDK_BATCH_REQUEST.validate_python(request, strict=True))
-    return validated
+    return validated(SDK_BATCH_REQUEST, request)
 
 
 def sdk_batch(body: object) -> dict[str, Any]:
     """A Message Batches create body, as the SDK's `BatchCreateParams` validates it."""
-    validated: dict[str, Any] = materialized(SDK_BATCH.validate_python(body, strict=True))
-    return validated
+    return validated(SDK_BATCH, body)
 
 
 def sdk_takes(body: object) -> bool:
-    try:
-        sdk_request(body)
-    except ValidationError:
-        return False
-    return True
+    return takes(SDK_REQUEST, body)

@@ -24,16 +24,26 @@ def materialized(value: Any) -> Any:
     return value
 
 
-def sdk_request(body: object) -> dict[str, Any]:
-    """`body` as the SDK's request type validates it, strictly and all the way down (ValidationError
+def validated(adapter: TypeAdapter[Any], body: object) -> dict[str, Any]:
+    """`body` as `adapter` (an SDK's type) validates it, strictly and all the way down (ValidationError
     when the SDK's types refuse it)."""
-    validated: dict[str, Any] = materialized(SDK_REQUEST.validate_python(body, strict=True))
-    return validated
+    value: dict[str, Any] = materialized(adapter.validate_python(body, strict=True))
+    return value
 
 
-def sdk_takes(body: object) -> bool:
+def takes(adapter: TypeAdapter[Any], body: object) -> bool:
+    """Whether the SDK's type `adapter` takes `body`."""
     try:
-        sdk_request(body)
+        validated(adapter, body)
     except ValidationError:
         return False
     return True
+
+
+def sdk_request(body: object) -> dict[str, Any]:
+    """`body` as the SDK's request type validates it."""
+    return validated(SDK_REQUEST, body)
+
+
+def sdk_takes(body: object) -> bool:
+    return takes(SDK_REQUEST, body)
