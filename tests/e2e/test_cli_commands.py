@@ -636,7 +636,11 @@ def test_worker_runs_jobs_and_stops_on_interrupt(endpoint_env: StackResources, t
         stdout, stderr = tmp_path / "worker.out", tmp_path / "worker.err"
         with stdout.open("w") as out, stderr.open("w") as err:
             worker = subprocess.Popen(
-                [sys.executable, "-m", "aijobs", "worker", "--concurrency", "1"], stdout=out, stderr=err, env=env
+                # A long poll of 5 s: an interrupt that lands after the batch (a slow machine) waits that out.
+                [sys.executable, "-m", "aijobs", "worker", "--concurrency", "1", "--wait-seconds", "5"],
+                stdout=out,
+                stderr=err,
+                env=env,
             )
         try:
             first, second = unique("worker-1"), unique("worker-2")
@@ -651,7 +655,10 @@ def test_worker_runs_jobs_and_stops_on_interrupt(endpoint_env: StackResources, t
             assert submitted.exit_code == 0, submitted.output
             eventually(lambda: view_of(second)["status"] == "running", interval=0.05)
             worker.send_signal(signal.SIGINT)
-            returncode = worker.wait(timeout=BOUND)
+            try:
+                returncode = worker.wait(timeout=BOUND)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"the worker still ran {BOUND:g}s after Ctrl-C; it said:\n{stderr.read_text()}")
         finally:
             if worker.poll() is None:
                 worker.kill()
