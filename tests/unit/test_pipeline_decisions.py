@@ -12,6 +12,8 @@ from engine.core import (
     JobStatus,
     Usage,
 )
+from engine.core.errors import PipelineStateError
+from engine.definitions.base import MAX_OUTPUT_BYTES
 from engine.definitions.pipelines import EXTRACT_REVIEWED, SUMMARIZE_LONG, split_text
 from engine.pipelines import children_ids
 from engine.reconciler import Reconciled
@@ -147,6 +149,38 @@ def test_a_retried_pipeline_whose_review_was_rejected_waits_for_a_review_again(s
     assert again.pipeline.review.decision is None
     assert again.pipeline.review.output == {"total": 120.5}
     assert stack.calls == [fields]  # the extraction is not run again
+
+
+@pytest.mark.parametrize(
+    ("total", "refusal"),
+    [
+        ("x" * MAX_OUTPUT_BYTES, rf"the output is {MAX_OUTPUT_BYTES + 12} bytes as JSON; a job stores at most"),
+        ("lots \ud800", r"output.total: holds a lone UTF-16 surrogate"),
+    ],
+)
+def test_an_edited_output_a_job_cannot_store_is_refused_in_one_line_and_the_review_still_waits(
+    stack: Stack, total: str, refusal: str
+) -> None:
+    from engine.pipelines import decided_review
+
+    # Given an extraction waiting for its review, whose output schema takes any text as its total
+    fields = {**INVOICE, "fields": [{"name": "total", "description": "the total", "type": "string"}]}
+    stack.submit(EXTRACT_REVIEWED, fields)
+    stack.advance()
+    (child,) = children_ids(stack.job())[0]
+    stack.run_child(child)
+    stack.advance()
+    waiting = stack.job()
+    job_input = EXTRACT_REVIEWED.parse_input(fields)
+
+    # When a person approves an edit larger than a job's item holds, or holding a lone surrogate
+    with pytest.raises(PipelineStateError, match=f"^the edited output is refused: {refusal}") as refused:
+        decided_review(waiting, EXTRACT_REVIEWED, job_input, True, {"total": total}, None, "ana", stack.clock.ms)
+
+    # Then it is refused in one line before anything is written, and the review still waits
+    assert "\n" not in str(refused.value)
+    assert stack.job().status is JobStatus.WAITING
+    assert stack.job().pipeline == waiting.pipeline
 
 
 def test_the_reconciler_recounts_a_waiting_step_whose_counts_were_lost_once(stack: Stack) -> None:
