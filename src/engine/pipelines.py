@@ -381,6 +381,8 @@ def decided_review(
     than a job stores) and the error to end with
     (None when approved). PipelineStateError when the job waits for no review or the output is refused."""
     review = job.pipeline.review if job.pipeline else None
+    if job.status is JobStatus.WAITING and review is None:
+        raise PipelineStateError(f"job {job.job_id} is waiting on its step's children, not for a review")
     if job.status is not JobStatus.WAITING or review is None or review.decision is not None:
         raise PipelineStateError(f"job {job.job_id} is {job.status.value}, not waiting for a review")
     if not approve:

@@ -183,6 +183,24 @@ def test_an_edited_output_a_job_cannot_store_is_refused_in_one_line_and_the_revi
     assert stack.job().pipeline == waiting.pipeline
 
 
+def test_a_review_of_a_pipeline_waiting_on_its_children_is_refused_saying_what_it_waits_for(stack: Stack) -> None:
+    from engine.pipelines import decided_review
+
+    # Given a summarize_long waiting on the children of its first step
+    stack.submit(SUMMARIZE_LONG, {"text": TEXT})
+    stack.advance()
+    waiting = stack.job()
+    assert waiting.status is JobStatus.WAITING
+
+    # When a person approves it
+    with pytest.raises(PipelineStateError) as refused:
+        decided_review(waiting, SUMMARIZE_LONG, SUMMARIZE_LONG.parse_input({"text": TEXT}), True, None, None, "ana", 0)
+
+    # Then the refusal says it waits on its children (not "is waiting, not waiting for a review")
+    assert str(refused.value) == f"job {waiting.job_id} is waiting on its step's children, not for a review"
+    assert stack.job().status is JobStatus.WAITING
+
+
 def test_the_reconciler_recounts_a_waiting_step_whose_counts_were_lost_once(stack: Stack) -> None:
     # Given a pipeline whose children all ended, none of their stream records counted
     stack.submit(SUMMARIZE_LONG, {"text": TEXT})
