@@ -357,9 +357,10 @@ def step_failed(step: str, failed: Sequence[str], children: dict[str, Job]) -> S
     if not failed:
         return StepFailedError(f"step {step!r}: a child of the step is missing")
     first = children[failed[0]]
-    why = f"{first.error.code.value}: {first.error.message}" if first.error else first.status.value
+    # A child cancelled alone has no error: its status says it all ("cancelled", not "cancelled (cancelled)").
+    why = f" ({first.error.code.value}: {first.error.message})" if first.error else ""
     more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-    return StepFailedError(one_line(f"step {step!r}: child {first.job_id} {first.status.value} ({why}){more}"))
+    return StepFailedError(one_line(f"step {step!r}: child {first.job_id} {first.status.value}{why}{more}"))
 
 
 def _fields(review: Review) -> dict[str, Any]:

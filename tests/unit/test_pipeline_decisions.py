@@ -201,6 +201,28 @@ def test_a_review_of_a_pipeline_waiting_on_its_children_is_refused_saying_what_i
     assert stack.job().status is JobStatus.WAITING
 
 
+def test_a_child_cancelled_alone_fails_its_pipeline_naming_it_cancelled(stack: Stack) -> None:
+    # Given a summarize_long whose parts run, one of which is cancelled alone (`aijobs cancel CHILD`)
+    stack.submit(SUMMARIZE_LONG, {"text": TEXT})
+    stack.advance()
+    ids = children_ids(stack.job())[0]
+    stack.run_child(ids[0])
+    stack.run_child(ids[2])
+    cancelled = stack.store.request_cancel(ids[1], stack.clock.tick())
+    stack.ends.ended([cancelled])
+
+    # When the pipeline moves on
+    stack.advance()
+
+    # Then it fails step_failed naming the step and the child, cancelled (it has no error of its own)
+    failed = stack.job()
+    assert failed.status is JobStatus.FAILED
+    assert failed.error is not None
+    assert failed.error.code is ErrorCode.STEP_FAILED
+    assert failed.error.message == f"step 'parts': child {ids[1]} cancelled"
+    assert failed.usage == summed(stack.children())
+
+
 def test_the_reconciler_recounts_a_waiting_step_whose_counts_were_lost_once(stack: Stack) -> None:
     # Given a pipeline whose children all ended, none of their stream records counted
     stack.submit(SUMMARIZE_LONG, {"text": TEXT})
