@@ -52,6 +52,7 @@ from engine.core.errors import (
     CancelRequestedError,
     InputValidationError,
     LeaseLostError,
+    OutputTooLargeError,
     PermanentError,
     PipelineStateError,
     ReviewRejectedError,
@@ -61,13 +62,14 @@ from engine.core.errors import (
 from engine.core.ports import PipelineStore
 from engine.decisions import output_hash
 from engine.definitions import JobDefinition, JobRegistry
+from engine.definitions.base import storable_output
 from engine.definitions.pipelines import MAX_PARTS, MapStep, PipelineDefinition, ReviewStep
 from engine.intake import request_hash
 from engine.messages import MIN_DEADLINE_SECONDS
 from engine.observability import log_unexpected, logger
 from engine.queue import JobQueues
 from engine.retry import MAX_DELAY_SECONDS
-from engine.text import one_line
+from engine.text import json_value_problem, one_line
 
 # Job ids are at most 128 characters: a child's is its parent's with its step and part, or, for a
 # parent whose id leaves no room, its digest's.
@@ -355,9 +357,10 @@ def step_failed(step: str, failed: Sequence[str], children: dict[str, Job]) -> S
     if not failed:
         return StepFailedError(f"step {step!r}: a child of the step is missing")
     first = children[failed[0]]
-    why = f"{first.error.code.value}: {first.error.message}" if first.error else first.status.value
+    # A child cancelled alone has no error: its status says it all ("cancelled", not "cancelled (cancelled)").
+    why = f" ({first.error.code.value}: {first.error.message})" if first.error else ""
     more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-    return StepFailedError(one_line(f"step {step!r}: child {first.job_id} {first.status.value} ({why}){more}"))
+    return StepFailedError(one_line(f"step {step!r}: child {first.job_id} {first.status.value}{why}{more}"))
 
 
 def _fields(review: Review) -> dict[str, Any]:
@@ -375,9 +378,12 @@ def decided_review(
     now_ms: int,
 ) -> tuple[Review, dict[str, Any] | None, Any]:
     """A person's decision on a pipeline waiting for its review: the review to record, the output to
-    keep (the proposed one, or an edited one its output schema accepts) and the error to end with
+    keep (the proposed one, or an edited one its output schema accepts, of valid Unicode and no larger
+    than a job stores) and the error to end with
     (None when approved). PipelineStateError when the job waits for no review or the output is refused."""
     review = job.pipeline.review if job.pipeline else None
+    if job.status is JobStatus.WAITING and review is None:
+        raise PipelineStateError(f"job {job.job_id} is waiting on its step's children, not for a review")
     if job.status is not JobStatus.WAITING or review is None or review.decision is not None:
         raise PipelineStateError(f"job {job.job_id} is {job.status.value}, not waiting for a review")
     if not approve:
@@ -391,9 +397,11 @@ def decided_review(
     if output is not None:
         if not isinstance(definition, PipelineDefinition):
             raise PipelineStateError(f"job {job.job_id} is not a pipeline's")
+        if problem := json_value_problem(output, "output"):
+            raise PipelineStateError(one_line(f"the edited output is refused: {problem}"))
         try:
-            kept = definition.edited_output(job_input, output)
-        except ValueError as exc:
+            kept = storable_output(definition.edited_output(job_input, output))
+        except (ValueError, OutputTooLargeError) as exc:
             raise PipelineStateError(one_line(f"the edited output is refused: {exc}")) from exc
     decided = Review(
         **{**_fields(review), "decision": "approved", "by": by, "at": now_ms, "changed": kept != review.output}

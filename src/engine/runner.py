@@ -35,6 +35,7 @@ from engine.core import (
     AttemptRecord,
     BatchTerms,
     Cancelled,
+    ChildOf,
     ClaimRefusal,
     Delivery,
     Disposition,
@@ -241,9 +242,12 @@ class JobRunner:
         execution = self._gateway.price_answer(claimed.definition, claimed.job_input, answered, count)
         return attempt_record(claimed.job, execution, started, self._now_ms())
 
-    def record_unused(self, attempt: AttemptRecord, settlement: Settlement | None = None) -> bool:
-        """Keep an unused answer's attempt as usage, once: False when it was recorded already."""
-        return self._store.record_orphan_attempt(attempt, self._now_ms(), settlement)
+    def record_unused(
+        self, attempt: AttemptRecord, settlement: Settlement | None = None, parent: ChildOf | None = None
+    ) -> bool:
+        """Keep an unused answer's attempt as usage (and a pipeline's child's on its parent too, when it
+        has ended), once: False when it was recorded already."""
+        return self._store.record_orphan_attempt(attempt, self._now_ms(), settlement, parent)
 
     def give_back(self, job_id: str, settlement: Settlement) -> bool:
         """Give back a batched claim's reservation that no write of its job gave back, once."""
@@ -512,7 +516,7 @@ class JobRunner:
         if attempt is not None and current is not None:
             if settlement is not None and settlement.claim in current.batch_settled:
                 settlement = replace(settlement, returned_usd=Decimal(0))  # given back by the write that ended it
-            self._store.record_orphan_attempt(attempt, self._now_ms(), settlement)
+            self._store.record_orphan_attempt(attempt, self._now_ms(), settlement, job.parent)
         logger.warning("lease lost; result discarded, usage kept", extra={"job_id": job.job_id})
         if current is None or current.status.is_terminal:
             return Ack(Fate.LEASE_LOST)

@@ -7,6 +7,7 @@ cannot encode. Everything the engine stores or sends from outside text goes thro
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -40,7 +41,7 @@ def one_line(text: str, limit: int = MAX_REASON_CHARS) -> str:
 
 
 def json_value_problem(value: Any, name: str) -> str | None:
-    """Why a parsed JSON value cannot be used (lone surrogates, too deep), or None.
+    """Why a parsed JSON value cannot be used (lone surrogates, numbers out of range, too deep), or None.
 
     Walked iteratively: a value nested just under the parser's recursion limit must not hit it here.
     Paths name positions, not content: `input.documents[3].text`, never the text itself.
@@ -53,6 +54,10 @@ def json_value_problem(value: Any, name: str) -> str | None:
         if isinstance(node, str):
             if _SURROGATE.search(node):
                 return f"{path}: holds a lone UTF-16 surrogate, which is not valid Unicode"
+        elif isinstance(node, float):
+            # Python's parser reads 1e999 as infinity, which JSON (and so every store) cannot hold.
+            if not math.isfinite(node):
+                return f"{path}: a number out of range ({node}), which JSON cannot hold"
         elif isinstance(node, dict):
             for position, (key, item) in enumerate(node.items()):
                 if _SURROGATE.search(key):

@@ -6,6 +6,7 @@ did not succeed put back to `queued`."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any, Protocol, cast
 
@@ -139,6 +140,44 @@ def test_a_child_is_counted_once_with_its_usage_and_the_parent_moved_on_once(pip
     assert parent.status is JobStatus.QUEUED
     assert parent.usage.input_tokens == 160
     assert parent.usage.attempts == 3
+
+
+def test_a_late_answer_to_an_ended_child_adds_its_usage_to_the_parent_too_once(pipelines: Pipelines) -> None:
+    # Given a pipeline cancelled with its children, one of which a provider's batch answers afterwards
+    store = pipelines
+    waiting(store)
+    store.request_cancel("p", NOW + 4)
+    cancelled = store.request_cancel("p:s0:0", NOW + 4)
+    assert cancelled.status is JobStatus.CANCELLED
+    assert store.count_child(cancelled, NOW + 5).counted  # its end, as the stream counts it: no usage
+    open_child = read(store, "p:s0:1")
+    late = AttemptRecord(
+        job_id="p:s0:0",
+        attempt=1,
+        user_id="u-1",
+        job_type="summarize",
+        started_at=NOW + 6,
+        finished_at=NOW + 6,
+        outcome=AttemptOutcome.SUCCEEDED,
+        input_tokens=4_000,
+        output_tokens=20,
+        cost_usd=Decimal("0.0003"),
+    )
+
+    # When its answer is kept as usage (a batch's conclusion gone over twice), and an open child's too
+    assert store.record_orphan_attempt(late, NOW + 6, None, cancelled.parent)
+    assert not store.record_orphan_attempt(late, NOW + 7, None, cancelled.parent)
+    opened = replace(late, job_id="p:s0:1", input_tokens=900)
+    assert store.record_orphan_attempt(opened, NOW + 8, None, open_child.parent)
+
+    # Then the ended child's usage is added to the parent's, once; the open child's is not (its end,
+    # counted later, carries it)
+    parent = read(store, "p")
+    assert (parent.usage.input_tokens, parent.usage.output_tokens, parent.usage.attempts) == (4_000, 20, 1)
+    assert parent.usage.cost_usd == Decimal("0.0003")
+    assert read(store, "p:s0:0").usage.input_tokens == 4_000
+    assert read(store, "p:s0:1").usage.input_tokens == 900
+    assert parent.status is JobStatus.CANCELLED
 
 
 def test_a_waiting_pipeline_is_cancelled_at_once(pipelines: Pipelines) -> None:

@@ -5,6 +5,7 @@ the built-ins: `invoice_reviewed` (`extract`, then a review) run on the in-memor
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import pytest
@@ -208,6 +209,9 @@ def test_invoice_reviewed_runs_extract_then_waits_for_a_person_whose_edit_its_sc
 
     with pytest.raises(PipelineStateError, match=r"the edited output is refused: output.total: must be of type number"):
         decided_review(waiting, definition, job_input, True, {"total": "lots"}, None, "ana", stack.clock.ms)
+    # a number Python's parser read as infinity (`--output '{"total": 1e999}'`) is no JSON number either
+    with pytest.raises(PipelineStateError, match=r"the edited output is refused: output.total: a number out of range"):
+        decided_review(waiting, definition, job_input, True, {"total": math.inf}, None, "ana", stack.clock.ms)
     review, kept, error = decided_review(
         waiting, definition, job_input, True, {"total": 121}, None, "ana", stack.clock.ms
     )

@@ -12,6 +12,8 @@ from engine.core import (
     JobStatus,
     Usage,
 )
+from engine.core.errors import PipelineStateError
+from engine.definitions.base import MAX_OUTPUT_BYTES
 from engine.definitions.pipelines import EXTRACT_REVIEWED, SUMMARIZE_LONG, split_text
 from engine.pipelines import children_ids
 from engine.reconciler import Reconciled
@@ -147,6 +149,78 @@ def test_a_retried_pipeline_whose_review_was_rejected_waits_for_a_review_again(s
     assert again.pipeline.review.decision is None
     assert again.pipeline.review.output == {"total": 120.5}
     assert stack.calls == [fields]  # the extraction is not run again
+
+
+@pytest.mark.parametrize(
+    ("total", "refusal"),
+    [
+        ("x" * MAX_OUTPUT_BYTES, rf"the output is {MAX_OUTPUT_BYTES + 12} bytes as JSON; a job stores at most"),
+        ("lots \ud800", r"output.total: holds a lone UTF-16 surrogate"),
+    ],
+)
+def test_an_edited_output_a_job_cannot_store_is_refused_in_one_line_and_the_review_still_waits(
+    stack: Stack, total: str, refusal: str
+) -> None:
+    from engine.pipelines import decided_review
+
+    # Given an extraction waiting for its review, whose output schema takes any text as its total
+    fields = {**INVOICE, "fields": [{"name": "total", "description": "the total", "type": "string"}]}
+    stack.submit(EXTRACT_REVIEWED, fields)
+    stack.advance()
+    (child,) = children_ids(stack.job())[0]
+    stack.run_child(child)
+    stack.advance()
+    waiting = stack.job()
+    job_input = EXTRACT_REVIEWED.parse_input(fields)
+
+    # When a person approves an edit larger than a job's item holds, or holding a lone surrogate
+    with pytest.raises(PipelineStateError, match=f"^the edited output is refused: {refusal}") as refused:
+        decided_review(waiting, EXTRACT_REVIEWED, job_input, True, {"total": total}, None, "ana", stack.clock.ms)
+
+    # Then it is refused in one line before anything is written, and the review still waits
+    assert "\n" not in str(refused.value)
+    assert stack.job().status is JobStatus.WAITING
+    assert stack.job().pipeline == waiting.pipeline
+
+
+def test_a_review_of_a_pipeline_waiting_on_its_children_is_refused_saying_what_it_waits_for(stack: Stack) -> None:
+    from engine.pipelines import decided_review
+
+    # Given a summarize_long waiting on the children of its first step
+    stack.submit(SUMMARIZE_LONG, {"text": TEXT})
+    stack.advance()
+    waiting = stack.job()
+    assert waiting.status is JobStatus.WAITING
+
+    # When a person approves it
+    with pytest.raises(PipelineStateError) as refused:
+        decided_review(waiting, SUMMARIZE_LONG, SUMMARIZE_LONG.parse_input({"text": TEXT}), True, None, None, "ana", 0)
+
+    # Then the refusal says it waits on its children (not "is waiting, not waiting for a review")
+    assert str(refused.value) == f"job {waiting.job_id} is waiting on its step's children, not for a review"
+    assert stack.job().status is JobStatus.WAITING
+
+
+def test_a_child_cancelled_alone_fails_its_pipeline_naming_it_cancelled(stack: Stack) -> None:
+    # Given a summarize_long whose parts run, one of which is cancelled alone (`aijobs cancel CHILD`)
+    stack.submit(SUMMARIZE_LONG, {"text": TEXT})
+    stack.advance()
+    ids = children_ids(stack.job())[0]
+    stack.run_child(ids[0])
+    stack.run_child(ids[2])
+    cancelled = stack.store.request_cancel(ids[1], stack.clock.tick())
+    stack.ends.ended([cancelled])
+
+    # When the pipeline moves on
+    stack.advance()
+
+    # Then it fails step_failed naming the step and the child, cancelled (it has no error of its own)
+    failed = stack.job()
+    assert failed.status is JobStatus.FAILED
+    assert failed.error is not None
+    assert failed.error.code is ErrorCode.STEP_FAILED
+    assert failed.error.message == f"step 'parts': child {ids[1]} cancelled"
+    assert failed.usage == summed(stack.children())
 
 
 def test_the_reconciler_recounts_a_waiting_step_whose_counts_were_lost_once(stack: Stack) -> None:

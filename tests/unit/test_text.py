@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -73,3 +74,16 @@ def test_the_problem_names_a_position_never_the_text() -> None:
     assert problem is not None
     assert problem.startswith("input.documents[0].text:")
     assert "secret" not in problem
+
+
+@pytest.mark.parametrize("number", ["1e999", "-1e999"])
+def test_a_number_the_parser_read_as_infinite_is_named(number: str) -> None:
+    # Given JSON whose number Python's parser reads as infinity (JSON itself has no infinity)
+    value = json.loads(f'{{"totals": [1.5, {number}]}}')
+
+    # Then it is named by its position, as no store can hold it
+    assert (
+        json_value_problem(value, "output")
+        == f"output.totals[1]: a number out of range ({float(number)}), which JSON cannot hold"
+    )
+    assert json_value_problem({"total": 1e308}, "output") is None

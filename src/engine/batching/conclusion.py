@@ -256,7 +256,7 @@ class Conclusion:
         step = _Step(entry, job, EntryFate.DISCARDED, send_delay=0 if resend else None)
 
         def write() -> None:
-            if not self._runner.record_unused(attempt, settlement):
+            if not self._runner.record_unused(attempt, settlement, job.parent):
                 step.fate = EntryFate.RECORDED_BEFORE
 
         step.write = write

@@ -19,6 +19,7 @@ from engine.core.errors import JobError
 from engine.core.job import (
     AttemptRecord,
     BatchTerms,
+    ChildOf,
     Counted,
     DeadLetter,
     DeadLetterEntry,
@@ -141,10 +142,18 @@ class WorkerStore(PaidAnswers, Protocol):
         """End a job no worker holds, fenced on the status and claim count it was read with; False if it changed."""
         ...
 
-    def record_orphan_attempt(self, attempt: AttemptRecord, now_ms: int, settlement: Settlement | None = None) -> bool:
+    def record_orphan_attempt(
+        self,
+        attempt: AttemptRecord,
+        now_ms: int,
+        settlement: Settlement | None = None,
+        parent: ChildOf | None = None,
+    ) -> bool:
         """Keep the usage of an attempt whose result was discarded (its lease was lost, or its batch
         answered a job it no longer held), with `settlement` in the same write; once: False when the
-        attempt was recorded already. Raises ConditionRefusedError when the job does not exist."""
+        attempt was recorded already. A pipeline's child (`parent`) that has ended has the usage added
+        to its parent's in the same write (its end was counted without it). Raises
+        ConditionRefusedError when the job does not exist."""
         ...
 
     def settle_reservation(self, job_id: str, settlement: Settlement, now_ms: int) -> bool:

@@ -109,6 +109,14 @@ def distinct(what: str, key: Callable[[Any], Hashable] = lambda item: item) -> A
     return AfterValidator(check)
 
 
+def storable_output(output: dict[str, Any]) -> dict[str, Any]:
+    """`output` as a job stores it; OutputTooLargeError when it cannot fit the job's item."""
+    size = len(json.dumps(output, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > MAX_OUTPUT_BYTES:
+        raise OutputTooLargeError(f"the output is {size} bytes as JSON; a job stores at most {MAX_OUTPUT_BYTES}")
+    return output
+
+
 def one_line_error(exc: ValidationError, prefix: str) -> str:
     """The first pydantic error as one line, e.g. `input.labels: List should have at least 2 items`."""
     errors = exc.errors()
@@ -227,8 +235,4 @@ class JobDefinition:
 
     def stored_output(self, output: BaseModel) -> dict[str, Any]:
         """The projected output the job stores; OutputTooLargeError when it cannot fit the job's item."""
-        projected = self.project(output)
-        size = len(json.dumps(projected, separators=(",", ":"), ensure_ascii=False).encode())
-        if size > MAX_OUTPUT_BYTES:
-            raise OutputTooLargeError(f"the output is {size} bytes as JSON; a job stores at most {MAX_OUTPUT_BYTES}")
-        return projected
+        return storable_output(self.project(output))

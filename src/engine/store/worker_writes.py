@@ -10,9 +10,11 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from engine.aws_errors import CONDITION_FAILED, cancellation_codes
 from engine.core import (
+    TERMINAL_STATUSES,
     AttemptRecord,
     BatchTerms,
     Cancelled,
+    ChildOf,
     Job,
     JobErrorInfo,
     JobStatus,
@@ -44,6 +46,10 @@ from engine.store.expressions import Expression
 from engine.store.items import MAX_REFUSED_ANSWER_CHARS, Item, attempt_item, job_key, reuse_item, review_document
 from engine.store.payloads import REUSE_INLINE_BYTES, refused_answer_key, reused_answer_key
 from engine.store.table import JobTable, creation_attributes
+
+# A child kept changing between ended and open while a late attempt's usage was kept: give up (the caller
+# goes over it again).
+_ORPHAN_TRIES = 3
 
 
 class WorkerWrites(JobTable):
@@ -230,14 +236,43 @@ class WorkerWrites(JobTable):
             return False
         return True
 
-    def record_orphan_attempt(self, attempt: AttemptRecord, now_ms: int, settlement: Settlement | None = None) -> bool:
+    def record_orphan_attempt(
+        self,
+        attempt: AttemptRecord,
+        now_ms: int,
+        settlement: Settlement | None = None,
+        parent: ChildOf | None = None,
+    ) -> bool:
         """Keep the usage of an attempt whose result was discarded (its lease was lost, or its batch
         answered a job it no longer held): the job's usage, the attempt record put only where none of
         its number is, and the settlement, in one transaction. False when the record was there already
-        (a write sent again, a batch's conclusion gone over again)."""
+        (a write sent again, a batch's conclusion gone over again).
+
+        A pipeline's child (`parent`) that has ended was counted on its parent (or will be, from the
+        stream record of the write that ended it, which this usage is not in): the same transaction
+        adds the usage to the parent too, so that the parent's usage stays its children's sum. Whether
+        the child has ended is its condition, and a refusal, which returns the child as it is, says
+        which write to send instead."""
+        ended, tries = parent is not None, 1  # a child's late answer most often finds it ended with its pipeline
+        while True:
+            try:
+                return self._record_orphan(attempt, now_ms, settlement, parent, ended)
+            except ConditionRefusedError as exc:
+                changed = parent is not None and exc.job is not None and exc.job.status.is_terminal is not ended
+                if not changed or tries == _ORPHAN_TRIES:
+                    raise
+                ended, tries = not ended, tries + 1
+
+    def _record_orphan(
+        self, attempt: AttemptRecord, now_ms: int, settlement: Settlement | None, parent: ChildOf | None, ended: bool
+    ) -> bool:
         expr = Expression()
         self._add_usage(expr, attempt)
         expr.condition = f"attribute_exists({expr.name('pk')})"
+        if parent is not None:
+            terminal = ", ".join(expr.value(status.value, status.value) for status in sorted(TERMINAL_STATUSES))
+            test = f"{expr.name('status')} IN ({terminal})"
+            expr.condition += f" AND {test}" if ended else f" AND NOT {test}"
         others = [self._settled(expr, settlement)] if settlement is not None else []
         record = {
             "Put": {
@@ -246,6 +281,12 @@ class WorkerWrites(JobTable):
                 "ConditionExpression": "attribute_not_exists(pk)",
             }
         }
+        if parent is not None and ended:
+            counted = Expression()
+            self._add_children_usage(counted, Usage().plus(attempt))
+            counted.set("updated_at", now_ms)
+            counted.condition = f"attribute_exists({counted.name('pk')})"
+            others.append({"Update": counted.update_params(self.table_name, job_key(parent.parent_id))})
         try:
             self._transact(expr.update_params(self.table_name, job_key(attempt.job_id)), [], [record, *others])
         except ClientError as exc:

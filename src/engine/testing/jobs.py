@@ -36,6 +36,7 @@ from engine.core.job import (
     DEFAULT_DEADLINE_SECONDS,
     AttemptRecord,
     BatchTerms,
+    ChildOf,
     Counted,
     DeadLetter,
     DeadLetterEntry,
@@ -49,6 +50,7 @@ from engine.core.job import (
     PipelineState,
     Review,
     Settlement,
+    Usage,
     can_transition,
     claimable,
     explain_claim_refusal,
@@ -251,7 +253,13 @@ class InMemoryJobStore:
             self._keep_input(_transition(current, status, error, now_ms), input_text)
             return True
 
-    def record_orphan_attempt(self, attempt: AttemptRecord, now_ms: int, settlement: Settlement | None = None) -> bool:
+    def record_orphan_attempt(
+        self,
+        attempt: AttemptRecord,
+        now_ms: int,
+        settlement: Settlement | None = None,
+        parent: ChildOf | None = None,
+    ) -> bool:
         with self._lock:
             current = self._jobs.get(attempt.job_id)
             if current is None or (settlement is not None and _settled_twice(current, settlement)):
@@ -260,6 +268,11 @@ class InMemoryJobStore:
                 return False
             settled = self._settle(current, settlement) if settlement else current
             self._record_attempt(settled, attempt)
+            counted = self._jobs.get(parent.parent_id) if parent is not None else None
+            if counted is not None and current.status.is_terminal:
+                self._jobs[counted.job_id] = replace(
+                    counted, usage=counted.usage.add(Usage().plus(attempt)), updated_at=now_ms
+                )
             return True
 
     def settle_reservation(self, job_id: str, settlement: Settlement, now_ms: int) -> bool:
