@@ -995,6 +995,27 @@ def test_a_key_written_twice_is_refused_by_the_reader_rather_than_one_value_drop
     assert expected in unread(text)
 
 
+def test_yaml_aliases_that_expand_past_a_file_s_bound_are_refused_by_the_reader() -> None:
+    # Given a file of a few hundred bytes whose aliases of aliases hold 9**9 strings ("billion laughs")
+    levels = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for before, name in zip("abcdefgh", "bcdefghi", strict=True):
+        levels.append(f"{name}: &{name} [{', '.join([f'*{before}'] * 9)}]")
+    text = "\n".join(levels) + "\nname: topic\n"
+
+    # When it is read, then it is refused in one line, its size as JSON past the bound a file holds
+    assert unread(text) == (
+        f"the job type file holds more than {MAX_FILE_BYTES} bytes as JSON (a YAML alias counts all it "
+        "names again); a job type file holds at most that"
+    )
+
+
+def test_yaml_aliases_within_the_bound_are_read_as_what_they_name() -> None:
+    assert parse_document("x: &x {type: string}\ny: [*x, *x]\n") == {
+        "x": {"type": "string"},
+        "y": [{"type": "string"}, {"type": "string"}],
+    }
+
+
 def test_a_yaml_merge_may_still_be_overridden() -> None:
     assert parse_document("base: &b {x: 1}\nc:\n  <<: *b\n  x: 2\n") == {"base": {"x": 1}, "c": {"x": 2}}
 
