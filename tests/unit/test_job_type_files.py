@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from aijobs import job_types as reader
 from aijobs.demo_canary import FILE
 from aijobs.job_types import document_yaml, parse_document, read_job_type
-from engine.core.errors import JobTypeFileError
+from engine.core.errors import InputValidationError, JobTypeFileError, SchemaValidationError
 from engine.core.reuse import MAX_REUSE_SECONDS, MIN_REUSE_SECONDS
 from engine.definitions import json_schemas
 from engine.definitions.data import (
@@ -304,6 +304,66 @@ def test_a_reference_with_a_trailing_newline_is_refused() -> None:
 
     # When it is checked, then it is refused as a reference that names nothing
     assert "$ref" in refusal(file_with(output_schema=schema))
+
+
+# --- patterns, matched in linear time ---
+
+# What a backtracking matcher (Python's re) takes hours on: each `a` doubles the ways to split the run.
+NESTED_QUANTIFIER = "^(a+)+$"
+CATASTROPHIC_TEXT = "a" * 60 + "!"
+
+
+@pytest.mark.parametrize(
+    ("pattern", "reason"),
+    [
+        ("(ab)\\1", "backreferences are not supported"),
+        ("^(?!draft)", "look-around, including look-ahead and look-behind, is not supported"),
+    ],
+    ids=["backreference", "look-ahead"],
+)
+@pytest.mark.parametrize("where", ["input_schema", "output_schema"])
+def test_a_pattern_that_needs_backtracking_is_refused_naming_it_and_why(where: str, pattern: str, reason: str) -> None:
+    # Given a schema holding a pattern only a backtracking matcher can run
+    schema = closed({"topic": {"type": "string", "pattern": pattern}})
+
+    # When the file is checked, then it is refused in one line naming the pattern, where it is and why
+    assert refusal(file_with(**{where: schema}, examples=[])) == (
+        f"{where}: pattern {pattern!r} at properties.topic is not one the linear-time matcher runs ({reason}); "
+        "write it without backreferences or look-around"
+    )
+
+
+def test_an_input_a_backtracking_matcher_would_take_hours_on_is_refused_at_once() -> None:
+    # Given a pushed job type whose input schema holds a nested quantifier, in a pattern and a patternProperties
+    schema = {
+        "type": "object",
+        "properties": {"text": {"type": "string", "pattern": NESTED_QUANTIFIER}},
+        "patternProperties": {NESTED_QUANTIFIER: {"type": "integer"}},
+        "required": ["text"],
+    }
+    definition = compile_job_type(check_job_type(file_with(input_schema=schema, examples=[])).document(), 1)
+
+    # When inputs made to backtrack are checked, then each ends (linear time) refused in one line, or taken
+    with pytest.raises(InputValidationError, match=r"^input\.text: does not match the schema's pattern$"):
+        definition.parse_input({"text": CATASTROPHIC_TEXT})
+    assert definition.parse_input({"text": "aaa", CATASTROPHIC_TEXT: "not an integer"}).model_dump() == {
+        "text": "aaa",
+        CATASTROPHIC_TEXT: "not an integer",
+    }
+    with pytest.raises(InputValidationError, match=r"^input\.aaa: must be of type integer$"):
+        definition.parse_input({"text": "aaa", "aaa": "not an integer"})
+
+
+def test_an_answer_a_backtracking_matcher_would_take_hours_on_fails_the_output_schema_at_once() -> None:
+    # Given a pushed job type whose output schema holds a nested quantifier
+    schema = closed({"topic": {"type": "string", "pattern": NESTED_QUANTIFIER}})
+    definition = compile_job_type(check_job_type(file_with(output_schema=schema, examples=[])).document(), 1)
+    job_input = definition.parse_input({"text": "The invoice is overdue."})
+
+    # When the model answers a string made to backtrack, then it fails schema validation (the re-ask's line)
+    with pytest.raises(SchemaValidationError, match=r"^output\.topic: does not match the schema's pattern$"):
+        definition.validate_output(job_input, json.dumps({"topic": CATASTROPHIC_TEXT}))
+    assert definition.validate_output(job_input, json.dumps({"topic": "aaaa"})).model_dump() == {"topic": "aaaa"}
 
 
 # --- the output schema strict structured output takes ---

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import Annotated, Any
 
-from jsonschema import Draft202012Validator
+from jsonschema.protocols import Validator
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.core.attachments import ALL_TYPES, AttachmentPolicy, MediaType
@@ -291,8 +291,8 @@ class DataJobDefinition(JobDefinition):
     """A JobDefinition compiled from a file: JSON Schema and CEL where a code job type has pydantic and Python."""
 
     file: JobTypeFile = field(repr=False, compare=False)
-    input_validator: Draft202012Validator = field(repr=False, compare=False)
-    output_validator: Draft202012Validator = field(repr=False, compare=False)
+    input_validator: Validator = field(repr=False, compare=False)
+    output_validator: Validator = field(repr=False, compare=False)
     rules: tuple[CompiledRule, ...] = field(repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -325,8 +325,8 @@ class DataPipelineDefinition(PipelineDefinition):
     list bounded), an output a review edited by the output schema."""
 
     file: JobTypeFile = field(repr=False, compare=False)
-    input_validator: Draft202012Validator = field(repr=False, compare=False)
-    output_validator: Draft202012Validator = field(repr=False, compare=False)
+    input_validator: Validator = field(repr=False, compare=False)
+    output_validator: Validator = field(repr=False, compare=False)
     map_fields: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -346,8 +346,8 @@ class DataPipelineDefinition(PipelineDefinition):
 
 @dataclass(frozen=True, slots=True)
 class _Compiled:
-    input_validator: Draft202012Validator
-    output_validator: Draft202012Validator
+    input_validator: Validator
+    output_validator: Validator
     rules: tuple[CompiledRule, ...]
 
     @classmethod
@@ -358,7 +358,7 @@ class _Compiled:
         return cls(validator(file.input_schema), validator(file.output_schema), rules)
 
 
-def _checked_input(checker: Draft202012Validator, raw: Mapping[str, Any]) -> dict[str, Any]:
+def _checked_input(checker: Validator, raw: Mapping[str, Any]) -> dict[str, Any]:
     """A data job's input: bounded, and valid against its input schema (InputValidationError, one line)."""
     size = len(json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode())
     if size > MAX_INPUT_BYTES:
