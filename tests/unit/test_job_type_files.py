@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from aijobs import job_types as reader
 from aijobs.demo_canary import FILE
 from aijobs.job_types import document_yaml, parse_document, read_job_type
-from engine.core.errors import InputValidationError, JobTypeFileError, SchemaValidationError
+from engine.core.errors import BusinessValidationError, InputValidationError, JobTypeFileError, SchemaValidationError
 from engine.core.reuse import MAX_REUSE_SECONDS, MIN_REUSE_SECONDS
 from engine.definitions import json_schemas
 from engine.definitions.data import (
@@ -32,6 +32,7 @@ from engine.definitions.data import (
     MAX_NUMBER_DIGITS,
     MAX_RULES,
     MAX_TEMPLATE_CHARS,
+    DataJobDefinition,
     JobTypeFile,
     canonical_json,
     check_job_type,
@@ -45,7 +46,7 @@ from engine.definitions.json_schemas import (
     MAX_SCHEMA_DEPTH,
     STRICT_KEYWORDS,
 )
-from engine.definitions.rules import MAX_CHECK_CHARS, MAX_MACROS, MAX_MESSAGE_CHARS
+from engine.definitions.rules import MAX_CHECK_CHARS, MAX_MACROS, MAX_MESSAGE_CHARS, MAX_RULE_STEPS
 
 CODE_NAMES = ("classify",)
 # The demo's input schema without its maxLength: room for an example as long as a bound needs.
@@ -630,6 +631,47 @@ def test_a_rule_using_more_comprehension_macros_than_its_bound_is_refused() -> N
 )
 def test_a_rule_out_of_its_bounds_is_refused(rule: dict[str, Any], expected: str) -> None:
     assert refusal(file_with(rules=[rule])).startswith(expected)
+
+
+def labelled_job_type(check: str) -> DataJobDefinition:
+    """A pushed job type whose input is `labels` and whose one rule is `check`."""
+    schema = {"type": "object", "properties": {"text": {"type": "string"}, "labels": {"type": "array"}}}
+    rule = {"check": check, "message": "labels are known"}
+    compiled = compile_job_type(check_job_type(file_with(input_schema=schema, rules=[rule], examples=[])).document(), 1)
+    assert isinstance(compiled, DataJobDefinition)
+    return compiled
+
+
+def test_a_rule_too_costly_for_its_job_s_input_is_not_run_and_refuses_the_answer_saying_why() -> None:
+    # Given a rule of two nested macros and a list walk inside them (cubic in the labels), and 3,000 labels
+    definition = labelled_job_type("input.labels.all(a, input.labels.all(b, a in input.labels))")
+    job_input = definition.parse_input({"labels": [f"label-{n}" for n in range(3000)]})
+
+    # When an answer is validated, then the rule is not run (it would take the better part of an hour):
+    # the answer is refused at once, in one line naming the rule and the bound
+    steps = (2 + 3000 + 2) ** 3  # the input object, its list and labels; the answer object and its topic
+    with pytest.raises(BusinessValidationError) as refused:
+        definition.validate_output(job_input, json.dumps({"topic": "billing"}))
+    assert str(refused.value) == (
+        f"rule 1 (labels are known) is not run: it could take {steps} steps on this input and answer, "
+        f"more than {MAX_RULE_STEPS}"
+    )
+
+
+def test_a_costly_rule_on_a_small_input_runs() -> None:
+    # Given the same rule and ten labels, when an answer is validated, then the rule runs and holds
+    definition = labelled_job_type("input.labels.all(a, input.labels.all(b, a in input.labels))")
+    job_input = definition.parse_input({"labels": [f"label-{n}" for n in range(10)]})
+
+    assert definition.validate_output(job_input, json.dumps({"topic": "billing"})).model_dump() == {"topic": "billing"}
+
+
+def test_a_rule_without_macros_runs_on_the_largest_input() -> None:
+    # Given a rule that walks no list more than once, and 40,000 labels: it runs, however long the list
+    definition = labelled_job_type("size(input.labels) > 1 && 'label-7' in input.labels")
+    job_input = definition.parse_input({"labels": [f"label-{n}" for n in range(40_000)]})
+
+    assert definition.validate_output(job_input, json.dumps({"topic": "billing"})).model_dump() == {"topic": "billing"}
 
 
 def test_a_rule_at_its_length_bound_passes() -> None:

@@ -64,7 +64,7 @@ from engine.definitions.data_steps import (
 )
 from engine.definitions.json_schemas import check_schema, instance_problem, validator
 from engine.definitions.pipelines import PipelineDefinition, pipeline_prompt
-from engine.definitions.rules import MAX_CHECK_CHARS, MAX_MESSAGE_CHARS, CompiledRule, compile_rule
+from engine.definitions.rules import MAX_CHECK_CHARS, MAX_MESSAGE_CHARS, MAX_RULE_STEPS, CompiledRule, compile_rule
 from engine.messages import MAX_DEADLINE_SECONDS, MIN_DEADLINE_SECONDS, JobTypeName, MaxAttempts
 from engine.text import json_value_problem, key_label, one_line
 
@@ -313,9 +313,12 @@ class DataJobDefinition(JobDefinition):
         if problem := instance_problem(self.output_validator, output, "output"):
             raise SchemaValidationError(problem)
         given = job_input.model_dump(mode="json")
-        for rule in self.rules:
-            if rule.problem(given, output) is not None:
-                raise BusinessValidationError(rule.message)
+        for number, rule in enumerate(self.rules, start=1):
+            if (problem := rule.problem(given, output)) is None:
+                continue
+            if rule.steps(given, output) > MAX_RULE_STEPS:  # not the answer's fault: say so
+                raise BusinessValidationError(one_line(f"rule {number} ({rule.message}) {problem}"))
+            raise BusinessValidationError(rule.message)
         return DataOutput.model_validate(output)
 
 
