@@ -633,28 +633,47 @@ def test_a_rule_out_of_its_bounds_is_refused(rule: dict[str, Any], expected: str
     assert refusal(file_with(rules=[rule])).startswith(expected)
 
 
-def labelled_job_type(check: str) -> DataJobDefinition:
-    """A pushed job type whose input is `labels` and whose one rule is `check`."""
+def labelled_job_type(check: str, **fields: Any) -> DataJobDefinition:
+    """A pushed job type whose input is `labels` and whose one rule is `check` (`fields` replace the file's)."""
     schema = {"type": "object", "properties": {"text": {"type": "string"}, "labels": {"type": "array"}}}
     rule = {"check": check, "message": "labels are known"}
-    compiled = compile_job_type(check_job_type(file_with(input_schema=schema, rules=[rule], examples=[])).document(), 1)
+    document = file_with(input_schema=schema, rules=[rule], examples=[], **fields)
+    compiled = compile_job_type(check_job_type(document).document(), 1)
     assert isinstance(compiled, DataJobDefinition)
     return compiled
 
 
 def test_a_rule_too_costly_for_its_job_s_input_is_not_run_and_refuses_the_answer_saying_why() -> None:
-    # Given a rule of two nested macros and a list walk inside them (cubic in the labels), and 3,000 labels
-    definition = labelled_job_type("input.labels.all(a, input.labels.all(b, a in input.labels))")
-    job_input = definition.parse_input({"labels": [f"label-{n}" for n in range(3000)]})
+    # Given a rule of two nested macros and a list walk inside them (cubic in the labels), an input of
+    # 100 labels that passes, and an answer of 300 words
+    words = closed({"topic": {"type": "string"}, "words": {"type": "array", "items": {"type": "string"}}})
+    definition = labelled_job_type(
+        "input.labels.all(a, input.labels.all(b, a in input.labels))", output_schema=words, max_tokens=256
+    )
+    job_input = definition.parse_input({"labels": [f"label-{n}" for n in range(100)]})
+    answer = {"topic": "billing", "words": ["word"] * 300}
 
-    # When an answer is validated, then the rule is not run (it would take the better part of an hour):
+    # When the answer is validated, then the rule is not run (it would take the better part of an hour):
     # the answer is refused at once, in one line naming the rule and the bound
-    steps = (2 + 3000 + 2) ** 3  # the input object, its list and labels; the answer object and its topic
+    steps = (2 + 100 + 3 + 300) ** 3  # the input object, its list and labels; the answer's
     with pytest.raises(BusinessValidationError) as refused:
-        definition.validate_output(job_input, json.dumps({"topic": "billing"}))
+        definition.validate_output(job_input, json.dumps(answer))
     assert str(refused.value) == (
         f"rule 1 (labels are known) is not run: it could take {steps} steps on this input and answer, "
         f"more than {MAX_RULE_STEPS}"
+    )
+
+
+def test_an_input_a_rule_would_be_too_costly_on_is_refused_before_any_call() -> None:
+    # Given the same rule and 3,000 labels, when the input is checked, then it is refused in one line
+    definition = labelled_job_type("input.labels.all(a, input.labels.all(b, a in input.labels))")
+
+    steps = (2 + 3000 + 1) ** 3  # the input object, its list and labels, and an answer of one value
+    with pytest.raises(InputValidationError) as refused:
+        definition.parse_input({"labels": [f"label-{n}" for n in range(3000)]})
+    assert str(refused.value) == (
+        f"input: rule 1 (labels are known) could take {steps} steps on it, more than {MAX_RULE_STEPS}: "
+        "no answer could be checked"
     )
 
 

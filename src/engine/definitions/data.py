@@ -300,7 +300,17 @@ class DataJobDefinition(JobDefinition):
         object.__setattr__(self, "output_json_schema", self.file.output_schema)
 
     def parse_input(self, raw: Mapping[str, Any]) -> BaseModel:
-        return DataInput.model_validate(_checked_input(self.input_validator, raw))
+        job_input = _checked_input(self.input_validator, raw)
+        for number, rule in enumerate(self.rules, start=1):
+            # An input on which a rule would not run, whatever the answer: refused before any call.
+            if (steps := rule.steps(job_input, {})) > MAX_RULE_STEPS:
+                raise InputValidationError(
+                    one_line(
+                        f"input: rule {number} ({rule.message}) could take {steps} steps on it, more than "
+                        f"{MAX_RULE_STEPS}: no answer could be checked"
+                    )
+                )
+        return DataInput.model_validate(job_input)
 
     def validate_output(self, job_input: BaseModel, content: str) -> BaseModel:
         """The answer: bounded, strict JSON, valid against the output schema, then true on every rule."""
