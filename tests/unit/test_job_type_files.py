@@ -355,6 +355,16 @@ def test_an_input_a_backtracking_matcher_would_take_hours_on_is_refused_at_once(
         definition.parse_input({"text": "aaa", "aaa": "not an integer"})
 
 
+def test_an_input_holding_a_lone_surrogate_is_refused_in_one_line_naming_where() -> None:
+    # Given a pushed job type, when an input with a lone surrogate in a nested value is checked
+    definition = labelled_job_type("size(input.labels) > 0")
+
+    # Then it is refused as an invalid input naming the value, not with the encoder's error
+    with pytest.raises(InputValidationError) as refused:
+        definition.parse_input({"text": "t", "labels": ["a", "b\ud800"]})
+    assert str(refused.value) == "input.labels[1]: holds a lone UTF-16 surrogate, which is not valid Unicode"
+
+
 def test_an_answer_a_backtracking_matcher_would_take_hours_on_fails_the_output_schema_at_once() -> None:
     # Given a pushed job type whose output schema holds a nested quantifier
     schema = closed({"topic": {"type": "string", "pattern": NESTED_QUANTIFIER}})

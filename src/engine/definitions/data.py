@@ -372,7 +372,10 @@ class _Compiled:
 
 
 def _checked_input(checker: Validator, raw: Mapping[str, Any]) -> dict[str, Any]:
-    """A data job's input: bounded, and valid against its input schema (InputValidationError, one line)."""
+    """A data job's input: text (no lone surrogate, which has no size in UTF-8), bounded, and valid
+    against its input schema (InputValidationError, one line)."""
+    if problem := json_value_problem(raw, "input"):
+        raise InputValidationError(problem)
     size = len(json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode())
     if size > MAX_INPUT_BYTES:
         raise InputValidationError(f"input is {size} bytes; the limit is {MAX_INPUT_BYTES}")
