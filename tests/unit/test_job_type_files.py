@@ -44,6 +44,7 @@ from engine.definitions.json_schemas import (
     MAX_OBJECT_DEPTH,
     MAX_SCHEMA_BYTES,
     MAX_SCHEMA_DEPTH,
+    STRICT_FORMATS,
     STRICT_KEYWORDS,
 )
 from engine.definitions.rules import MAX_CHECK_CHARS, MAX_MACROS, MAX_MESSAGE_CHARS, MAX_RULE_STEPS
@@ -462,6 +463,25 @@ def test_a_keyword_strict_output_does_not_serve_is_refused_in_the_output_schema(
     assert refusal(file_with(output_schema=schema)) == (
         f"output_schema: strict structured output does not support {keyword} at properties.topic"
     )
+
+
+@pytest.mark.parametrize("fmt", ["bogus", "uri", "regex"])
+def test_a_format_strict_output_does_not_serve_is_refused_in_the_output_schema(fmt: str) -> None:
+    # Given an output schema naming a string format outside those strict structured output serves
+    schema = closed({"topic": {"type": "string", "format": fmt}})
+
+    # When it is checked, then it is refused in one line naming the format and those served
+    assert refusal(file_with(output_schema=schema, examples=[])) == (
+        f"output_schema: strict structured output does not support the format {fmt!r} at properties.topic "
+        f"(it takes {', '.join(STRICT_FORMATS)})"
+    )
+
+
+@pytest.mark.parametrize("fmt", STRICT_FORMATS)
+def test_every_format_strict_output_serves_passes(fmt: str) -> None:
+    schema = closed({"topic": {"type": "string", "format": fmt}})
+
+    assert check_job_type(file_with(output_schema=schema, examples=[])).output_schema == schema
 
 
 def test_schema_is_served_at_the_output_schema_s_root_only() -> None:

@@ -57,6 +57,9 @@ STRICT_KEYWORDS = frozenset(
         "minItems", "maxItems",
     }
 )  # fmt: skip
+# The string formats strict structured output serves: another one is refused at push, as the provider
+# would refuse every request carrying it.
+STRICT_FORMATS = ("date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid")
 # Keywords whose value is one schema, a list of schemas, or names mapped to schemas (Draft 2020-12).
 _ONE_SCHEMA = frozenset(
     {
@@ -225,6 +228,13 @@ def _check_strict(schema: dict[str, Any], where: str) -> None:
                 raise JobTypeFileError(
                     f"{where}: strict structured output does not support {key_label(keyword)} at {_at(path)}"
                 )
+        if "format" in node and node["format"] not in STRICT_FORMATS:
+            raise JobTypeFileError(
+                one_line(
+                    f"{where}: strict structured output does not support the format {node['format']!r} at "
+                    f"{_at(path)} (it takes {', '.join(STRICT_FORMATS)})"
+                )
+            )
         if not any(keyword in node for keyword in _NAMES_A_TYPE):
             raise JobTypeFileError(f"{where}: strict structured output needs a type at {_at(path)}")
         if _is_object(node):
