@@ -10,8 +10,9 @@ What a rule costs is bounded again when it runs, since its lists are the job's: 
 list, and what it does for each item (`x in list`, a comparison of lists) may walk one more, so a rule
 of m macros takes at most about N^(m + 1) steps over an input and an answer of N JSON values in all.
 A rule is run only when that is at most MAX_RULE_STEPS (under a second); otherwise it is not run,
-and fails (an input on which no answer could pass is refused at intake, by the definition): two nested macros over 3,000 labels would otherwise hold a worker for the better part of an
-hour, in native code no timeout interrupts.
+and fails (an input on which no answer could pass is refused at intake, by the definition): two
+nested macros over 3,000 labels would otherwise hold a worker for the better part of an hour, in
+native code no timeout interrupts.
 
 A rule that is not true, whether false, not a boolean, failing to run (a key the answer lacks, a
 type it cannot compare) or too costly to run, fails: the answer is refused with the rule's message.
@@ -66,7 +67,7 @@ class CompiledRule:
 
     def steps(self, job_input: Any, output: Any) -> int:
         """The most steps the rule could take on (`job_input`, `output`): N^(macros + 1), N their JSON values."""
-        return (json_values(job_input) + json_values(output)) ** (self.macros + 1)
+        return int((json_values(job_input) + json_values(output)) ** (self.macros + 1))
 
 
 def json_values(value: Any) -> int:
