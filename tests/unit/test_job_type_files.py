@@ -768,7 +768,7 @@ def test_an_example_that_fails_a_schema_is_refused_naming_the_example_and_positi
     ("check", "reason"),
     [
         ("size(output.topic) > 0", "is false"),
-        ("output.topic != '' || output.missing == 1", "errors: KeyError: 'missing'"),
+        ("output.topic != '' || output['miss' + 'ing'] == 1", "errors: KeyError: 'missing'"),
         ("output.topic != '' ? true : output.topic", "gives a str, not true or false"),
         ("output.topic != '' || 1 / 0 == 1", "errors: ZeroDivisionError: division by zero in CEL expression"),
     ],
@@ -783,6 +783,40 @@ def test_an_example_that_fails_a_rule_is_refused_naming_the_example_the_rule_and
 
     # When it is checked, then the line names both, why, and the rule's message
     assert refusal(file_with(rules=rules, examples=examples)) == (f"examples[1]: rule 2 (the topic is wrong) {reason}")
+
+
+@pytest.mark.parametrize(
+    ("check", "expected"),
+    [
+        ("output.lable == 'x'", "rules[0].check: reads output.lable, which output_schema does not have (it has topic)"),
+        ("size(input.txt) > 0", "rules[0].check: reads input.txt, which input_schema does not have (it has text)"),
+        (
+            "output.topic.all(c, c != '') && input . nope == 1",
+            "rules[0].check: reads input.nope, which input_schema does not have (it has text)",
+        ),
+    ],
+    ids=["output-typo", "input-typo", "spaced"],
+)
+def test_a_rule_reading_a_field_its_closed_schema_lacks_is_refused_without_an_example(
+    check: str, expected: str
+) -> None:
+    # Given a rule that reads a field neither schema has (which would refuse every answer), and no example
+    rules = [{"check": check, "message": "reads a typo"}]
+
+    # When the file is checked, then it is refused in one line naming the field and the fields there are
+    assert refusal(file_with(rules=rules, examples=[])) == expected
+
+
+def test_a_rule_may_read_a_field_an_open_input_schema_allows_or_name_one_in_a_string() -> None:
+    # Given an input schema that allows other properties, and a rule naming a field only in a string
+    schema = {"type": "object", "properties": {"text": {"type": "string"}}}
+    rules = [
+        {"check": "!has(input.extra) || input.extra != ''", "message": "extra is not empty"},
+        {"check": "output.topic != 'output.nothing'", "message": "a topic, not a field's name"},
+    ]
+
+    # When the file is checked, then it passes
+    assert check_job_type(file_with(input_schema=schema, rules=rules)).rules[0].check.startswith("!has")
 
 
 # --- the name ---

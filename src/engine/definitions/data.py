@@ -64,7 +64,14 @@ from engine.definitions.data_steps import (
 )
 from engine.definitions.json_schemas import check_schema, instance_problem, validator
 from engine.definitions.pipelines import PipelineDefinition, pipeline_prompt
-from engine.definitions.rules import MAX_CHECK_CHARS, MAX_MESSAGE_CHARS, MAX_RULE_STEPS, CompiledRule, compile_rule
+from engine.definitions.rules import (
+    MAX_CHECK_CHARS,
+    MAX_MESSAGE_CHARS,
+    MAX_RULE_STEPS,
+    CompiledRule,
+    compile_rule,
+    fields_read,
+)
 from engine.messages import MAX_DEADLINE_SECONDS, MIN_DEADLINE_SECONDS, JobTypeName, MaxAttempts
 from engine.text import json_value_problem, key_label, one_line
 
@@ -202,6 +209,7 @@ def check_job_type(
         _check_attachments(file)
         for index, rule in enumerate(file.rules):
             compile_rule(rule.check, rule.message, f"rules[{index}].check")
+            _check_rule_fields(file, rule.check, f"rules[{index}].check")
     check_examples(file)
     return file
 
@@ -215,6 +223,19 @@ def _check_pipeline_fields(document: Mapping[str, Any]) -> None:
     for name in _MODEL_FIELDS:
         if name in document:
             raise JobTypeFileError(f"{name}: a pipeline (steps) calls no model itself, its steps do: remove {name}")
+
+
+def _check_rule_fields(file: JobTypeFile, check: str, where: str) -> None:
+    """A rule reads only fields its schemas have: `output.lable` for `label` would fail every answer,
+    each after its re-asks. An input schema that allows other properties may have any."""
+    for variable, name in sorted(fields_read(check)):
+        schema = file.input_schema if variable == "input" else file.output_schema
+        properties = schema.get("properties", {})
+        if name not in properties and schema.get("additionalProperties") is False:
+            known = ", ".join(key_label(key) for key in properties) or "none"
+            raise JobTypeFileError(
+                one_line(f"{where}: reads {variable}.{name}, which {variable}_schema does not have (it has {known})")
+            )
 
 
 def check_examples(file: JobTypeFile) -> None:

@@ -104,6 +104,13 @@ def compile_rule(check: str, message: str, where: str) -> CompiledRule:
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
 _VARIABLE = re.compile(r"(?<![.\w])([A-Za-z_]\w*)")
+_FIELD = re.compile(r"(?<![.\w])(input|output)\s*\.\s*([A-Za-z_]\w*)")
+
+
+def fields_read(check: str) -> set[tuple[str, str]]:
+    """The top-level fields the rule reads by name, as (`input` or `output`, field): `output.label`
+    gives ("output", "label"); string literals are left out."""
+    return set(_FIELD.findall(_STRING.sub('""', check)))
 
 
 def _names_outside_macros(check: str) -> set[str]:
