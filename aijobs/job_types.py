@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from engine.core.errors import JobTypeFileError
+from engine.definitions.data import MAX_FILE_BYTES as MAX_DOCUMENT_BYTES
 from engine.definitions.pipelines import PipelineDefinition
 from engine.text import MAX_JSON_DEPTH
 
@@ -64,7 +65,7 @@ def parse_document(text: str, source: str = "the job type file") -> dict[str, An
     if not isinstance(document, dict):
         kind = "empty" if document is None else f"a {_kind(document)}"
         raise JobTypeFileError(f"{source} is {kind}, not a mapping of fields (name, prompt, input_schema, ...)")
-    _check_json(document, "", 0)
+    _check_json(document, "", 0, _Size(source))
     return document
 
 
@@ -149,19 +150,40 @@ def _loader() -> Any:
     return _LOADER
 
 
-def _check_json(value: Any, path: str, depth: int) -> None:
-    """Refuse, naming where, a value JSON cannot hold (binary, a set, a key that is not a string, NaN)."""
+@dataclass(slots=True)
+class _Size:
+    """What a document read so far takes as JSON, at least. A YAML alias repeats all its anchor names,
+    so a short file can hold a document of billions of values (aliases of aliases): the walk stops as
+    soon as it is past what the check would take, before anything else walks it."""
+
+    source: str
+    taken: int = 0
+
+    def add(self, count: int) -> None:
+        self.taken += count
+        if self.taken > MAX_DOCUMENT_BYTES:
+            raise JobTypeFileError(
+                f"{self.source} holds more than {MAX_DOCUMENT_BYTES} bytes as JSON "
+                "(a YAML alias counts all it names again); a job type file holds at most that"
+            )
+
+
+def _check_json(value: Any, path: str, depth: int, size: _Size) -> None:
+    """Refuse, naming where, a value JSON cannot hold (binary, a set, a key that is not a string, NaN),
+    and a document larger as JSON than a job type file may be."""
     where = path or "the document"
     if depth > MAX_DEPTH:
         raise JobTypeFileError(f"{where} nests deeper than {MAX_DEPTH} levels")
+    size.add(len(value) + 1 if isinstance(value, str) else 1)
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise JobTypeFileError(f"{where}: the key {key!r} is not a string (quote it)")
-            _check_json(item, f"{path}.{key}" if path else key, depth + 1)
+            size.add(len(key) + 1)
+            _check_json(item, f"{path}.{key}" if path else key, depth + 1, size)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            _check_json(item, f"{path}[{index}]", depth + 1)
+            _check_json(item, f"{path}[{index}]", depth + 1, size)
     elif isinstance(value, float) and not math.isfinite(value):
         raise JobTypeFileError(f"{where}: {value} is not a JSON number")
     elif value is not None and not isinstance(value, str | int | float | bool):

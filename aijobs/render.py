@@ -77,7 +77,7 @@ def job_table(view: JobView, attempts: Sequence[AttemptView] | None = None) -> T
     status = Text.from_markup(status_text(view.status) + (" (cancel requested)" if view.cancel_requested else ""))
     rows: list[tuple[str, str | Text]] = [
         ("job", view.job_id),
-        ("type", view.job_type or "-"),
+        ("type", type_text(view)),
         ("user", view.user_id or "-"),
         ("status", status),
         ("lane", view.lane.value),
@@ -99,6 +99,13 @@ def job_table(view: JobView, attempts: Sequence[AttemptView] | None = None) -> T
         # Text, not markup: messages, outputs and batch ids come from outside.
         table.add_row(name, value if isinstance(value, Text) else Text(value), end_section=False)
     return table
+
+
+def type_text(view: JobView) -> str:
+    """The job type, and for a data job type the version the job runs (`triage_ticket v2`), once known."""
+    if view.job_type_version is None:
+        return view.job_type or "-"
+    return f"{view.job_type} v{view.job_type_version}"
 
 
 def pipeline_rows(view: JobView) -> list[tuple[str, str | Text]]:

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from engine.core import Ack, AttemptOutcome, Delivery, ErrorCode, Fate, Job, JobStatus, NewJob, Retry
-from engine.core.errors import InputValidationError, ProviderUnavailableError, UnknownJobTypeError
+from engine.core.errors import InputValidationError, JobTypeLabelError, ProviderUnavailableError, UnknownJobTypeError
+from engine.core.job_type_labels import MAX_REASON_CHARS
 from engine.core.job_types import Guard, JobTypeHead, StoredVersion
 from engine.dead_letters import DeadLetterRecorder
 from engine.definitions import JobRegistry
@@ -239,6 +240,34 @@ def test_rollback_without_a_canary_moves_production_to_the_version_before(
     types.rollback(NAME, clock.now_ms)
     clock.advance(DEFAULT_REFRESH_SECONDS)
     assert served(catalog) == 1
+
+
+@pytest.mark.parametrize(
+    ("reason", "expected"),
+    [
+        ("r" * (MAX_REASON_CHARS + 1), f"(this one has {MAX_REASON_CHARS + 1})"),
+        ("two\nlines", "(this one has 9, with a line break or a control character)"),
+        ("bell\x07", "(this one has 5, with a line break or a control character)"),
+    ],
+    ids=["too-long", "two-lines", "control-character"],
+)
+def test_a_rollback_whose_reason_is_not_one_bounded_line_is_refused_and_moves_nothing(
+    types: InMemoryJobTypes, clock: Clock, reason: str, expected: str
+) -> None:
+    # Given a canary running
+    push(types, clock, 2)
+    before = types.promote(NAME, 2, clock.now_ms, canary_percent=50)
+
+    # When it is rolled back with a reason past its bound, or of more than one line
+    with pytest.raises(JobTypeLabelError) as refused:
+        types.rollback(NAME, clock.now_ms, reason=reason)
+
+    # Then it is refused in one line, and the head (its canary, its history) is as it was
+    assert str(refused.value) == (
+        f"{NAME}: a rollback's reason is one line of at most {MAX_REASON_CHARS} printable characters {expected}"
+    )
+    assert types.heads_by_name[NAME] == before
+    assert types.rollback(NAME, clock.now_ms, reason="r" * MAX_REASON_CHARS).canary is None
 
 
 # --- reads: once per refresh period, never once per job -------------------------------------------

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from aijobs import job_types as reader
 from aijobs.demo_canary import FILE
 from aijobs.job_types import document_yaml, parse_document, read_job_type
-from engine.core.errors import JobTypeFileError
+from engine.core.errors import BusinessValidationError, InputValidationError, JobTypeFileError, SchemaValidationError
 from engine.core.reuse import MAX_REUSE_SECONDS, MIN_REUSE_SECONDS
 from engine.definitions import json_schemas
 from engine.definitions.data import (
@@ -32,6 +32,7 @@ from engine.definitions.data import (
     MAX_NUMBER_DIGITS,
     MAX_RULES,
     MAX_TEMPLATE_CHARS,
+    DataJobDefinition,
     JobTypeFile,
     canonical_json,
     check_job_type,
@@ -43,9 +44,10 @@ from engine.definitions.json_schemas import (
     MAX_OBJECT_DEPTH,
     MAX_SCHEMA_BYTES,
     MAX_SCHEMA_DEPTH,
+    STRICT_FORMATS,
     STRICT_KEYWORDS,
 )
-from engine.definitions.rules import MAX_CHECK_CHARS, MAX_MACROS, MAX_MESSAGE_CHARS
+from engine.definitions.rules import MAX_CHECK_CHARS, MAX_MACROS, MAX_MESSAGE_CHARS, MAX_RULE_STEPS
 
 CODE_NAMES = ("classify",)
 # The demo's input schema without its maxLength: room for an example as long as a bound needs.
@@ -306,6 +308,76 @@ def test_a_reference_with_a_trailing_newline_is_refused() -> None:
     assert "$ref" in refusal(file_with(output_schema=schema))
 
 
+# --- patterns, matched in linear time ---
+
+# What a backtracking matcher (Python's re) takes hours on: each `a` doubles the ways to split the run.
+NESTED_QUANTIFIER = "^(a+)+$"
+CATASTROPHIC_TEXT = "a" * 60 + "!"
+
+
+@pytest.mark.parametrize(
+    ("pattern", "reason"),
+    [
+        ("(ab)\\1", "backreferences are not supported"),
+        ("^(?!draft)", "look-around, including look-ahead and look-behind, is not supported"),
+    ],
+    ids=["backreference", "look-ahead"],
+)
+@pytest.mark.parametrize("where", ["input_schema", "output_schema"])
+def test_a_pattern_that_needs_backtracking_is_refused_naming_it_and_why(where: str, pattern: str, reason: str) -> None:
+    # Given a schema holding a pattern only a backtracking matcher can run
+    schema = closed({"topic": {"type": "string", "pattern": pattern}})
+
+    # When the file is checked, then it is refused in one line naming the pattern, where it is and why
+    assert refusal(file_with(**{where: schema}, examples=[])) == (
+        f"{where}: pattern {pattern!r} at properties.topic is not one the linear-time matcher runs ({reason}); "
+        "write it without backreferences or look-around"
+    )
+
+
+def test_an_input_a_backtracking_matcher_would_take_hours_on_is_refused_at_once() -> None:
+    # Given a pushed job type whose input schema holds a nested quantifier, in a pattern and a patternProperties
+    schema = {
+        "type": "object",
+        "properties": {"text": {"type": "string", "pattern": NESTED_QUANTIFIER}},
+        "patternProperties": {NESTED_QUANTIFIER: {"type": "integer"}},
+        "required": ["text"],
+    }
+    definition = compile_job_type(check_job_type(file_with(input_schema=schema, examples=[])).document(), 1)
+
+    # When inputs made to backtrack are checked, then each ends (linear time) refused in one line, or taken
+    with pytest.raises(InputValidationError, match=r"^input\.text: does not match the schema's pattern$"):
+        definition.parse_input({"text": CATASTROPHIC_TEXT})
+    assert definition.parse_input({"text": "aaa", CATASTROPHIC_TEXT: "not an integer"}).model_dump() == {
+        "text": "aaa",
+        CATASTROPHIC_TEXT: "not an integer",
+    }
+    with pytest.raises(InputValidationError, match=r"^input\.aaa: must be of type integer$"):
+        definition.parse_input({"text": "aaa", "aaa": "not an integer"})
+
+
+def test_an_input_holding_a_lone_surrogate_is_refused_in_one_line_naming_where() -> None:
+    # Given a pushed job type, when an input with a lone surrogate in a nested value is checked
+    definition = labelled_job_type("size(input.labels) > 0")
+
+    # Then it is refused as an invalid input naming the value, not with the encoder's error
+    with pytest.raises(InputValidationError) as refused:
+        definition.parse_input({"text": "t", "labels": ["a", "b\ud800"]})
+    assert str(refused.value) == "input.labels[1]: holds a lone UTF-16 surrogate, which is not valid Unicode"
+
+
+def test_an_answer_a_backtracking_matcher_would_take_hours_on_fails_the_output_schema_at_once() -> None:
+    # Given a pushed job type whose output schema holds a nested quantifier
+    schema = closed({"topic": {"type": "string", "pattern": NESTED_QUANTIFIER}})
+    definition = compile_job_type(check_job_type(file_with(output_schema=schema, examples=[])).document(), 1)
+    job_input = definition.parse_input({"text": "The invoice is overdue."})
+
+    # When the model answers a string made to backtrack, then it fails schema validation (the re-ask's line)
+    with pytest.raises(SchemaValidationError, match=r"^output\.topic: does not match the schema's pattern$"):
+        definition.validate_output(job_input, json.dumps({"topic": CATASTROPHIC_TEXT}))
+    assert definition.validate_output(job_input, json.dumps({"topic": "aaaa"})).model_dump() == {"topic": "aaaa"}
+
+
 # --- the output schema strict structured output takes ---
 
 
@@ -391,6 +463,25 @@ def test_a_keyword_strict_output_does_not_serve_is_refused_in_the_output_schema(
     assert refusal(file_with(output_schema=schema)) == (
         f"output_schema: strict structured output does not support {keyword} at properties.topic"
     )
+
+
+@pytest.mark.parametrize("fmt", ["bogus", "uri", "regex"])
+def test_a_format_strict_output_does_not_serve_is_refused_in_the_output_schema(fmt: str) -> None:
+    # Given an output schema naming a string format outside those strict structured output serves
+    schema = closed({"topic": {"type": "string", "format": fmt}})
+
+    # When it is checked, then it is refused in one line naming the format and those served
+    assert refusal(file_with(output_schema=schema, examples=[])) == (
+        f"output_schema: strict structured output does not support the format {fmt!r} at properties.topic "
+        f"(it takes {', '.join(STRICT_FORMATS)})"
+    )
+
+
+@pytest.mark.parametrize("fmt", STRICT_FORMATS)
+def test_every_format_strict_output_serves_passes(fmt: str) -> None:
+    schema = closed({"topic": {"type": "string", "format": fmt}})
+
+    assert check_job_type(file_with(output_schema=schema, examples=[])).output_schema == schema
 
 
 def test_schema_is_served_at_the_output_schema_s_root_only() -> None:
@@ -572,6 +663,66 @@ def test_a_rule_out_of_its_bounds_is_refused(rule: dict[str, Any], expected: str
     assert refusal(file_with(rules=[rule])).startswith(expected)
 
 
+def labelled_job_type(check: str, **fields: Any) -> DataJobDefinition:
+    """A pushed job type whose input is `labels` and whose one rule is `check` (`fields` replace the file's)."""
+    schema = {"type": "object", "properties": {"text": {"type": "string"}, "labels": {"type": "array"}}}
+    rule = {"check": check, "message": "labels are known"}
+    document = file_with(input_schema=schema, rules=[rule], examples=[], **fields)
+    compiled = compile_job_type(check_job_type(document).document(), 1)
+    assert isinstance(compiled, DataJobDefinition)
+    return compiled
+
+
+def test_a_rule_too_costly_for_its_job_s_input_is_not_run_and_refuses_the_answer_saying_why() -> None:
+    # Given a rule of two nested macros and a list walk inside them (cubic in the labels), an input of
+    # 100 labels that passes, and an answer of 300 words
+    words = closed({"topic": {"type": "string"}, "words": {"type": "array", "items": {"type": "string"}}})
+    definition = labelled_job_type(
+        "input.labels.all(a, input.labels.all(b, a in input.labels))", output_schema=words, max_tokens=256
+    )
+    job_input = definition.parse_input({"labels": [f"label-{n}" for n in range(100)]})
+    answer = {"topic": "billing", "words": ["word"] * 300}
+
+    # When the answer is validated, then the rule is not run (it would take the better part of an hour):
+    # the answer is refused at once, in one line naming the rule and the bound
+    steps = (2 + 100 + 3 + 300) ** 3  # the input object, its list and labels; the answer's
+    with pytest.raises(BusinessValidationError) as refused:
+        definition.validate_output(job_input, json.dumps(answer))
+    assert str(refused.value) == (
+        f"rule 1 (labels are known) is not run: it could take {steps} steps on this input and answer, "
+        f"more than {MAX_RULE_STEPS}"
+    )
+
+
+def test_an_input_a_rule_would_be_too_costly_on_is_refused_before_any_call() -> None:
+    # Given the same rule and 3,000 labels, when the input is checked, then it is refused in one line
+    definition = labelled_job_type("input.labels.all(a, input.labels.all(b, a in input.labels))")
+
+    steps = (2 + 3000 + 1) ** 3  # the input object, its list and labels, and an answer of one value
+    with pytest.raises(InputValidationError) as refused:
+        definition.parse_input({"labels": [f"label-{n}" for n in range(3000)]})
+    assert str(refused.value) == (
+        f"input: rule 1 (labels are known) could take {steps} steps on it, more than {MAX_RULE_STEPS}: "
+        "no answer could be checked"
+    )
+
+
+def test_a_costly_rule_on_a_small_input_runs() -> None:
+    # Given the same rule and ten labels, when an answer is validated, then the rule runs and holds
+    definition = labelled_job_type("input.labels.all(a, input.labels.all(b, a in input.labels))")
+    job_input = definition.parse_input({"labels": [f"label-{n}" for n in range(10)]})
+
+    assert definition.validate_output(job_input, json.dumps({"topic": "billing"})).model_dump() == {"topic": "billing"}
+
+
+def test_a_rule_without_macros_runs_on_the_largest_input() -> None:
+    # Given a rule that walks no list more than once, and 40,000 labels: it runs, however long the list
+    definition = labelled_job_type("size(input.labels) > 1 && 'label-7' in input.labels")
+    job_input = definition.parse_input({"labels": [f"label-{n}" for n in range(40_000)]})
+
+    assert definition.validate_output(job_input, json.dumps({"topic": "billing"})).model_dump() == {"topic": "billing"}
+
+
 def test_a_rule_at_its_length_bound_passes() -> None:
     rule = {"check": "true" + " " * (MAX_CHECK_CHARS - 4), "message": "m" * MAX_MESSAGE_CHARS}
 
@@ -617,7 +768,7 @@ def test_an_example_that_fails_a_schema_is_refused_naming_the_example_and_positi
     ("check", "reason"),
     [
         ("size(output.topic) > 0", "is false"),
-        ("output.topic != '' || output.missing == 1", "errors: KeyError: 'missing'"),
+        ("output.topic != '' || output['miss' + 'ing'] == 1", "errors: KeyError: 'missing'"),
         ("output.topic != '' ? true : output.topic", "gives a str, not true or false"),
         ("output.topic != '' || 1 / 0 == 1", "errors: ZeroDivisionError: division by zero in CEL expression"),
     ],
@@ -632,6 +783,40 @@ def test_an_example_that_fails_a_rule_is_refused_naming_the_example_the_rule_and
 
     # When it is checked, then the line names both, why, and the rule's message
     assert refusal(file_with(rules=rules, examples=examples)) == (f"examples[1]: rule 2 (the topic is wrong) {reason}")
+
+
+@pytest.mark.parametrize(
+    ("check", "expected"),
+    [
+        ("output.lable == 'x'", "rules[0].check: reads output.lable, which output_schema does not have (it has topic)"),
+        ("size(input.txt) > 0", "rules[0].check: reads input.txt, which input_schema does not have (it has text)"),
+        (
+            "output.topic.all(c, c != '') && input . nope == 1",
+            "rules[0].check: reads input.nope, which input_schema does not have (it has text)",
+        ),
+    ],
+    ids=["output-typo", "input-typo", "spaced"],
+)
+def test_a_rule_reading_a_field_its_closed_schema_lacks_is_refused_without_an_example(
+    check: str, expected: str
+) -> None:
+    # Given a rule that reads a field neither schema has (which would refuse every answer), and no example
+    rules = [{"check": check, "message": "reads a typo"}]
+
+    # When the file is checked, then it is refused in one line naming the field and the fields there are
+    assert refusal(file_with(rules=rules, examples=[])) == expected
+
+
+def test_a_rule_may_read_a_field_an_open_input_schema_allows_or_name_one_in_a_string() -> None:
+    # Given an input schema that allows other properties, and a rule naming a field only in a string
+    schema = {"type": "object", "properties": {"text": {"type": "string"}}}
+    rules = [
+        {"check": "!has(input.extra) || input.extra != ''", "message": "extra is not empty"},
+        {"check": "output.topic != 'output.nothing'", "message": "a topic, not a field's name"},
+    ]
+
+    # When the file is checked, then it passes
+    assert check_job_type(file_with(input_schema=schema, rules=rules)).rules[0].check.startswith("!has")
 
 
 # --- the name ---
@@ -993,6 +1178,27 @@ def test_a_yaml_integer_past_python_s_digit_limit_is_refused_by_the_reader() -> 
 def test_a_key_written_twice_is_refused_by_the_reader_rather_than_one_value_dropped(text: str, expected: str) -> None:
     # Given a file that writes one key twice in a mapping, when it is read, then it is refused naming the key
     assert expected in unread(text)
+
+
+def test_yaml_aliases_that_expand_past_a_file_s_bound_are_refused_by_the_reader() -> None:
+    # Given a file of a few hundred bytes whose aliases of aliases hold 9**9 strings ("billion laughs")
+    levels = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for before, name in zip("abcdefgh", "bcdefghi", strict=True):
+        levels.append(f"{name}: &{name} [{', '.join([f'*{before}'] * 9)}]")
+    text = "\n".join(levels) + "\nname: topic\n"
+
+    # When it is read, then it is refused in one line, its size as JSON past the bound a file holds
+    assert unread(text) == (
+        f"the job type file holds more than {MAX_FILE_BYTES} bytes as JSON (a YAML alias counts all it "
+        "names again); a job type file holds at most that"
+    )
+
+
+def test_yaml_aliases_within_the_bound_are_read_as_what_they_name() -> None:
+    assert parse_document("x: &x {type: string}\ny: [*x, *x]\n") == {
+        "x": {"type": "string"},
+        "y": [{"type": "string"}, {"type": "string"}],
+    }
 
 
 def test_a_yaml_merge_may_still_be_overridden() -> None:

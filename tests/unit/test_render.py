@@ -189,6 +189,21 @@ def test_a_job_s_error_and_output_are_shown_as_written_never_as_markup() -> None
     assert '{"label": "[red]spam[/]"}' in text
 
 
+def test_a_data_job_shows_the_version_of_its_job_type_it_runs_and_a_code_job_its_type_alone() -> None:
+    # Given a data job that ran v2 of its job type, one not yet claimed, and a code job
+    ran = job(JobStatus.SUCCEEDED, job_type="triage_ticket", job_type_version=2)
+    unclaimed = job(JobStatus.QUEUED, job_type="triage_ticket")
+
+    def type_row(one: Job) -> str:
+        rows = text_of(job_table(JobView.from_job(one))).splitlines()
+        return next(row for row in rows if row.startswith("type ")).split(maxsplit=1)[1].strip()
+
+    # When each is shown, then the type row names the version where there is one
+    assert type_row(ran) == "triage_ticket v2"
+    assert type_row(unclaimed) == "triage_ticket"
+    assert type_row(QUEUED) == "classify"
+
+
 def test_redrive_results_read_as_one_line_each_and_as_json() -> None:
     skipped = RedriveResult(
         "m-1", "job-1", RedriveOutcome.SKIPPED, "job job-1 is running; only a failed job can be retried"

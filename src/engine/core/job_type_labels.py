@@ -16,6 +16,9 @@ from engine.core.job_types import Canary, Guard, JobTypeHead, LabelAction, Label
 # What a head keeps of its past: production's earlier versions (what rollback moves back to) and its events.
 MAX_PREVIOUS = 50
 MAX_HISTORY = 100
+# A rollback's reason, as its history row shows it: one line. The head (its history of MAX_HISTORY
+# events) is one DynamoDB item, 400 KB at most: unbounded reasons would make its every move fail.
+MAX_REASON_CHARS = 500
 
 
 def recorded(head: JobTypeHead, event: LabelEvent, **changes: object) -> JobTypeHead:
@@ -80,6 +83,12 @@ def rolled_back(
     """The canary ended when there is one (the event names its version), else production moved back
     to the version before it (the event names the version production now is)."""
     head = existing(head, name)
+    if reason is not None and (len(reason) > MAX_REASON_CHARS or not reason.isprintable()):
+        unprintable = "" if reason.isprintable() else ", with a line break or a control character"
+        raise JobTypeLabelError(
+            f"{name}: a rollback's reason is one line of at most {MAX_REASON_CHARS} printable characters "
+            f"(this one has {len(reason)}{unprintable})"
+        )
     if head.canary is not None:
         event = LabelEvent(at=now_ms, action=LabelAction.ROLLBACK, version=head.canary.version, reason=reason, by=by)
         return recorded(head, event, canary=None)

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import Annotated, Any
 
-from jsonschema import Draft202012Validator
+from jsonschema.protocols import Validator
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.core.attachments import ALL_TYPES, AttachmentPolicy, MediaType
@@ -64,7 +64,14 @@ from engine.definitions.data_steps import (
 )
 from engine.definitions.json_schemas import check_schema, instance_problem, validator
 from engine.definitions.pipelines import PipelineDefinition, pipeline_prompt
-from engine.definitions.rules import MAX_CHECK_CHARS, MAX_MESSAGE_CHARS, CompiledRule, compile_rule
+from engine.definitions.rules import (
+    MAX_CHECK_CHARS,
+    MAX_MESSAGE_CHARS,
+    MAX_RULE_STEPS,
+    CompiledRule,
+    compile_rule,
+    fields_read,
+)
 from engine.messages import MAX_DEADLINE_SECONDS, MIN_DEADLINE_SECONDS, JobTypeName, MaxAttempts
 from engine.text import json_value_problem, key_label, one_line
 
@@ -202,6 +209,7 @@ def check_job_type(
         _check_attachments(file)
         for index, rule in enumerate(file.rules):
             compile_rule(rule.check, rule.message, f"rules[{index}].check")
+            _check_rule_fields(file, rule.check, f"rules[{index}].check")
     check_examples(file)
     return file
 
@@ -215,6 +223,19 @@ def _check_pipeline_fields(document: Mapping[str, Any]) -> None:
     for name in _MODEL_FIELDS:
         if name in document:
             raise JobTypeFileError(f"{name}: a pipeline (steps) calls no model itself, its steps do: remove {name}")
+
+
+def _check_rule_fields(file: JobTypeFile, check: str, where: str) -> None:
+    """A rule reads only fields its schemas have: `output.lable` for `label` would fail every answer,
+    each after its re-asks. An input schema that allows other properties may have any."""
+    for variable, name in sorted(fields_read(check)):
+        schema = file.input_schema if variable == "input" else file.output_schema
+        properties = schema.get("properties", {})
+        if name not in properties and schema.get("additionalProperties") is False:
+            known = ", ".join(key_label(key) for key in properties) or "none"
+            raise JobTypeFileError(
+                one_line(f"{where}: reads {variable}.{name}, which {variable}_schema does not have (it has {known})")
+            )
 
 
 def check_examples(file: JobTypeFile) -> None:
@@ -291,8 +312,8 @@ class DataJobDefinition(JobDefinition):
     """A JobDefinition compiled from a file: JSON Schema and CEL where a code job type has pydantic and Python."""
 
     file: JobTypeFile = field(repr=False, compare=False)
-    input_validator: Draft202012Validator = field(repr=False, compare=False)
-    output_validator: Draft202012Validator = field(repr=False, compare=False)
+    input_validator: Validator = field(repr=False, compare=False)
+    output_validator: Validator = field(repr=False, compare=False)
     rules: tuple[CompiledRule, ...] = field(repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -300,7 +321,17 @@ class DataJobDefinition(JobDefinition):
         object.__setattr__(self, "output_json_schema", self.file.output_schema)
 
     def parse_input(self, raw: Mapping[str, Any]) -> BaseModel:
-        return DataInput.model_validate(_checked_input(self.input_validator, raw))
+        job_input = _checked_input(self.input_validator, raw)
+        for number, rule in enumerate(self.rules, start=1):
+            # An input on which a rule would not run, whatever the answer: refused before any call.
+            if (steps := rule.steps(job_input, {})) > MAX_RULE_STEPS:
+                raise InputValidationError(
+                    one_line(
+                        f"input: rule {number} ({rule.message}) could take {steps} steps on it, more than "
+                        f"{MAX_RULE_STEPS}: no answer could be checked"
+                    )
+                )
+        return DataInput.model_validate(job_input)
 
     def validate_output(self, job_input: BaseModel, content: str) -> BaseModel:
         """The answer: bounded, strict JSON, valid against the output schema, then true on every rule."""
@@ -313,9 +344,12 @@ class DataJobDefinition(JobDefinition):
         if problem := instance_problem(self.output_validator, output, "output"):
             raise SchemaValidationError(problem)
         given = job_input.model_dump(mode="json")
-        for rule in self.rules:
-            if rule.problem(given, output) is not None:
-                raise BusinessValidationError(rule.message)
+        for number, rule in enumerate(self.rules, start=1):
+            if (problem := rule.problem(given, output)) is None:
+                continue
+            if rule.steps(given, output) > MAX_RULE_STEPS:  # not the answer's fault: say so
+                raise BusinessValidationError(one_line(f"rule {number} ({rule.message}) {problem}"))
+            raise BusinessValidationError(rule.message)
         return DataOutput.model_validate(output)
 
 
@@ -325,8 +359,8 @@ class DataPipelineDefinition(PipelineDefinition):
     list bounded), an output a review edited by the output schema."""
 
     file: JobTypeFile = field(repr=False, compare=False)
-    input_validator: Draft202012Validator = field(repr=False, compare=False)
-    output_validator: Draft202012Validator = field(repr=False, compare=False)
+    input_validator: Validator = field(repr=False, compare=False)
+    output_validator: Validator = field(repr=False, compare=False)
     map_fields: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -346,8 +380,8 @@ class DataPipelineDefinition(PipelineDefinition):
 
 @dataclass(frozen=True, slots=True)
 class _Compiled:
-    input_validator: Draft202012Validator
-    output_validator: Draft202012Validator
+    input_validator: Validator
+    output_validator: Validator
     rules: tuple[CompiledRule, ...]
 
     @classmethod
@@ -358,8 +392,11 @@ class _Compiled:
         return cls(validator(file.input_schema), validator(file.output_schema), rules)
 
 
-def _checked_input(checker: Draft202012Validator, raw: Mapping[str, Any]) -> dict[str, Any]:
-    """A data job's input: bounded, and valid against its input schema (InputValidationError, one line)."""
+def _checked_input(checker: Validator, raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A data job's input: text (no lone surrogate, which has no size in UTF-8), bounded, and valid
+    against its input schema (InputValidationError, one line)."""
+    if problem := json_value_problem(raw, "input"):
+        raise InputValidationError(problem)
     size = len(json.dumps(raw, separators=(",", ":"), ensure_ascii=False).encode())
     if size > MAX_INPUT_BYTES:
         raise InputValidationError(f"input is {size} bytes; the limit is {MAX_INPUT_BYTES}")

@@ -6,6 +6,7 @@ closes every object and requires every property) and what the answer is validate
 
 - both are valid Draft 2020-12 schemas, their root an object, each at most MAX_SCHEMA_BYTES as
   JSON and nested at most MAX_SCHEMA_DEPTH levels;
+- every `pattern` (and `patternProperties`' names) is one a linear-time matcher runs (below);
 - a `$ref` points into the schema's own `$defs` (`#/$defs/NAME`, or `#`): nothing is fetched, and a
   reference that resolves to nothing is refused here, not when a job meets it; `$id`, `$anchor`
   and `$dynamicRef`, which move that resolution, are refused;
@@ -14,6 +15,12 @@ closes every object and requires every property) and what the answer is validate
   property in `required`, at most MAX_OBJECT_DEPTH object levels, MAX_PROPERTIES properties and
   MAX_ENUM_VALUES enum values in all. The gateway's transform then keeps it as it is (but for the
   keywords it strips, which the answer's validation still checks).
+
+A `pattern` is matched by Rust's regex crate, the one CEL's matches() runs (rules.py), never by
+Python's re: re backtracks, and `^(a+)+$` on forty characters of someone's input would hold a worker
+(or the client that checks a submission) for hours. Rust's never backtracks: a match takes time
+linear in the text. It refuses what needs backtracking (backreferences, look-around), so a schema
+holding those is refused at push, in one line.
 
 A failure of an instance (an input, an answer, an example) is one line naming the position and the
 keyword it fails, quoting the schema's bound, never the instance's content (it is stored and shown).
@@ -26,8 +33,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import SchemaError, ValidationError, best_match
+from jsonschema.protocols import Validator
 
 from engine.core.errors import JobTypeFileError
 from engine.text import key_label, one_line
@@ -49,6 +57,9 @@ STRICT_KEYWORDS = frozenset(
         "minItems", "maxItems",
     }
 )  # fmt: skip
+# The string formats strict structured output serves: another one is refused at push, as the provider
+# would refuse every request carrying it.
+STRICT_FORMATS = ("date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid")
 # Keywords whose value is one schema, a list of schemas, or names mapped to schemas (Draft 2020-12).
 _ONE_SCHEMA = frozenset(
     {
@@ -85,13 +96,50 @@ def check_schema(schema: dict[str, Any], where: str, *, strict: bool) -> None:
     defs = schema.get("$defs", {})
     for path, node, _ in _subschemas(schema, (), 0):
         _check_references(node, defs, where, path)
+        _check_patterns(node, where, path)
     if strict:
         _check_strict(schema, where)
 
 
-def validator(schema: dict[str, Any]) -> Draft202012Validator:
-    """The compiled validator of a checked schema (built once per compiled job type)."""
-    return Draft202012Validator(schema)
+def validator(schema: dict[str, Any]) -> Validator:
+    """The compiled validator of a checked schema (built once per compiled job type); its patterns
+    are matched in linear time."""
+    return _LinearPatternValidator(schema)
+
+
+def matches(pattern: str, text: str) -> bool:
+    """Whether `pattern` matches somewhere in `text` (as JSON Schema's `pattern` means), in time
+    linear in `text`; RuntimeError for a pattern the matcher refuses."""
+    global _MATCHES
+    if _MATCHES is None:
+        import cel  # lazy, as rules.py imports it: a worker that serves no data job type never pays it
+
+        _MATCHES = cel.compile("text.matches(pattern)")
+    return _MATCHES.execute({"text": text, "pattern": pattern}) is True
+
+
+_MATCHES: Any = None
+
+
+def _pattern(checker: Validator, pattern: str, instance: Any, schema: dict[str, Any]) -> Iterator[ValidationError]:
+    if checker.is_type(instance, "string") and not matches(pattern, instance):
+        yield ValidationError(f"does not match {pattern!r}")
+
+
+def _pattern_properties(
+    checker: Validator, patterns: dict[str, Any], instance: Any, schema: dict[str, Any]
+) -> Iterator[ValidationError]:
+    if not checker.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for name, value in instance.items():
+            if matches(pattern, name):
+                yield from checker.descend(value, subschema, path=name, schema_path=pattern)
+
+
+_LinearPatternValidator = validators.extend(
+    Draft202012Validator, {"pattern": _pattern, "patternProperties": _pattern_properties}
+)
 
 
 def instance_problem(checker: Draft202012Validator, instance: Any, name: str) -> str | None:
@@ -150,6 +198,28 @@ def _check_references(node: dict[str, Any], defs: Any, where: str, path: Path) -
         raise JobTypeFileError(f"{where}: $ref {reference} names nothing in $defs at {_at(path)}")
 
 
+def _check_patterns(node: dict[str, Any], where: str, path: Path) -> None:
+    patterns = [node["pattern"]] if isinstance(node.get("pattern"), str) else []
+    patterns += list(node.get("patternProperties", {})) if isinstance(node.get("patternProperties"), dict) else []
+    for pattern in patterns:
+        try:
+            matches(pattern, "")
+        except Exception as exc:  # any refusal of the foreign matcher: the pattern cannot be run
+            raise JobTypeFileError(
+                one_line(
+                    f"{where}: pattern {pattern!r} at {_at(path)} is not one the linear-time matcher runs "
+                    f"({_matcher_reason(exc)}); write it without backreferences or look-around"
+                )
+            ) from exc
+
+
+def _matcher_reason(exc: Exception) -> str:
+    """The regex crate's own words (`look-around, including look-ahead and look-behind, is not
+    supported`), from CEL's error: `... regex parse error: ... error: <reason>. Check function ...`."""
+    _, found, reason = str(exc).rpartition("error: ")
+    return reason.split(". Check function")[0].strip().rstrip(".") if found else type(exc).__name__
+
+
 def _check_strict(schema: dict[str, Any], where: str) -> None:
     properties = enum_values = 0
     for path, node, objects in _subschemas(schema, (), 0):
@@ -158,6 +228,13 @@ def _check_strict(schema: dict[str, Any], where: str) -> None:
                 raise JobTypeFileError(
                     f"{where}: strict structured output does not support {key_label(keyword)} at {_at(path)}"
                 )
+        if "format" in node and node["format"] not in STRICT_FORMATS:
+            raise JobTypeFileError(
+                one_line(
+                    f"{where}: strict structured output does not support the format {node['format']!r} at "
+                    f"{_at(path)} (it takes {', '.join(STRICT_FORMATS)})"
+                )
+            )
         if not any(keyword in node for keyword in _NAMES_A_TYPE):
             raise JobTypeFileError(f"{where}: strict structured output needs a type at {_at(path)}")
         if _is_object(node):

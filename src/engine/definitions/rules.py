@@ -6,8 +6,16 @@ most MAX_CHECK_CHARS characters, at most MAX_MACROS comprehension macros (all, e
 map, filter: each walks a list, so two nest to a square of the input's size at most), and the only
 variables it reads are `input` and `output` (and the names its macros bind).
 
-A rule that is not true, whether false, not a boolean, or failing to run (a key the answer lacks,
-a type it cannot compare), fails: the answer is refused with the rule's message.
+What a rule costs is bounded again when it runs, since its lists are the job's: a macro walks a
+list, and what it does for each item (`x in list`, a comparison of lists) may walk one more, so a rule
+of m macros takes at most about N^(m + 1) steps over an input and an answer of N JSON values in all.
+A rule is run only when that is at most MAX_RULE_STEPS (under a second); otherwise it is not run,
+and fails (an input on which no answer could pass is refused at intake, by the definition): two
+nested macros over 3,000 labels would otherwise hold a worker for the better part of an hour, in
+native code no timeout interrupts.
+
+A rule that is not true, whether false, not a boolean, failing to run (a key the answer lacks, a
+type it cannot compare) or too costly to run, fails: the answer is refused with the rule's message.
 
 `cel` (common-expression-language) is imported on first use: it costs ~150 ms, which a worker that
 serves no data job type never pays.
@@ -28,6 +36,7 @@ if TYPE_CHECKING:
 MAX_CHECK_CHARS = 1000
 MAX_MESSAGE_CHARS = 200
 MAX_MACROS = 2
+MAX_RULE_STEPS = 10_000_000
 VARIABLES = frozenset({"input", "output"})
 
 # A comprehension macro and the name it binds: `.all(x, ...)`, `.map(x, ...)` (found in the source
@@ -41,10 +50,13 @@ class CompiledRule:
 
     program: Program
     message: str
+    macros: int = 0
 
     def problem(self, job_input: Any, output: Any) -> str | None:
         """None when the rule is true on (`job_input`, `output`), else why not, in a few words that
         follow the rule's name (`rule 1 (...) is false`)."""
+        if (steps := self.steps(job_input, output)) > MAX_RULE_STEPS:
+            return f"is not run: it could take {steps} steps on this input and answer, more than {MAX_RULE_STEPS}"
         try:
             result = self.program.execute({"input": job_input, "output": output})
         except Exception as exc:  # any failure of a foreign evaluator: the rule failed
@@ -52,6 +64,23 @@ class CompiledRule:
         if result is True:
             return None
         return "is false" if result is False else f"gives a {type(result).__name__}, not true or false"
+
+    def steps(self, job_input: Any, output: Any) -> int:
+        """The most steps the rule could take on (`job_input`, `output`): N^(macros + 1), N their JSON values."""
+        return int((json_values(job_input) + json_values(output)) ** (self.macros + 1))
+
+
+def json_values(value: Any) -> int:
+    """How many JSON values `value` holds, itself included (a string counts one, as a macro sees it)."""
+    count, level = 0, [value]
+    while level:
+        count += len(level)
+        level = [child for node in level if isinstance(node, dict | list) for child in _children(node)]
+    return count
+
+
+def _children(node: dict[str, Any] | list[Any]) -> list[Any]:
+    return list(node.values()) if isinstance(node, dict) else node
 
 
 def compile_rule(check: str, message: str, where: str) -> CompiledRule:
@@ -70,11 +99,18 @@ def compile_rule(check: str, message: str, where: str) -> CompiledRule:
     unknown += sorted(bound & _names_outside_macros(check))
     if unknown:
         raise JobTypeFileError(one_line(f"{where}: names {', '.join(unknown)}; a rule reads only input and output"))
-    return CompiledRule(program, message)
+    return CompiledRule(program, message, len(macros))
 
 
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
 _VARIABLE = re.compile(r"(?<![.\w])([A-Za-z_]\w*)")
+_FIELD = re.compile(r"(?<![.\w])(input|output)\s*\.\s*([A-Za-z_]\w*)")
+
+
+def fields_read(check: str) -> set[tuple[str, str]]:
+    """The top-level fields the rule reads by name, as (`input` or `output`, field): `output.label`
+    gives ("output", "label"); string literals are left out."""
+    return set(_FIELD.findall(_STRING.sub('""', check)))
 
 
 def _names_outside_macros(check: str) -> set[str]:
