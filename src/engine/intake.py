@@ -21,7 +21,7 @@ from engine.core.errors import (
 from engine.definitions import JobDefinition, JobRegistry
 from engine.definitions.base import one_line_error
 from engine.messages import JobId, JobMessage, JobTypeName, LaneName, MaxAttempts, UserId
-from engine.text import json_value_problem
+from engine.text import json_integer, json_value_problem
 
 _job_id_adapter: TypeAdapter[str] = TypeAdapter(JobId)
 # The fields of a bad message worth keeping on its failed job, each kept only when valid: a value
@@ -90,8 +90,9 @@ def _refuse_constant(name: str) -> Any:
 def parse_message(body: str, message_id: str, registry: JobRegistry, lane: Lane = Lane.INTERACTIVE) -> JobRequest:
     """The request a body makes; a new job runs in the lane it names, else in `lane` (its queue's)."""
     try:
-        # Strict JSON: NaN and Infinity are JavaScript, not JSON, and no store can hold them.
-        raw = json.loads(body, parse_constant=_refuse_constant)
+        # Strict JSON: NaN and Infinity are JavaScript, not JSON, and no store can hold them. An
+        # integer too long to convert is refused below, once the job id is known, as any bad value.
+        raw = json.loads(body, parse_constant=_refuse_constant, parse_int=json_integer)
     except (ValueError, RecursionError) as exc:
         raise BadMessageError(InputValidationError(f"message body is not JSON: {exc}")) from exc
     if not isinstance(raw, dict):

@@ -40,6 +40,25 @@ def one_line(text: str, limit: int = MAX_REASON_CHARS) -> str:
     return bounded(text.replace("\r", "\\r").replace("\n", "\\n"), limit)
 
 
+class LongInteger:
+    """A JSON integer of more digits than Python converts (its `sys.get_int_max_str_digits()`, 4300 by
+    default): the parser keeps its length, for json_value_problem to refuse it with a path."""
+
+    __slots__ = ("digits",)
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+
+def json_integer(literal: str) -> int | LongInteger:
+    """A JSON parser's `parse_int`: the integer, or a LongInteger past Python's limit (not an error that
+    would take the whole document, and the job id it names, down with it)."""
+    try:
+        return int(literal)
+    except ValueError:
+        return LongInteger(len(literal.lstrip("-")))
+
+
 def json_value_problem(value: Any, name: str) -> str | None:
     """Why a parsed JSON value cannot be used (lone surrogates, numbers out of range, too deep), or None.
 
@@ -58,6 +77,8 @@ def json_value_problem(value: Any, name: str) -> str | None:
             # Python's parser reads 1e999 as infinity, which JSON (and so every store) cannot hold.
             if not math.isfinite(node):
                 return f"{path}: a number out of range ({node}), which JSON cannot hold"
+        elif isinstance(node, LongInteger):
+            return f"{path}: an integer of {node.digits} digits, too long to hold"
         elif isinstance(node, dict):
             for position, (key, item) in enumerate(node.items()):
                 if _SURROGATE.search(key):

@@ -271,6 +271,34 @@ def test_non_json_numbers_are_refused(constant: str, registry: JobRegistry) -> N
     assert "not a JSON number" in caught.value.error.message
 
 
+@pytest.mark.parametrize(
+    ("field", "literal"),
+    [("input.max_words", "9" * 5_000), ("input.extra", "-" + "1" * 4_301), ("max_attempts", "7" * 10_000)],
+)
+def test_an_integer_too_long_to_convert_fails_its_job_with_its_place(
+    field: str, literal: str, registry: JobRegistry
+) -> None:
+    # Given valid JSON holding, at `field`, an integer of more digits than Python converts (4300)
+    values = {"input.max_words": "50", "input.extra": "0", "max_attempts": "3"} | {field: literal}
+    body = (
+        '{"job_id":"j1","job_type":"summarize","user_id":"u1","input":{"text":"t","max_words":MW,"extra":EX},'
+        '"max_attempts":MA}'
+    )
+    for placeholder, name in (("MW", "input.max_words"), ("EX", "input.extra"), ("MA", "max_attempts")):
+        body = body.replace(placeholder, values[name])
+
+    # When it is parsed
+    with pytest.raises(BadMessageError) as caught:
+        parse_message(body, "message-1", registry)
+
+    # Then the job it names fails (no dead letter), with a reason naming the place and the length
+    assert caught.value.job_id == "j1"
+    assert caught.value.error.code is ErrorCode.INPUT_VALIDATION_FAILED
+    digits = len(literal.lstrip("-"))
+    assert caught.value.error.message == f"message.{field}: an integer of {digits} digits, too long to hold"
+    assert caught.value.known("max_attempts") == (None if field == "max_attempts" else 3)
+
+
 def test_json_nested_deeper_than_the_bound_is_refused_with_its_job(registry: JobRegistry) -> None:
     deep = "[" * (MAX_JSON_DEPTH + 5) + "]" * (MAX_JSON_DEPTH + 5)
     body = '{"job_id":"j1","job_type":"summarize","user_id":"u1","input":{"text":"t","extra":' + deep + "}}"
