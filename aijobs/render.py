@@ -297,11 +297,16 @@ def attempts_table(attempts: Sequence[AttemptView], counted: int) -> Table:
     # attempt wrote the prompt cache, as in `aijobs usage`.
     written = any(attempt.cache_write_input_tokens for attempt in attempts)
     columns = ("input", "cached", *(("cache write",) if written else ()), "output", "reasoning")
+    # A batch or the flex tier paid less than real time: what the same calls would have cost at the
+    # standard tier, beside the cost, as `aijobs usage` shows it by route (docs/cost.md).
+    discounted = any(attempt.standard_cost_usd != attempt.cost_usd for attempt in attempts)
     # The model wraps first when the terminal is narrow: times, codes and figures stay whole.
     for column in ("#", "started", "duration", "model", "via", "calls", *columns):
         left = column in {"started", "model", "via"}
         table.add_column(column, justify="left" if left else "right", no_wrap=column != "model")
     table.add_column("cost", justify="right", no_wrap=True)
+    if discounted:
+        table.add_column("in real time", justify="right", no_wrap=True)
     table.add_column("outcome", no_wrap=True)
     table.add_column("error", no_wrap=True)
     for attempt in attempts:
@@ -319,6 +324,7 @@ def attempts_table(attempts: Sequence[AttemptView], counted: int) -> Table:
             str(attempt.output_tokens),
             str(attempt.reasoning_tokens),
             usd(attempt.cost_usd),
+            *((usd(attempt.standard_cost_usd),) if discounted else ()),
             attempt.outcome.value,
             attempt.error_code.value if attempt.error_code else "",
         )

@@ -278,7 +278,9 @@ def load_settings(environ: Mapping[str, str] | None = None, overrides: Mapping[s
         errors = exc.errors()
         first = errors[0]
         variable = str(first["loc"][0]).upper() if first["loc"] else "environment"
-        message = f"{variable}: {first['msg']}"
+        # Within a JSON setting, where: `AIJOBS_PRICES: gpt-4o-mini.flex: Input should be ...`.
+        within = ".".join(str(part) for part in first["loc"][1:])
+        message = f"{variable}: {within + ': ' if within else ''}{first['msg']}"
         missing = tuple(str(error["loc"][0]).upper() for error in errors if error["type"] == "missing" and error["loc"])
         if missing:
             raise MissingSettingsError(message, missing) from exc

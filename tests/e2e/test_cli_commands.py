@@ -618,6 +618,13 @@ def test_usage_refuses_a_bad_duration_in_one_line(dev_env: DevStack) -> None:
     assert line == "error: --since '7x' is not a duration like 30m, 12h, 7d or 2w"
 
 
+def test_usage_refuses_a_range_past_any_date_by_its_bound_in_one_line(dev_env: DevStack) -> None:
+    # A hundred billion weeks begin before the year 1: the range's bound says so, not the calendar.
+    line = one_error_line(run("usage", "--since", "100000000000w", "--json"))
+
+    assert line == "error: a usage range spans at most 400 days; this one spans 700000000001"
+
+
 # --- worker --------------------------------------------------------------------------------------
 
 

@@ -224,6 +224,16 @@ def test_prices_of_the_wrong_shape_name_the_variable(monkeypatch: pytest.MonkeyP
     assert configuration_error().startswith("AIJOBS_PRICES: ")
 
 
+def test_a_price_out_of_its_range_is_named_by_its_model_and_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a flex share past 1 for one model of several
+    monkeypatch.setenv(
+        "AIJOBS_PRICES", '{"my-model": {"input": 1, "output": 1}, "gpt-4o-mini": {"input": 1, "output": 1, "flex": 2}}'
+    )
+
+    # Then the one line names the variable, the model and the field at fault
+    assert configuration_error() == "AIJOBS_PRICES: gpt-4o-mini.flex: Input should be less than or equal to 1"
+
+
 def test_prices_that_are_not_json_name_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AIJOBS_PRICES", "gpt-4o=1,2")
 

@@ -95,6 +95,7 @@ def attempt(number: int, outcome: AttemptOutcome, error_code: ErrorCode | None =
         input_tokens=812,
         output_tokens=40,
         cost_usd=Decimal("0.00021"),
+        standard_cost_usd=Decimal("0.00021"),
         cached_input_tokens=512,
         reasoning_tokens=16,
     )
@@ -286,6 +287,44 @@ def test_inspect_shows_no_cache_write_column_when_no_attempt_wrote_the_cache() -
     text = text_of(inspection_group(rate_limited_then_answered()))
 
     assert "cache write" not in text
+
+
+def test_inspect_shows_what_each_attempt_would_have_cost_in_real_time_when_a_route_paid_less() -> None:
+    # Given a job whose batch line failed (paid at the batch price) and whose real-time retry answered
+    history = JobHistory(
+        attempts=[
+            replace(
+                attempt(1, AttemptOutcome.RETRYABLE, ErrorCode.PROVIDER_UNAVAILABLE),
+                via=Via.BATCH,
+                batch_id="msgbatch_1",
+                standard_cost_usd=Decimal("0.00042"),
+            ),
+            attempt(2, AttemptOutcome.SUCCEEDED),
+        ],
+        dead_letters=[],
+    )
+    done = job(JobStatus.SUCCEEDED, attempt_count=2, finished_at=NOW)
+
+    # When it is inspected
+    text = text_of(inspection_group(JobInspection.of(done, history, NOW)))
+    rows = table_rows(text)
+
+    # Then each attempt's cost stands beside what the same calls would have cost in real time
+    header = next(line for line in text.splitlines() if "reasoning" in line)
+    assert [cell.strip() for cell in header.split("┃")[11:14]] == ["cost", "in real time", "outcome"]
+    assert rows["1"][9:12] == ["$0.000210", "$0.000420", "retryable"]
+    assert rows["2"][9:12] == ["$0.000210", "$0.000210", "succeeded"]
+
+
+def test_inspect_shows_no_real_time_column_when_every_attempt_paid_the_real_time_price() -> None:
+    # Given attempts made in real time at the standard tier (their standard cost is their cost)
+    history = JobHistory(attempts=[attempt(1, AttemptOutcome.SUCCEEDED)], dead_letters=[])
+
+    # When the job is inspected
+    text = text_of(inspection_group(JobInspection.of(job(JobStatus.SUCCEEDED, attempt_count=1), history, NOW)))
+
+    # Then the table has no column that would repeat the cost
+    assert "in real time" not in text
 
 
 def test_inspect_of_a_job_waiting_after_one_refused_call_counts_its_one_record_in_the_singular() -> None:

@@ -150,7 +150,7 @@ def test_good_settings_succeed_with_a_fingerprint_and_no_aws_request(
         ),
         (
             {"AIJOBS_PROVIDER_LIMITS": '{"gpt-4o-mini": {}}'},
-            "AIJOBS_PROVIDER_LIMITS: Value error, a model's limit needs rpm, tpm or both",
+            "AIJOBS_PROVIDER_LIMITS: gpt-4o-mini: Value error, a model's limit needs rpm, tpm or both",
         ),
         (
             {"AI_PROVIDER": "bedrock", "AI_MODEL_PRIMARY": "gpt-4o-mini"},

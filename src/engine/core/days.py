@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+DAY_MS = 86_400_000
+
 
 def utc_day(epoch_ms: int) -> str:
     """The UTC day of an instant, as YYYY-MM-DD."""
@@ -14,6 +16,12 @@ def next_utc_midnight_ms(epoch_ms: int) -> int:
     """When the UTC day after the one of `epoch_ms` begins (epoch ms)."""
     today = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).date()
     return int(datetime.combine(today + timedelta(days=1), datetime.min.time(), tzinfo=UTC).timestamp() * 1000)
+
+
+def utc_day_count(since_ms: int, until_ms: int) -> int:
+    """How many UTC days `utc_days` would list, counted without dates: a range's bound is checked before its
+    days are listed, and an instant no date can hold (a --since of a million years) is counted all the same."""
+    return until_ms // DAY_MS - since_ms // DAY_MS + 1
 
 
 def utc_days(since_ms: int, until_ms: int) -> list[str]:

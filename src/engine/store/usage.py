@@ -15,7 +15,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from engine.core import Via
-from engine.core.days import utc_days
+from engine.core.days import utc_day_count, utc_days
 from engine.store.expressions import index_query
 from engine.store.items import USAGE_DAY_SHARDS, Item, from_item, usage_day_partition
 from engine.store.retries import BATCH_GET_KEYS, Backoff, batch_get
@@ -206,7 +206,7 @@ class UsageLedger:
 
 
 def _days(since_ms: int, until_ms: int) -> list[str]:
-    days = utc_days(since_ms, until_ms)
-    if len(days) > MAX_RANGE_DAYS:
-        raise ValueError(f"a usage range spans at most {MAX_RANGE_DAYS} days; this one spans {len(days)}")
-    return days
+    count = utc_day_count(since_ms, until_ms)
+    if count > MAX_RANGE_DAYS:
+        raise ValueError(f"a usage range spans at most {MAX_RANGE_DAYS} days; this one spans {count}")
+    return utc_days(since_ms, until_ms)
