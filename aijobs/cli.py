@@ -1261,17 +1261,19 @@ def local_extra(command: str) -> Iterator[None]:
 
 
 def _wait_for_interrupt() -> None:
-    """Block until Ctrl-C or SIGTERM."""
+    """Block until Ctrl-C (SIGINT) or SIGTERM. Both are handled here, not left to Python's default: a
+    command a script starts in the background inherits SIGINT ignored, and Ctrl-C must stop it still."""
     import signal
     import threading
 
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    previous = {signum: signal.signal(signum, lambda *_: stop.set()) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         while not stop.wait(0.5):
             pass
-    except KeyboardInterrupt:
-        pass
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def main() -> None:

@@ -648,6 +648,8 @@ def test_worker_runs_jobs_and_stops_on_interrupt(endpoint_env: StackResources, t
                 stdout=out,
                 stderr=err,
                 env=env,
+                # Started as a script's background job is (`aijobs worker &`): with SIGINT ignored.
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
             )
         try:
             first, second = unique("worker-1"), unique("worker-2")
