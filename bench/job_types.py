@@ -6,7 +6,7 @@ every worker, and the DynamoDB requests of a data job type's job.
    another across a refresh period, as workers started at different times are. Then v2 is promoted,
    and every worker keeps running jobs (one each per POLL_SECONDS) until each has run one on v2: the
    figure is the time from the promote to the last worker's first v2 job, against the refresh period
-   (60 s, the most SPEC §14 allows).
+   (60 s, the most docs/jobtypes.md allows).
 2. One warm worker running JOBS jobs of a data job type, its DynamoDB requests counted by a botocore
    hook on its session: the claim and the finish, as for a code job type; and what its very first job
    adds (the heads, then the version read once).

@@ -48,7 +48,7 @@ PROVIDER_LATENCY_SECONDS = 0.05
 # A burst of 90 jobs at 60 a minute takes a minute and a half; a run that takes longer has jobs
 # waiting on the queue, and is cut here.
 RUN_BOUND_SECONDS = 360.0
-# SPEC's figure with limits on for interactive jobs; background ones line up and take a turn of five
+# docs/performance.md's figure with limits on for interactive jobs; background ones line up and take a turn of five
 # calls at a time (docs/lanes.md: at most 3 for a burst).
 TARGETS = {Lane.INTERACTIVE: 2.3, Lane.BACKGROUND: 3.0}
 

@@ -150,7 +150,7 @@ class Settings(BaseModel):
     # The lease when the worker runs outside Lambda with no context to read a deadline from.
     aijobs_default_lease_seconds: Annotated[int, Field(ge=10, le=900)] = 300
     # How long a worker serves the data job types' labels it read before it reads them again: the most
-    # a promote or a rollback takes to reach it (docs/jobtypes.md; 60 at most, as SPEC §14 bounds it).
+    # a promote or a rollback takes to reach it (docs/jobtypes.md: 60 at most).
     aijobs_job_types_refresh_seconds: Annotated[int, Field(ge=1, le=60)] = 60
 
     # X-Ray tracing: on in Lambda (LAMBDA_TASK_ROOT is set), unless POWERTOOLS_TRACE_DISABLED.

@@ -1,4 +1,4 @@
-"""The data job types' stats and canary guards, from the jobs table's stream (SPEC §14).
+"""The data job types' stats and canary guards, from the jobs table's stream (docs/jobtypes.md).
 
 The events function hands each batch of stream records here after its completion events: job items
 entering succeeded, failed or cancelled. Those of a data job type (their item carries

@@ -1,4 +1,4 @@
-"""Moving pipelines on (docs/pipelines.md, SPEC §15): a parent's steps as child jobs, exactly once.
+"""Moving pipelines on (docs/pipelines.md): a parent's steps as child jobs, exactly once.
 
 - Pipelines.advance: a claimed parent (the worker holds its lease) starts its next step. It reads the
   children of the step that ended, fails with `step_failed` when more of them failed than the step

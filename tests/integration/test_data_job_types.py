@@ -1,4 +1,4 @@
-"""Jobs of data job types through the worker's handler on moto (SPEC §14): two DynamoDB requests each,
+"""Jobs of data job types through the worker's handler on moto (docs/jobtypes.md): two DynamoDB requests each,
 like any other job, once the catalog has read the labels; the version a first claim resolved kept on
 the job item and its attempts, and run again by a retry after production moved.
 """

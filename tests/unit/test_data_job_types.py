@@ -1,4 +1,4 @@
-"""Data job types as a worker serves them (SPEC §14): the catalog (engine.definitions.catalog) over the
+"""Data job types as a worker serves them (docs/jobtypes.md): the catalog (engine.definitions.catalog) over the
 in-memory store, the registry that serves code and data job types under one name space, and the
 runner recording the version a job's first claim resolved and keeping it on a retry.
 

@@ -1,4 +1,4 @@
-"""The events function's tally of data job types (engine.job_type_tally, SPEC §14) over stream records
+"""The events function's tally of data job types (engine.job_type_tally, docs/jobtypes.md) over stream records
 as DynamoDB gives them (NEW_AND_OLD_IMAGES of job items): the stats summed per version, and guarded
 canaries ended once when they fail validation more often than production by more than they may.
 """

@@ -23,7 +23,7 @@ NOT_DEPLOYED = {
     "AWS_ENDPOINT_URL": "a local endpoint; in Lambda every client talks to AWS",
     "AI_API_KEY": "the key as a plain variable, locally; Lambda reads AI_API_KEY_SECRET_ARN",
     "AIJOBS_DEFAULT_LEASE_SECONDS": "the lease without a Lambda context; in Lambda the invocation's deadline",
-    "AIJOBS_JOB_TYPES_REFRESH_SECONDS": "the data job types' refresh; in Lambda its default, SPEC §14's 60 s",
+    "AIJOBS_JOB_TYPES_REFRESH_SECONDS": "the data job types' refresh; in Lambda its default, docs/jobtypes.md's 60 s",
     "JOBS_DLQ_URL": "the client's (the dashboard's health strip); the functions get their queue from their event",
     "LAMBDA_TASK_ROOT": "set by Lambda itself",
     "POWERTOOLS_TRACE_DISABLED": "tracing is on: the template's Tracing: Active",

@@ -22,7 +22,7 @@ from engine.core.ports import JobTypeCatalog
 from engine.definitions.base import JobDefinition
 from engine.observability import log_unexpected
 
-# How long the heads are kept by default: the most a promote takes to reach every worker (SPEC §14).
+# How long the heads are kept by default: the most a promote takes to reach every worker (docs/jobtypes.md).
 DEFAULT_REFRESH_SECONDS = 60
 # The least time between two reads of the heads, whatever asks for them (an unknown name, a version
 # newer than the heads know, a read that failed).

@@ -1,4 +1,4 @@
-"""Job types as data (SPEC §14): a file checked whole at push, stored canonical, compiled into a JobDefinition.
+"""Job types as data (docs/jobtypes.md): a file checked whole at push, stored canonical, compiled into a JobDefinition.
 
 A job type file (YAML or JSON, parsed by the client) names an input schema, an output schema, a
 prompt, rules and limits. Three steps use it:

@@ -1,4 +1,4 @@
-"""Pipelines: job types whose steps are job types (docs/pipelines.md, SPEC §15).
+"""Pipelines: job types whose steps are job types (docs/pipelines.md).
 
 A pipeline makes no model call of its own: each step's work is ordinary child jobs, so lanes,
 batches, budgets, fallback, attempts and usage apply to every call. Its steps:

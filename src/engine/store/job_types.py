@@ -1,4 +1,4 @@
-"""Data job types in the jobs table (engine.core.ports.JobTypeStore; SPEC §14).
+"""Data job types in the jobs table (engine.core.ports.JobTypeStore; docs/jobtypes.md).
 
 - Heads: `pk = JOBTYPES, sk = <name>`, one partition, so that one Query reads every name's labels.
   A head carries `hashes` (sha256 -> version) too: a file pushed again makes no new version.
