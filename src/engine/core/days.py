@@ -29,3 +29,12 @@ def utc_days(since_ms: int, until_ms: int) -> list[str]:
     first = datetime.fromtimestamp(since_ms / 1000, tz=UTC).date()
     last = datetime.fromtimestamp(until_ms / 1000, tz=UTC).date()
     return [(first + timedelta(days=offset)).isoformat() for offset in range((last - first).days + 1)]
+
+
+def bounded_utc_days(since_ms: int, until_ms: int, most: int, what: str) -> list[str]:
+    """`utc_days`, refused (ValueError naming `what`, e.g. "a usage range") when they would be more than
+    `most`: the bound is checked on their count, before a date is made."""
+    count = utc_day_count(since_ms, until_ms)
+    if count > most:
+        raise ValueError(f"{what} spans at most {most} days; this one spans {count}")
+    return utc_days(since_ms, until_ms)

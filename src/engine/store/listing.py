@@ -27,7 +27,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from engine.core import ErrorCode, Job, JobStatus, Lane
-from engine.core.days import DAY_MS, utc_day_count, utc_days
+from engine.core.days import DAY_MS, bounded_utc_days
 from engine.store.expressions import index_query
 from engine.store.items import JOB_SK, LIST_DAY_SHARDS, from_item, job_key, list_day_partition
 from engine.store.retries import BATCH_GET_KEYS, Backoff, batch_get, batch_get_jobs
@@ -321,10 +321,7 @@ def _days_newest_first(since_ms: int, until_ms: int) -> list[str]:
     or spans more than MAX_LISTING_DAYS."""
     if until_ms < since_ms:
         raise ValueError("the listing's range ends before it starts")
-    count = utc_day_count(since_ms, until_ms)
-    if count > MAX_LISTING_DAYS:
-        raise ValueError(f"a listing spans at most {MAX_LISTING_DAYS} days; this one spans {count}")
-    return utc_days(since_ms, until_ms)[::-1]
+    return bounded_utc_days(since_ms, until_ms, MAX_LISTING_DAYS, "a listing")[::-1]
 
 
 def _shard_readers() -> ThreadPoolExecutor:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine.core import AttemptRecord, DeadLetter, DeadLetterEntry, Job, JobDetails, JobHistory, PaidAnswer
-from engine.core.days import utc_day_count, utc_days
+from engine.core.days import bounded_utc_days
 from engine.core.open_jobs import OpenJobsWalk
 from engine.store.items import (
     ATTEMPT_PREFIX,
@@ -130,10 +130,7 @@ class JobReads(JobTable):
         A Query of each UTC day's listing partition, from `until`'s day back to `since`'s, newest
         first (`ScanIndexForward=false`), until the limit is reached or the range is read.
         """
-        count = utc_day_count(since_ms, until_ms)
-        if count > MAX_DEAD_LETTER_DAYS:
-            raise ValueError(f"a dead-letter range spans at most {MAX_DEAD_LETTER_DAYS} days; this one spans {count}")
-        days = utc_days(since_ms, until_ms)
+        days = bounded_utc_days(since_ms, until_ms, MAX_DEAD_LETTER_DAYS, "a dead-letter range")
         first, last = dead_letter_listing_range(since_ms, until_ms)
         entries: list[DeadLetterEntry] = []
         for day in reversed(days):

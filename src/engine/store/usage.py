@@ -15,7 +15,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from engine.core import Via
-from engine.core.days import utc_day_count, utc_days
+from engine.core.days import bounded_utc_days
 from engine.store.expressions import index_query
 from engine.store.items import USAGE_DAY_SHARDS, Item, from_item, usage_day_partition
 from engine.store.retries import BATCH_GET_KEYS, Backoff, batch_get
@@ -147,7 +147,7 @@ class UsageLedger:
         if until_ms < since_ms:
             raise ValueError("the usage range ends before it starts")
         totals: dict[RowKey, UsageRow] = {}
-        days = _days(since_ms, until_ms)
+        days = bounded_utc_days(since_ms, until_ms, MAX_RANGE_DAYS, "a usage range")
         by_day = {day: UsageRow(None, None, None) for day in days}
         discounted: list[_Discounted] = []
         for day in days:
@@ -203,10 +203,3 @@ class UsageLedger:
         pages = self._client.get_paginator("query").paginate(**params)
         for page in pages:
             yield from page.get("Items", [])
-
-
-def _days(since_ms: int, until_ms: int) -> list[str]:
-    count = utc_day_count(since_ms, until_ms)
-    if count > MAX_RANGE_DAYS:
-        raise ValueError(f"a usage range spans at most {MAX_RANGE_DAYS} days; this one spans {count}")
-    return utc_days(since_ms, until_ms)
