@@ -71,6 +71,7 @@ from engine.definitions.rules import (
     CompiledRule,
     compile_rule,
     fields_read,
+    rule_values,
 )
 from engine.messages import MAX_DEADLINE_SECONDS, MIN_DEADLINE_SECONDS, JobTypeName, MaxAttempts
 from engine.text import json_value_problem, key_label, one_line
@@ -248,8 +249,9 @@ def check_examples(file: JobTypeFile) -> None:
             raise JobTypeFileError(problem)
         if problem := instance_problem(compiled.output_validator, example.output, f"{where}.output"):
             raise JobTypeFileError(problem)
+        values = rule_values(example.input, example.output)
         for number, rule in enumerate(compiled.rules):
-            if problem := rule.problem(example.input, example.output):
+            if problem := rule.problem(example.input, example.output, values):
                 raise JobTypeFileError(one_line(f"{where}: rule {number + 1} ({rule.message}) {problem}"))
 
 
@@ -322,9 +324,10 @@ class DataJobDefinition(JobDefinition):
 
     def parse_input(self, raw: Mapping[str, Any]) -> BaseModel:
         job_input = _checked_input(self.input_validator, raw)
+        values = rule_values(job_input, {})
         for number, rule in enumerate(self.rules, start=1):
             # An input on which a rule would not run, whatever the answer: refused before any call.
-            if (steps := rule.steps(job_input, {})) > MAX_RULE_STEPS:
+            if (steps := rule.steps(values)) > MAX_RULE_STEPS:
                 raise InputValidationError(
                     one_line(
                         f"input: rule {number} ({rule.message}) could take {steps} steps on it, more than "
@@ -344,10 +347,11 @@ class DataJobDefinition(JobDefinition):
         if problem := instance_problem(self.output_validator, output, "output"):
             raise SchemaValidationError(problem)
         given = job_input.model_dump(mode="json")
+        values = rule_values(given, output)
         for number, rule in enumerate(self.rules, start=1):
-            if (problem := rule.problem(given, output)) is None:
+            if (problem := rule.problem(given, output, values)) is None:
                 continue
-            if rule.steps(given, output) > MAX_RULE_STEPS:  # not the answer's fault: say so
+            if rule.steps(values) > MAX_RULE_STEPS:  # not the answer's fault: say so
                 raise BusinessValidationError(one_line(f"rule {number} ({rule.message}) {problem}"))
             raise BusinessValidationError(rule.message)
         return DataOutput.model_validate(output)

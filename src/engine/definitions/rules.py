@@ -52,10 +52,11 @@ class CompiledRule:
     message: str
     macros: int = 0
 
-    def problem(self, job_input: Any, output: Any) -> str | None:
+    def problem(self, job_input: Any, output: Any, values: int) -> str | None:
         """None when the rule is true on (`job_input`, `output`), else why not, in a few words that
-        follow the rule's name (`rule 1 (...) is false`)."""
-        if (steps := self.steps(job_input, output)) > MAX_RULE_STEPS:
+        follow the rule's name (`rule 1 (...) is false`). `values`: what they hold (rule_values),
+        counted once for all the rules they go through."""
+        if (steps := self.steps(values)) > MAX_RULE_STEPS:
             return f"is not run: it could take {steps} steps on this input and answer, more than {MAX_RULE_STEPS}"
         try:
             result = self.program.execute({"input": job_input, "output": output})
@@ -65,9 +66,15 @@ class CompiledRule:
             return None
         return "is false" if result is False else f"gives a {type(result).__name__}, not true or false"
 
-    def steps(self, job_input: Any, output: Any) -> int:
-        """The most steps the rule could take on (`job_input`, `output`): N^(macros + 1), N their JSON values."""
-        return int((json_values(job_input) + json_values(output)) ** (self.macros + 1))
+    def steps(self, values: int) -> int:
+        """The most steps the rule could take on an input and an answer of `values` JSON values in all:
+        values^(macros + 1)."""
+        return int(values ** (self.macros + 1))
+
+
+def rule_values(job_input: Any, output: Any) -> int:
+    """How many JSON values a rule walks over on (`job_input`, `output`)."""
+    return json_values(job_input) + json_values(output)
 
 
 def json_values(value: Any) -> int:
