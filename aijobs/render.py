@@ -18,7 +18,7 @@ from aijobs.client import JobTypeListing, RedriveOutcome, RedriveResult
 from engine.core import JobStatus, Via
 from engine.core.job_types import Canary, JobTypeHead, LabelAction, StoredVersion, VersionStats
 from engine.fleet.budgets import BudgetDay
-from engine.store import UsageRow, by_route
+from engine.store import UsageRow, by_route, summed
 from engine.views import (
     AttachmentView,
     AttemptView,
@@ -470,7 +470,7 @@ def usage_table(rows: Sequence[UsageRow], title: str) -> Table:
     """Rows by user, job type, model and lane (their routes together: `routes_table` splits them); then
     each lane's total (when there are two), and the total. The unpriced and reused columns show only
     when some attempt was unpriced, or reused an answer."""
-    total = _sum(rows)
+    total = summed(rows)
     shown = [name for name in USAGE_NOTES if getattr(total, name)]
     columns = [(title, name) for title, name in USAGE_COLUMNS if name not in USAGE_NOTES or name in shown]
     table = Table(title=title, caption="; ".join(USAGE_NOTES[name] for name in shown) or None)
@@ -485,7 +485,7 @@ def usage_table(rows: Sequence[UsageRow], title: str) -> Table:
     lanes = sorted({row.lane for row in rows if row.lane})
     if len(lanes) > 1:
         for lane in lanes:
-            lane_total = _sum([row for row in rows if row.lane == lane])
+            lane_total = summed(row for row in rows if row.lane == lane)
             table.add_row("total", "", "", lane, *_usage_cells(lane_total, columns))
     table.add_row("total", "", "", "", *_usage_cells(total, columns))
     return table
@@ -510,7 +510,7 @@ def routes_table(rows: Sequence[UsageRow]) -> Table:
         table.add_column(column, justify="right")
     for route in by_route(rows):
         table.add_row(route.via or "-", str(route.attempts), *_amounts(route))
-    total = _sum(rows)
+    total = summed(rows)
     cached = f"{total.cached_input_tokens} cached tokens"
     table.add_row("prompt cache", cached, "", "", usd(total.cache_savings_usd))
     table.add_section()
@@ -521,13 +521,6 @@ def routes_table(rows: Sequence[UsageRow]) -> Table:
 
 def _amounts(row: UsageRow) -> tuple[str, str, str]:
     return usd(row.cost_usd), usd(row.standard_cost_usd), usd(row.saved_usd)
-
-
-def _sum(rows: Sequence[UsageRow]) -> UsageRow:
-    total = UsageRow(None, None, None)
-    for row in rows:
-        total = total.merged(row)
-    return total
 
 
 def _usage_cells(row: UsageRow, columns: Sequence[tuple[str, str]]) -> list[str]:

@@ -37,7 +37,7 @@ from aijobs.ui.overview import STACKED, overview
 from aijobs.ui.queries import LANES, WINDOWS, BatchesQuery, JobsQuery, user, window
 from engine.core import DeadLetter, JobStatus
 from engine.core.errors import AiJobsError, AttachmentInvalidError, JobNotFoundError, JobTypeLabelError
-from engine.store import by_route
+from engine.store import by_route, summed
 from engine.store.batches import ENDED_RETENTION_DAYS
 from engine.views import JobView, ReviewView, iso_timestamp
 
@@ -237,7 +237,7 @@ class Dashboard:
             since=since,
             who=who,
             report=report,
-            total=present.total(row for _, row in report.days),
+            total=summed(row for _, row in report.days),
             bars=present.day_chart(report.days),
             highest=max((row.cost_usd for _, row in report.days), default=0),
             chart=(present.CHART_WIDTH, present.CHART_HEIGHT),

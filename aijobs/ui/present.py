@@ -137,14 +137,6 @@ def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
-def total(rows: Iterable[UsageRow]) -> UsageRow:
-    """Usage rows summed into one."""
-    summed = UsageRow(None, None, None)
-    for row in rows:
-        summed = summed.merged(row)
-    return summed
-
-
 def totals_by(rows: Iterable[UsageRow], field: str) -> list[tuple[str, UsageRow]]:
     """Usage rows summed by one of user_id, job_type, model or lane; costliest first."""
     grouped: dict[str, UsageRow] = {}

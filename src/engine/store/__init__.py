@@ -12,7 +12,7 @@ from engine.store.listing import JobListing
 from engine.store.payloads import PayloadStore
 from engine.store.pipeline_writes import PipelineWrites
 from engine.store.reads import JobReads
-from engine.store.usage import ROUTES, UsageLedger, UsageReport, UsageRow, by_route
+from engine.store.usage import ROUTES, UsageLedger, UsageReport, UsageRow, by_route, summed
 from engine.store.worker_writes import WorkerWrites
 
 
@@ -29,4 +29,5 @@ __all__ = [
     "UsageReport",
     "UsageRow",
     "by_route",
+    "summed",
 ]

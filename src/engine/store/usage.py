@@ -99,6 +99,14 @@ _COUNTS = ("input_tokens", "output_tokens", "cached_input_tokens", "cache_write_
 _AMOUNTS = ("cost_usd", "cache_savings_usd")
 
 
+def summed(rows: Iterable[UsageRow]) -> UsageRow:
+    """`rows` added up into one row (of no user, job type, model, lane or route)."""
+    total = UsageRow(None, None, None)
+    for row in rows:
+        total = total.merged(row)
+    return total
+
+
 def by_route(rows: Iterable[UsageRow]) -> list[UsageRow]:
     """`rows` summed by route: one row for each of ROUTES (zeros where none took it), in that order, then
     any other route the records name."""
